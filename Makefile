@@ -1,0 +1,33 @@
+# attnid: `make book` builds the companion book, `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PROFILE ?= cpu
+DEVICE ?= auto
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv test bench book chapter serve clean
+
+help:
+	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE)) and build the HTML book"
+	@echo "make test     run the whole test suite"
+	@echo "make bench    audit timing ladder"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	$(PY) -m pip install -q -e ".[book,test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) tools/bench.py
+
+clean:
+	rm -rf book/_build book/_generated .cache

@@ -1,0 +1,285 @@
+"""Multi-head attention in the paper's column form (SPEC §1).
+
+Tokens are columns: ``X`` has shape ``(B, E, L)``. For head ``h`` in group ``g`` (GQA),
+
+    Q_h = W_Q^h X + b_Q^h 1ᵀ,   K_g = W_K^g X + b_K^g 1ᵀ,   V_g = W_V^g X + b_V^g 1ᵀ,
+    P_h = softmax over keys of K_gᵀ Q_h / sqrt(D)   (optionally causal, optionally RoPE),
+    Y   = Σ_h W_O^h V_g P_h + b_O 1ᵀ.
+
+Parameters live in a plain dict (``AttentionParams``) so that ``torch.func`` can differentiate
+through them:  ``W_Q (H, D, E)``, ``W_K (G, D, E)``, ``W_V (G, C, E)``, ``W_O (H, E, C)``,
+``b_Q (H, D)``, ``b_K (G, D)``, ``b_V (G, C)``, ``b_O (E,)`` (biases optional).
+Heads ``h`` belong to group ``h // (H / G)``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .rope import apply_rope
+
+AttentionParams = dict[str, torch.Tensor]
+
+BIAS_LETTERS = "qkvo"
+PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
+
+
+def parse_bias(spec: str | None) -> str:
+    """``"all"`` -> ``"qkvo"``; ``"none"``/``""`` -> ``""``; ``"q,k"`` or ``"qk"`` -> ``"qk"``."""
+    if spec is None:
+        return ""
+    s = spec.strip().lower()
+    if s in ("", "none"):
+        return ""
+    if s == "all":
+        return BIAS_LETTERS
+    letters = s.replace(",", "").replace(" ", "")
+    bad = sorted(set(letters) - set(BIAS_LETTERS))
+    if bad:
+        raise ValueError(f"bias: unknown letter(s) {','.join(bad)!r}; use 'none', 'all' or letters from q,k,v,o")
+    return "".join(c for c in BIAS_LETTERS if c in letters)
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Architecture of one attention layer.
+
+    ``embed`` E, ``heads`` H, ``groups`` G (key/value groups, default H), ``head_dim`` D
+    (query/key, default E/H), ``value_dim`` C (default D), ``bias`` letters from ``"qkvo"``.
+    """
+
+    embed: int
+    heads: int
+    groups: int | None = None
+    head_dim: int | None = None
+    value_dim: int | None = None
+    bias: str = ""
+    rope: bool = False
+    causal: bool = False
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        for name in ("embed", "heads"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("groups", "head_dim", "value_dim"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.head_dim is None:
+            if self.embed % self.heads:
+                raise ValueError(
+                    f"heads must divide embed when head_dim is not given (E={self.embed}, H={self.heads})")
+            object.__setattr__(self, "head_dim", self.embed // self.heads)
+        if self.value_dim is None:
+            object.__setattr__(self, "value_dim", self.head_dim)
+        if self.groups is None:
+            object.__setattr__(self, "groups", self.heads)
+        if self.heads % self.groups:
+            raise ValueError(f"groups must divide heads (H={self.heads}, G={self.groups})")
+        if self.rope and self.head_dim % 2:
+            raise ValueError(f"head_dim must be even with RoPE (D={self.head_dim})")
+        object.__setattr__(self, "bias", parse_bias(self.bias))
+
+    # short names as in the paper
+    E = property(lambda self: self.embed)
+    H = property(lambda self: self.heads)
+    G = property(lambda self: self.groups)
+    D = property(lambda self: self.head_dim)
+    C = property(lambda self: self.value_dim)
+
+    def with_(self, **changes) -> "AttentionConfig":
+        return replace(self, **changes)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of every parameter of this architecture, in ``PARAM_ORDER``."""
+        E, H, G, D, C = self.E, self.H, self.G, self.D, self.C
+        full = {"W_Q": (H, D, E), "b_Q": (H, D), "W_K": (G, D, E), "b_K": (G, D),
+                "W_V": (G, C, E), "b_V": (G, C), "W_O": (H, E, C), "b_O": (E,)}
+        keep = {"b_Q": "q", "b_K": "k", "b_V": "v", "b_O": "o"}
+        return {k: s for k, s in full.items() if k not in keep or keep[k] in self.bias}
+
+
+def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = torch.float64,
+                bias_scale: float = 0.5) -> AttentionParams:
+    """Random parameters with weights ~ N(0, 1/fan_in) (scores of order one)."""
+    g = torch.Generator().manual_seed(seed)
+    out: AttentionParams = {}
+    for name, shape in cfg.shapes().items():
+        fan_in = shape[-1] if name.startswith("W") else 1
+        scale = 1.0 / math.sqrt(fan_in) if name.startswith("W") else bias_scale
+        out[name] = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+    return out
+
+
+def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *,
+              scale: bool = True, return_heads: bool = False):
+    """Column-form multi-head attention. ``X``: ``(B, E, L)`` -> ``Y``: ``(B, E, L)``.
+
+    With ``return_heads=True`` also returns ``Z`` of shape ``(B, H, C, L)``, the per-head
+    value mixtures ``V_g P_h`` (so ``Y = Σ_h W_O^h Z_h + b_O``).
+    """
+    n = cfg.H // cfg.G
+    Q = torch.einsum("hde,bel->bhdl", p["W_Q"], X)
+    K = torch.einsum("gde,bel->bgdl", p["W_K"], X)
+    V = torch.einsum("gce,bel->bgcl", p["W_V"], X)
+    if "b_Q" in p:
+        Q = Q + p["b_Q"][None, :, :, None]
+    if "b_K" in p:
+        K = K + p["b_K"][None, :, :, None]
+    if "b_V" in p:
+        V = V + p["b_V"][None, :, :, None]
+    if cfg.rope:
+        Q, K = apply_rope(Q, cfg.rope_base), apply_rope(K, cfg.rope_base)
+    if n > 1:
+        K, V = K.repeat_interleave(n, dim=1), V.repeat_interleave(n, dim=1)
+    A = torch.einsum("bhdk,bhdq->bhkq", K, Q)           # scores: keys x queries
+    if scale:
+        A = A / math.sqrt(cfg.D)
+    if cfg.causal:
+        L = X.shape[-1]
+        future = torch.ones(L, L, dtype=torch.bool, device=X.device).tril(-1)  # key > query
+        A = A.masked_fill(future, float("-inf"))
+    P = torch.softmax(A, dim=-2)                         # each column sums to one
+    Z = torch.einsum("bhck,bhkq->bhcq", V, P)
+    Y = torch.einsum("hec,bhcl->bel", p["W_O"], Z)
+    if "b_O" in p:
+        Y = Y + p["b_O"][None, :, None]
+    return (Y, Z) if return_heads else Y
+
+
+def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> torch.Tensor:
+    """The usual row-form layer: project, split heads, attend, concatenate, project.
+
+    ``x``: ``(B, L, E)`` -> ``(B, L, E)``. An independent implementation (PyTorch's
+    ``scaled_dot_product_attention``) used to check :func:`attention`.
+    """
+    B, L, E = x.shape
+    H, G, D, C = cfg.H, cfg.G, cfg.D, cfg.C
+
+    def proj(W, b, heads, dim):
+        y = x @ W.reshape(heads * dim, E).T
+        if b is not None:
+            y = y + b.reshape(-1)
+        return y.view(B, L, heads, dim).transpose(1, 2)  # (B, heads, L, dim)
+
+    q = proj(p["W_Q"], p.get("b_Q"), H, D)
+    k = proj(p["W_K"], p.get("b_K"), G, D)
+    v = proj(p["W_V"], p.get("b_V"), G, C)
+    if cfg.rope:  # apply_rope expects (..., D, L)
+        q = apply_rope(q.transpose(-1, -2), cfg.rope_base).transpose(-1, -2)
+        k = apply_rope(k.transpose(-1, -2), cfg.rope_base).transpose(-1, -2)
+    k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
+    z = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)  # (B, H, L, C)
+    concat = z.transpose(1, 2).reshape(B, L, H * C)
+    W_O = p["W_O"].permute(1, 0, 2).reshape(E, H * C)  # [W_O^1 | ... | W_O^H]
+    y = concat @ W_O.T
+    return y + p["b_O"] if "b_O" in p else y
+
+
+class ColumnAttention(nn.Module):
+    """``nn.Module`` wrapper of :func:`attention`; parameters named as in ``PARAM_ORDER``."""
+
+    def __init__(self, cfg: AttentionConfig, params: AttentionParams | None = None, *, seed: int = 0,
+                 dtype: torch.dtype = torch.float64):
+        super().__init__()
+        self.cfg = cfg
+        params = init_params(cfg, seed=seed, dtype=dtype) if params is None else params
+        for name, t in params.items():
+            self.register_parameter(name, nn.Parameter(t.clone()))
+
+    def params(self) -> AttentionParams:
+        return dict(self.named_parameters())
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return attention(X, self.params(), self.cfg)
+
+
+# ---------------------------------------------------------------- converters
+def from_torch_mha(mha: nn.MultiheadAttention, *, causal: bool = False) -> tuple[AttentionConfig, AttentionParams]:
+    """Column-form config and parameters of a ``torch.nn.MultiheadAttention`` (self-attention)."""
+    if not mha._qkv_same_embed_dim:
+        raise ValueError("from_torch_mha: kdim/vdim different from embed_dim is not supported")
+    if mha.bias_k is not None:
+        raise ValueError("from_torch_mha: add_bias_kv is not supported")
+    E, H = mha.embed_dim, mha.num_heads
+    has_bias = mha.in_proj_bias is not None
+    cfg = AttentionConfig(E, H, bias="all" if has_bias else "none", causal=causal)
+    D = cfg.D
+    Wq, Wk, Wv = mha.in_proj_weight.detach().chunk(3, dim=0)
+    p = {"W_Q": Wq.reshape(H, D, E), "W_K": Wk.reshape(H, D, E), "W_V": Wv.reshape(H, D, E),
+         "W_O": mha.out_proj.weight.detach().reshape(E, H, D).permute(1, 0, 2)}
+    if has_bias:
+        bq, bk, bv = mha.in_proj_bias.detach().chunk(3)
+        p.update(b_Q=bq.reshape(H, D), b_K=bk.reshape(H, D), b_V=bv.reshape(H, D),
+                 b_O=mha.out_proj.bias.detach().clone())
+    return cfg, {k: v.clone() for k, v in p.items()}
+
+
+def to_torch_mha(cfg: AttentionConfig, p: AttentionParams) -> nn.MultiheadAttention:
+    """A ``batch_first`` ``torch.nn.MultiheadAttention`` with the same weights."""
+    if cfg.G != cfg.H or cfg.D != cfg.C or cfg.D * cfg.H != cfg.E or cfg.rope:
+        raise ValueError("to_torch_mha: needs G = H, D = C = E/H and no RoPE")
+    if cfg.bias not in ("", BIAS_LETTERS):
+        raise ValueError("to_torch_mha: torch's layer has either all biases or none")
+    E, H = cfg.E, cfg.H
+    dtype = p["W_Q"].dtype
+    mha = nn.MultiheadAttention(E, H, bias=bool(cfg.bias), batch_first=True, dtype=dtype)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([p["W_Q"].reshape(E, E), p["W_K"].reshape(E, E),
+                                            p["W_V"].reshape(E, E)]))
+        mha.out_proj.weight.copy_(p["W_O"].permute(1, 0, 2).reshape(E, E))
+        if cfg.bias:
+            mha.in_proj_bias.copy_(torch.cat([p["b_Q"].reshape(-1), p["b_K"].reshape(-1), p["b_V"].reshape(-1)]))
+            mha.out_proj.bias.copy_(p["b_O"])
+    return mha
+
+
+def fused_qk_views(c_attn_weight: torch.Tensor, c_attn_bias: torch.Tensor | None, n_head: int):
+    """Per-head views (no copy) of a nanoGPT fused ``c_attn`` (weight ``(3E, E)``):
+    ``W_Q, W_K`` of shape ``(H, D, E)`` and ``b_Q, b_K`` of shape ``(H, D)`` (or ``None``)."""
+    E = c_attn_weight.shape[1]
+    D = E // n_head
+    W_Q = c_attn_weight[:E].view(n_head, D, E)
+    W_K = c_attn_weight[E:2 * E].view(n_head, D, E)
+    if c_attn_bias is None:
+        return W_Q, None, W_K, None
+    return W_Q, c_attn_bias[:E].view(n_head, D), W_K, c_attn_bias[E:2 * E].view(n_head, D)
+
+
+def from_fused(c_attn_weight, c_attn_bias, c_proj_weight, c_proj_bias, n_head: int, *,
+               causal: bool = True) -> tuple[AttentionConfig, AttentionParams]:
+    """Column-form config and parameters of a nanoGPT ``c_attn``/``c_proj`` pair."""
+    E = c_attn_weight.shape[1]
+    if c_attn_weight.shape != (3 * E, E) or c_proj_weight.shape != (E, E):
+        raise ValueError(f"from_fused: expected c_attn (3E, E) and c_proj (E, E), got "
+                         f"{tuple(c_attn_weight.shape)} and {tuple(c_proj_weight.shape)}")
+    bias = ("qkv" if c_attn_bias is not None else "") + ("o" if c_proj_bias is not None else "")
+    cfg = AttentionConfig(E, n_head, bias=bias, causal=causal)
+    H, D = n_head, cfg.D
+    w = c_attn_weight.detach()
+    p = {"W_Q": w[:E].reshape(H, D, E), "W_K": w[E:2 * E].reshape(H, D, E), "W_V": w[2 * E:].reshape(H, D, E),
+         "W_O": c_proj_weight.detach().reshape(E, H, D).permute(1, 0, 2)}
+    if c_attn_bias is not None:
+        b = c_attn_bias.detach()
+        p.update(b_Q=b[:E].reshape(H, D), b_K=b[E:2 * E].reshape(H, D), b_V=b[2 * E:].reshape(H, D))
+    if c_proj_bias is not None:
+        p["b_O"] = c_proj_bias.detach()
+    return cfg, {k: v.clone() for k, v in p.items()}
+
+
+def to_fused(cfg: AttentionConfig, p: AttentionParams):
+    """Inverse of :func:`from_fused`: ``(c_attn_weight, c_attn_bias, c_proj_weight, c_proj_bias)``."""
+    if cfg.G != cfg.H or cfg.D != cfg.C or cfg.D * cfg.H != cfg.E or cfg.rope:
+        raise ValueError("to_fused: needs G = H, D = C = E/H and no RoPE")
+    if cfg.bias not in ("", "qkv", "o", BIAS_LETTERS):
+        raise ValueError("to_fused: c_attn has q, k and v biases together or none")
+    E = cfg.E
+    w = torch.cat([p["W_Q"].reshape(E, E), p["W_K"].reshape(E, E), p["W_V"].reshape(E, E)])
+    b = torch.cat([p["b_Q"].reshape(-1), p["b_K"].reshape(-1), p["b_V"].reshape(-1)]) if "b_Q" in p else None
+    return w, b, p["W_O"].permute(1, 0, 2).reshape(E, E), p.get("b_O")

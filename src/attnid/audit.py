@@ -1,0 +1,270 @@
+"""Numerical identification audit: unidentified dims = #params − rank of the Jacobian of the
+outputs with respect to all parameters, at a random point, in float64 (SPEC §2, "gold standard").
+
+Two exact methods:
+
+* ``dense``: build the Jacobian (forward mode), QR, singular values; rank = #{σ > rtol σ_max}.
+  Works on any ``nn.Module`` (:func:`audit_module`). Cost ~ n³ in the parameter count n.
+* ``certify`` (our layer): the output is linear in ``(W_O, b_O)`` with the same block for every
+  output coordinate, so that block is projected out exactly; on the remaining parameters the
+  null space is certified to equal the span of the known symmetry directions
+  (:func:`attnid.symmetry.tangent_basis`): ``J t ≈ 0`` for every known direction, and the
+  Jacobian restricted to a complement (the known directions' LU pivots pinned) is nonsingular,
+  checked on a Gaussian sketch of it. ``rank = E·rank(Z) + n_φ − k``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import scipy.linalg
+import torch
+from torch import nn
+from torch.func import functional_call, jvp, vjp, vmap
+
+from .attention import PARAM_ORDER, AttentionConfig, AttentionParams, attention, init_params
+from .symmetry import flatten, tangent_basis, unflatten
+
+RTOL = 1e-9
+
+
+@dataclass
+class AuditResult:
+    total_params: int
+    rank: int
+    unidentified: int
+    sv_gap: float                 # smallest kept / largest dropped singular value
+    tol: float
+    method: str
+    seconds: float
+    n_outputs: int
+    singular_values: list[float] = field(repr=False)  # dense: all; certify: the summary values
+    details: dict = field(default_factory=dict)
+
+    def as_dict(self, with_singular_values: bool = False) -> dict:
+        d = asdict(self)
+        if not with_singular_values:
+            d.pop("singular_values")
+        return d
+
+
+def default_data_size(cfg: AttentionConfig, n_params: int, *, ratio: float = 3.0,
+                      seq_len: int | None = None) -> tuple[int, int]:
+    """``(batch, seq_len)`` so that the informative outputs exceed ``ratio`` x #params.
+
+    Each token carries at most ``min(E, H C)`` independent outputs (SPEC §2 lessons);
+    RoPE needs longer sequences for its slow frequencies to show.
+    """
+    L = seq_len or (max(16, 2 * cfg.D) if cfg.rope else 8)
+    if L < 2:
+        raise ValueError("seq_len must be at least 2 (L = 1 makes the softmax constant)")
+    per_token = min(cfg.E, cfg.H * cfg.C)
+    B = max(2, math.ceil(ratio * n_params / (per_token * L)))
+    return B, L
+
+
+def random_inputs(cfg: AttentionConfig, batch: int, seq_len: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(10_000 + seed)
+    return torch.randn(batch, cfg.E, seq_len, generator=g, dtype=torch.float64)
+
+
+def _gap(sv: np.ndarray, rank: int) -> float:
+    eps_floor = sv[0] * np.finfo(np.float64).eps * len(sv)
+    dropped = sv[rank] if rank < len(sv) else eps_floor
+    kept = sv[rank - 1] if rank > 0 else sv[0]
+    return float(kept / max(dropped, eps_floor))
+
+
+def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL, method: str = "dense") -> AuditResult:
+    """Rank of the Jacobian of ``fn: R^n -> R^m`` at ``theta`` (float64, dense)."""
+    t0 = time.perf_counter()
+    theta = theta.detach().to(torch.float64)
+    try:
+        J = torch.func.jacfwd(fn)(theta)
+    except (NotImplementedError, RuntimeError):  # some fused kernels have no forward-mode AD
+        J = torch.autograd.functional.jacobian(fn, theta, vectorize=False)
+    J = J.reshape(-1, theta.numel())
+    m, n = J.shape
+    if m > n:
+        J = torch.linalg.qr(J, mode="r").R
+    sv = torch.linalg.svdvals(J).numpy()
+    tol = rtol * sv[0]
+    rank = int((sv > tol).sum())
+    return AuditResult(n, rank, n - rank, _gap(sv, rank), float(tol), method,
+                       time.perf_counter() - t0, m, sv.tolist())
+
+
+def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float = RTOL) -> AuditResult:
+    """Dense audit of any module: ``forward(module, *inputs)`` (default ``module(*inputs)``,
+    first element if it returns a tuple) differentiated with respect to all its parameters."""
+    module = module.to(torch.float64)
+    names = [k for k, _ in module.named_parameters()]
+    shapes = [p.shape for _, p in module.named_parameters()]
+    theta = torch.cat([p.detach().reshape(-1) for _, p in module.named_parameters()])
+    inputs = tuple(x.to(torch.float64) if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
+
+    def fn(v):
+        params, i = {}, 0
+        for name, shape in zip(names, shapes):
+            k = math.prod(shape)
+            params[name] = v[i:i + k].reshape(shape)
+            i += k
+        call = (lambda *a: functional_call(module, params, a)) if forward is None else \
+            (lambda *a: forward(lambda *b, **kw: functional_call(module, params, b, kw), *a))
+        out = call(*inputs)
+        return (out[0] if isinstance(out, tuple) else out).reshape(-1)
+
+    return jacobian_rank(fn, theta, rtol=rtol)
+
+
+def audit_torch_mha(mha: nn.MultiheadAttention, *, batch: int | None = None, seq_len: int = 8,
+                    causal: bool = False, seed: int = 0) -> AuditResult:
+    """Dense audit of a ``torch.nn.MultiheadAttention`` used as causal or full self-attention."""
+    n = sum(p.numel() for p in mha.parameters())
+    E = mha.embed_dim
+    B = batch or max(2, math.ceil(3 * n / (E * seq_len)))
+    g = torch.Generator().manual_seed(10_000 + seed)
+    x = torch.randn(B, seq_len, E, generator=g, dtype=torch.float64)
+    mask = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1) if causal else None
+    if not mha.batch_first:
+        x = x.transpose(0, 1)
+
+    def forward(call, x):
+        return call(x, x, x, need_weights=False, attn_mask=mask)[0]
+
+    return audit_module(mha, (x,), forward=forward)
+
+
+def _layer_fn(cfg: AttentionConfig, like: AttentionParams, X: torch.Tensor):
+    return lambda v: attention(X, unflatten(v, like), cfg).reshape(-1)
+
+
+def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None = None, seed: int = 0,
+          method: str = "auto", rtol: float = RTOL, ratio: float | None = None,
+          progress: bool = False) -> AuditResult:
+    """Audit our column-form layer with architecture ``cfg`` at a random point.
+
+    ``method``: ``"dense"``, ``"certify"`` or ``"auto"`` (certify above 3,000 parameters when
+    ``D, C <= E``). ``ratio``: informative outputs per parameter (default 3 dense, 1.5 certify;
+    the certificate fails loudly rather than undercount if the data are too few).
+    """
+    p = init_params(cfg, seed=seed)
+    theta = flatten(p)
+    n = theta.numel()
+    if method == "auto":
+        method = "certify" if (n > 3000 and cfg.D <= cfg.E and cfg.C <= cfg.E) else "dense"
+    B, L = default_data_size(cfg, n, ratio=ratio or (1.5 if method == "certify" else 3.0), seq_len=seq_len)
+    B = batch or B
+    X = random_inputs(cfg, B, L, seed)
+    if method == "dense":
+        res = jacobian_rank(_layer_fn(cfg, p, X), theta, rtol=rtol)
+    elif method == "certify":
+        res = _certify(cfg, p, X, progress=progress)
+    else:
+        raise ValueError(f"method must be 'auto', 'dense' or 'certify', got {method!r}")
+    res.details.update(batch=B, seq_len=L, seed=seed)
+    return res
+
+
+def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk: int = 128,
+             progress: bool = False) -> AuditResult:
+    t0 = time.perf_counter()
+    theta = flatten(p)
+    n = theta.numel()
+    f = _layer_fn(cfg, p, X)
+    Bsz, E, L = X.shape
+    m = Bsz * E * L
+    gen = torch.Generator().manual_seed(12345)
+
+    # 1. the (W_O, b_O) block: dY[b, e, l] / dW_O^h[e, c] = Z[b, h, c, l] for every e
+    _, Z = attention(X, p, cfg, return_heads=True)
+    Zmat = Z.permute(0, 3, 1, 2).reshape(Bsz * L, cfg.H * cfg.C)     # tokens x (h, c)
+    if "b_O" in p:
+        Zmat = torch.cat([Zmat, torch.ones(Bsz * L, 1, dtype=Zmat.dtype)], dim=1)
+    Uz, sz, _ = torch.linalg.svd(Zmat, full_matrices=False)
+    rank_z = int((sz > RTOL * sz[0]).sum())
+    Qz = Uz[:, :rank_z]
+    rank_o = E * rank_z
+    out_names = [k for k in ("W_O", "b_O") if k in p]
+    phi_names = [k for k in PARAM_ORDER if k in p and k not in out_names]
+    n_o = sum(p[k].numel() for k in out_names)
+
+    # 2. known null directions, restricted to phi; pin k coordinates of phi by LU pivoting
+    T = torch.cat(list(tangent_basis(p, cfg).values()), dim=1)   # (n, k)
+    k = T.shape[1]
+    offsets, i = {}, 0
+    for name in PARAM_ORDER:
+        if name in p:
+            offsets[name] = (i, i + p[name].numel())
+            i += p[name].numel()
+    phi_idx = torch.cat([torch.arange(*offsets[name]) for name in phi_names])
+    T_phi = T[phi_idx].numpy()
+    perm, _, U = scipy.linalg.lu(T_phi, p_indices=True)
+    # scipy returns p with A = P L U; the rows of A in pivot order are perm's argsort
+    order = np.argsort(perm)
+    pinned = np.sort(order[:k])
+    diagU = np.abs(np.diag(U))
+    t_cond = float(diagU.min() / diagU.max()) if k else 1.0
+    free = np.setdiff1d(np.arange(len(phi_idx)), pinned)
+    n_free = len(free)
+
+    # 3. residuals of the known directions: ||J t|| / ||t||, via forward mode
+    def jt(t):
+        return jvp(f, (theta,), (t,))[1]
+    resid = torch.cat([vmap(jt)(T[:, j:j + chunk].T).norm(dim=1) for j in range(0, k, chunk)]) \
+        if k else torch.zeros(0)
+    resid = resid / T.norm(dim=0)
+    # ||J||_2 by power iteration
+    _, vjp_fn = vjp(f, theta)
+    v = torch.randn(n, generator=gen, dtype=torch.float64)
+    for _ in range(30):
+        v = vjp_fn(jt(v / v.norm()))[0]
+    sigma_max = float(v.norm().sqrt())
+
+    # 4. Gaussian sketch of the projected Jacobian on the free coordinates (n_free x n_free)
+    def project(u):                                   # u: (b, E, L) -> remove span of J_O
+        ut = u.permute(0, 2, 1).reshape(Bsz * L, E)
+        ut = ut - Qz @ (Qz.T @ ut)
+        return ut.reshape(Bsz, L, E).permute(0, 2, 1).reshape(-1)
+
+    phi_free = phi_idx[free]
+    K = torch.empty(n_free, n_free, dtype=torch.float64)
+    it = range(0, n_free, chunk)
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(it, desc="sketch", unit="chunk")
+    for j in it:
+        rows = min(chunk, n_free - j)
+        # any generic random matrix will do; float32 draws are twice as fast
+        omega = torch.randn(rows, Bsz, E, L, generator=gen).double() / math.sqrt(m)
+        u = vmap(project)(omega)
+        K[j:j + rows] = vmap(vjp_fn)(u)[0][:, phi_free]
+
+    # 5. K nonsingular: LU, then the extreme singular values by (inverse) power iteration
+    LU, piv = torch.linalg.lu_factor(K)
+    x = torch.randn(n_free, 1, generator=gen, dtype=torch.float64)
+    for _ in range(15):  # a random start has a ~1/sqrt(n) share of the weakest direction
+        y = torch.linalg.lu_solve(LU, piv, x / x.norm())                 # K^{-1} x
+        x = torch.linalg.lu_solve(LU, piv, y, adjoint=True)               # K^{-T} K^{-1} x
+    sigma_min_K = float(1.0 / x.norm().sqrt())
+    x = torch.randn(n_free, generator=gen, dtype=torch.float64)
+    for _ in range(10):
+        x = K.T @ (K @ (x / x.norm()))
+    sigma_max_K = float(x.norm().sqrt())
+
+    rank_phi = n_free if sigma_min_K > RTOL * sigma_max_K else None
+    if rank_phi is None:
+        raise RuntimeError("certify: the sketch is numerically singular; use method='dense'")
+    rank = rank_o + rank_phi
+    worst = float(resid.max()) if k else 0.0
+    kept = sigma_min_K / max(sigma_max_K, 1e-300) * sigma_max
+    gap = kept / max(worst, sigma_max * np.finfo(np.float64).eps)
+    sv = [sigma_max, kept, worst]
+    details = {"rank_output_block": rank_o, "rank_Z": rank_z, "params_output_block": n_o,
+               "known_null_dirs": k, "free_params": n_free, "sketch_cond": sigma_max_K / sigma_min_K,
+               "null_residual_max": worst, "tangent_lu_ratio": t_cond,
+               "Z_singular_gap": float(sz[rank_z - 1] / sz[rank_z]) if rank_z < len(sz) else float("inf")}
+    return AuditResult(n, rank, n - rank, float(gap), float(RTOL * sigma_max), "certify",
+                       time.perf_counter() - t0, m, sv, details)

@@ -1,0 +1,132 @@
+"""The ``attnid`` command: ``count``, ``audit``, ``presets`` (``--json`` for machine output)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .attention import AttentionConfig
+from .counting import BLOCKS, count
+from .presets import PRESETS, preset
+
+
+def _arch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", help="a published architecture (see `attnid presets`)")
+    p.add_argument("--embed", "-E", type=int, help="embedding dimension E")
+    p.add_argument("--heads", "-H", type=int, help="number of query heads H")
+    p.add_argument("--groups", "-G", type=int, help="key/value groups G (default H; 1 = MQA)")
+    p.add_argument("--head-dim", "-D", type=int, help="query/key head dimension D (default E/H)")
+    p.add_argument("--value-dim", "-C", type=int, help="value head dimension C (default D)")
+    p.add_argument("--bias", default="none", help="none | all | letters from q,k,v,o (e.g. q,k,v)")
+    p.add_argument("--rope", action="store_true", help="rotary position embeddings")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
+    if a.preset:
+        cfg = preset(a.preset)
+        return cfg.with_(causal=causal) if causal else cfg
+    if a.embed is None or a.heads is None:
+        raise ValueError("embed/heads: give --embed and --heads, or --preset")
+    return AttentionConfig(a.embed, a.heads, groups=a.groups, head_dim=a.head_dim, value_dim=a.value_dim,
+                           bias=a.bias, rope=a.rope, causal=causal)
+
+
+def _arch(cfg: AttentionConfig) -> dict:
+    return {"embed": cfg.E, "heads": cfg.H, "groups": cfg.G, "head_dim": cfg.D, "value_dim": cfg.C,
+            "bias": cfg.bias or "none", "rope": cfg.rope, "causal": cfg.causal}
+
+
+def cmd_count(a) -> int:
+    cfg = _config(a)
+    c = count(cfg)
+    out = {"architecture": _arch(cfg), "total_params": c.total_params, "unidentified": c.unidentified,
+           "identified": c.identified, "unidentified_by_block": c.unidentified_by_block,
+           "params_by_block": c.params_by_block, "identified_fraction": c.identified_fraction}
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    arch = ", ".join(f"{k}={v}" for k, v in out["architecture"].items())
+    print(f"architecture: {arch}")
+    print(f"{'block':<12}{'params':>14}{'unidentified':>16}")
+    for b in BLOCKS:
+        print(f"{b:<12}{c.params_by_block[b]:>14,}{c.unidentified_by_block[b]:>16,}")
+    print(f"{'total':<12}{c.total_params:>14,}{c.unidentified:>16,}")
+    print(f"identified fraction: {c.identified_fraction:.6f}")
+    return 0
+
+
+def cmd_audit(a) -> int:
+    from .audit import audit  # torch.func is only needed here
+    import torch
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cfg = _config(a, causal=a.causal)
+    if a.seq_len is not None and a.seq_len < 2:
+        raise ValueError("seq-len must be at least 2 (L = 1 makes the softmax constant)")
+    if a.batch is not None and a.batch < 1:
+        raise ValueError("batch must be positive")
+    r = audit(cfg, batch=a.batch, seq_len=a.seq_len, seed=a.seed, method=a.method, progress=not a.json)
+    theory = count(cfg).unidentified if not (cfg.rope and cfg.D > cfg.E) else None
+    out = {"architecture": _arch(cfg), "total_params": r.total_params, "rank": r.rank,
+           "unidentified": r.unidentified, "theory_unidentified": theory, "sv_gap": r.sv_gap,
+           "tol": r.tol, "method": r.method, "n_outputs": r.n_outputs, "seconds": r.seconds, **r.details}
+    if a.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for k, v in out.items():
+            print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
+    return 0
+
+
+def cmd_presets(a) -> int:
+    rows = []
+    for name, (desc, cfg) in PRESETS.items():
+        c = count(cfg)
+        rows.append({"name": name, "description": desc, **_arch(cfg), "total_params": c.total_params,
+                     "unidentified": c.unidentified, "identified_fraction": c.identified_fraction})
+    if a.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'name':<22}{'E':>6}{'H':>4}{'G':>4}{'D':>5}{'bias':>6}{'rope':>6}{'params/layer':>14}"
+          f"{'unidentified':>14}{'identified':>12}")
+    for r in rows:
+        print(f"{r['name']:<22}{r['embed']:>6}{r['heads']:>4}{r['groups']:>4}{r['head_dim']:>5}{r['bias']:>6}"
+              f"{'yes' if r['rope'] else 'no':>6}{r['total_params']:>14,}{r['unidentified']:>14,}"
+              f"{r['identified_fraction']:>12.6f}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="attnid", description="Parameter identification in attention layers.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("count", help="closed-form parameter and unidentified counts")
+    _arch_args(p)
+    p.set_defaults(func=cmd_count)
+    p = sub.add_parser("audit", help="numerical count: #params − rank of the Jacobian")
+    _arch_args(p)
+    p.add_argument("--causal", action="store_true", help="causal mask")
+    p.add_argument("--seq-len", type=int, help="sequence length L (default 8; 2D with RoPE)")
+    p.add_argument("--batch", type=int, help="number of random sequences (default: sized from #params)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--method", default="auto", choices=["auto", "dense", "certify"])
+    p.add_argument("--threads", type=int, help="torch/LAPACK threads")
+    p.set_defaults(func=cmd_audit)
+    p = sub.add_parser("presets", help="list the published architectures")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_presets)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    try:
+        return a.func(a)
+    except ValueError as e:
+        print(f"attnid: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Training-dynamics metrics of the QK symmetry (SPEC §2 items 10–12).
+
+All functions take per-head matrices with any leading batch dims (layers, heads):
+``W_Q, W_K`` of shape ``(..., D, E)`` and optional biases ``b_Q, b_K`` of shape ``(..., D)``.
+With biases the symmetry acts on the augmented ``[W | b]`` (``D x (E+1)``), so every metric
+uses those. Computation is float64 on the inputs' device; results come back in float64.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def augment(W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``[W | b]`` in float64: ``(..., D, E)`` -> ``(..., D, E+1)`` (or ``W`` itself if no bias)."""
+    W = W.detach().to(torch.float64)
+    return W if b is None else torch.cat([W, b.detach().to(torch.float64)[..., None]], dim=-1)
+
+
+def gram(M: torch.Tensor) -> torch.Tensor:
+    return M @ M.transpose(-1, -2)
+
+
+def beta(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """Conserved quantity of gradient flow: ``β = Q Qᵀ − K Kᵀ`` (``(..., D, D)``)."""
+    return gram(Q) - gram(K)
+
+
+def tau(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """``τ = tr β = ‖Q‖² − ‖K‖²`` (signed)."""
+    return (Q * Q).sum((-1, -2)) - (K * K).sum((-1, -2))
+
+
+def beta_drift(beta_t: torch.Tensor, beta_0: torch.Tensor) -> torch.Tensor:
+    """``‖β_t − β_0‖_F / ‖β_0‖_F``."""
+    return torch.linalg.matrix_norm(beta_t - beta_0) / torch.linalg.matrix_norm(beta_0)
+
+
+def solve_sylvester(GQ: torch.Tensor, GK: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """Solve ``S G_Q + G_K S = C`` for symmetric PSD ``G_Q, G_K`` (not both singular) by two
+    eigendecompositions: with ``G_Q = U Λ Uᵀ``, ``G_K = V M Vᵀ``, ``(Vᵀ S U)_ij = (Vᵀ C U)_ij / (μ_i + λ_j)``."""
+    lam, U = torch.linalg.eigh(GQ)
+    mu, V = torch.linalg.eigh(GK)
+    Ct = V.transpose(-1, -2) @ C @ U
+    denom = mu[..., :, None] + lam[..., None, :]
+    return V @ (Ct / denom) @ U.transpose(-1, -2)
+
+
+def project_update(Q: torch.Tensor, K: torch.Tensor, A: torch.Tensor, B: torch.Tensor):
+    """Orthogonal projection of the update ``(A, B)`` of ``(Q, K)`` onto the invariant
+    directions ``{(S Q, −Sᵀ K)}``: returns ``S`` and the projected ``(S Q, −Sᵀ K)``.
+
+    ``S`` solves ``S G_Q + G_K S = A Qᵀ − K Bᵀ`` (the normal equations of
+    ``min_S ‖A − S Q‖² + ‖B + Sᵀ K‖²``).
+    """
+    GQ, GK = gram(Q), gram(K)
+    S = solve_sylvester(GQ, GK, A @ Q.transpose(-1, -2) - K @ B.transpose(-1, -2))
+    return S, S @ Q, -S.transpose(-1, -2) @ K
+
+
+def unidentified_step_fraction(Q: torch.Tensor, K: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+                               *, min_norm: float = 1e-30) -> torch.Tensor:
+    """``ρ = ‖(S Q, −Sᵀ K)‖² / ‖(A, B)‖²`` ∈ [0, 1], the share of the update ``(A, B)`` that
+    lies in the invariant subspace. ``nan`` where ``‖(A, B)‖² < min_norm`` (no update)."""
+    Q, K, A, B = (t.detach().to(torch.float64) for t in (Q, K, A, B))
+    _, PA, PB = project_update(Q, K, A, B)
+    num = (PA * PA).sum((-1, -2)) + (PB * PB).sum((-1, -2))
+    den = (A * A).sum((-1, -2)) + (B * B).sum((-1, -2))
+    return torch.where(den > min_norm, num / den.clamp_min(min_norm), torch.full_like(den, float("nan")))
+
+
+def _sym_sqrt(G: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    w, U = torch.linalg.eigh(G)
+    w = w.clamp_min(0).sqrt()
+    if inverse:
+        w = 1.0 / w
+    return (U * w[..., None, :]) @ U.transpose(-1, -2)
+
+
+def balancing_transform(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """Symmetric ``S`` with ``S G_Q S = S⁻¹ G_K S⁻¹`` (so ``β = 0`` after
+    ``(S Q, S⁻ᵀ K)``): ``P = G_Q^{-1/2} (G_Q^{1/2} G_K G_Q^{1/2})^{1/2} G_Q^{-1/2}``, ``S = P^{1/2}``."""
+    GQ, GK = gram(Q), gram(K)
+    rq, rq_inv = _sym_sqrt(GQ), _sym_sqrt(GQ, inverse=True)
+    P = rq_inv @ _sym_sqrt(rq @ GK @ rq) @ rq_inv
+    return _sym_sqrt((P + P.transpose(-1, -2)) / 2)
+
+
+def rebalance_qk(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor, b_K: torch.Tensor | None):
+    """Rebalanced ``(W_Q, b_Q, W_K, b_K)`` (same dtype/device as the inputs): outputs unchanged,
+    ``β`` of the augmented matrices zero, and ``‖Q‖² + ‖K‖²`` minimal on the orbit."""
+    Q, K = augment(W_Q, b_Q), augment(W_K, b_K)
+    S = balancing_transform(Q, K)
+    Q2, K2 = S @ Q, torch.linalg.solve(S, K)    # S symmetric: S^{-T} K = S^{-1} K
+    E = W_Q.shape[-1]
+    cast = lambda t, like: t.to(like.dtype)
+    return (cast(Q2[..., :E], W_Q), None if b_Q is None else cast(Q2[..., E], b_Q),
+            cast(K2[..., :E], W_K), None if b_K is None else cast(K2[..., E], b_K))
+
+
+def qk_singular_values(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """Singular values of the QK product ``Kᵀ Q`` per head, ``(..., D)`` (its rank is ≤ D).
+
+    ``K = G_K^{1/2} O_K`` with orthonormal rows ``O_K``, so ``σ(Kᵀ Q) = σ(G_K^{1/2} G_Q^{1/2})``.
+    """
+    return torch.linalg.svdvals(_sym_sqrt(gram(K)) @ _sym_sqrt(gram(Q)))

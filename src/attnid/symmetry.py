@@ -1,0 +1,161 @@
+"""The invariances of attention (SPEC §2 items 1, 2, 5–8) and their tangent directions.
+
+* QK: ``(S W_Q, S⁻ᵀ W_K)`` with one ``S ∈ R^{D×D}`` per key group (acting on the biases too).
+  With RoPE, ``S`` must commute with the rotations (:func:`attnid.rope.commutant_basis`).
+* VO: ``(W_O S⁻¹, S W_V)`` with one ``S ∈ R^{C×C}`` per value group (and ``b_V -> S b_V``).
+* Key bias: any shift of ``b_K`` (no RoPE).
+* Value bias: ``b_V`` can be moved into ``b_O`` (``b_O += Σ_h W_O^h b_V^g``).
+
+Every function takes and returns an ``AttentionParams`` dict; nothing is modified in place.
+"""
+from __future__ import annotations
+
+import torch
+
+from .attention import PARAM_ORDER, AttentionConfig, AttentionParams
+from .rope import commutant_basis
+
+
+def _per_head(t: torch.Tensor, cfg: AttentionConfig) -> torch.Tensor:
+    """Repeat a per-group tensor ``(G, ...)`` to per-head ``(H, ...)``."""
+    return t.repeat_interleave(cfg.H // cfg.G, dim=0)
+
+
+def transform_qk(p: AttentionParams, cfg: AttentionConfig, S: torch.Tensor) -> AttentionParams:
+    """``W_Q^h -> S_g W_Q^h``, ``W_K^g -> S_g⁻ᵀ W_K^g`` (biases alike). ``S``: ``(G, D, D)`` or ``(D, D)``."""
+    S = S.to(p["W_Q"].dtype).expand(cfg.G, cfg.D, cfg.D)
+    S_inv_T = torch.linalg.inv(S).transpose(-1, -2)
+    Sh = _per_head(S, cfg)
+    out = dict(p)
+    out["W_Q"] = Sh @ p["W_Q"]
+    out["W_K"] = S_inv_T @ p["W_K"]
+    if "b_Q" in p:
+        out["b_Q"] = (Sh @ p["b_Q"][..., None])[..., 0]
+    if "b_K" in p:
+        out["b_K"] = (S_inv_T @ p["b_K"][..., None])[..., 0]
+    return out
+
+
+def transform_vo(p: AttentionParams, cfg: AttentionConfig, S: torch.Tensor) -> AttentionParams:
+    """``W_V^g -> S_g W_V^g``, ``b_V^g -> S_g b_V^g``, ``W_O^h -> W_O^h S_g⁻¹``. ``S``: ``(G, C, C)`` or ``(C, C)``."""
+    S = S.to(p["W_V"].dtype).expand(cfg.G, cfg.C, cfg.C)
+    out = dict(p)
+    out["W_V"] = S @ p["W_V"]
+    out["W_O"] = p["W_O"] @ _per_head(torch.linalg.inv(S), cfg)
+    if "b_V" in p:
+        out["b_V"] = (S @ p["b_V"][..., None])[..., 0]
+    return out
+
+
+def shift_key_bias(p: AttentionParams, delta: torch.Tensor) -> AttentionParams:
+    """``b_K -> b_K + delta`` (``delta``: ``(G, D)``). Invariant without RoPE only."""
+    out = dict(p)
+    out["b_K"] = p["b_K"] + delta.to(p["b_K"].dtype)
+    return out
+
+
+def absorb_value_bias(p: AttentionParams, cfg: AttentionConfig) -> AttentionParams:
+    """Move ``b_V`` into ``b_O``: ``b_O += Σ_h W_O^h b_V^g``, ``b_V -> 0``. Needs ``b_O``."""
+    if "b_O" not in p:
+        raise ValueError("absorb_value_bias: the layer has no output bias to absorb into")
+    out = dict(p)
+    out["b_O"] = p["b_O"] + torch.einsum("hec,hc->e", p["W_O"], _per_head(p["b_V"], cfg))
+    out["b_V"] = torch.zeros_like(p["b_V"])
+    return out
+
+
+# ----------------------------------------------------------------- tangent directions
+def qk_generators(cfg: AttentionConfig) -> torch.Tensor:
+    """Matrices ``S`` whose QK directions span the invariant subspace: ``(k, D, D)``,
+    all ``D²`` unit matrices, or the ``D``-dim RoPE commutant."""
+    if cfg.rope:
+        return commutant_basis(cfg.D)
+    return torch.eye(cfg.D * cfg.D, dtype=torch.float64).reshape(-1, cfg.D, cfg.D)
+
+
+def qk_direction(p: AttentionParams, cfg: AttentionConfig, S: torch.Tensor) -> AttentionParams:
+    """Tangent ``(S W_Q, −Sᵀ W_K)`` (biases alike) of the QK orbit; ``S``: ``(G, D, D)``.
+    Zero entries for all other parameters."""
+    d = {k: torch.zeros_like(v) for k, v in p.items()}
+    S = S.to(p["W_Q"].dtype)
+    Sh, St = _per_head(S, cfg), S.transpose(-1, -2)
+    d["W_Q"] = Sh @ p["W_Q"]
+    d["W_K"] = -St @ p["W_K"]
+    if "b_Q" in p:
+        d["b_Q"] = (Sh @ p["b_Q"][..., None])[..., 0]
+    if "b_K" in p:
+        d["b_K"] = -(St @ p["b_K"][..., None])[..., 0]
+    return d
+
+
+def vo_direction(p: AttentionParams, cfg: AttentionConfig, S: torch.Tensor) -> AttentionParams:
+    """Tangent ``(−W_O S, S W_V)`` (``b_V`` alike) of the VO orbit; ``S``: ``(G, C, C)``."""
+    d = {k: torch.zeros_like(v) for k, v in p.items()}
+    S = S.to(p["W_V"].dtype)
+    d["W_V"] = S @ p["W_V"]
+    d["W_O"] = -p["W_O"] @ _per_head(S, cfg)
+    if "b_V" in p:
+        d["b_V"] = (S @ p["b_V"][..., None])[..., 0]
+    return d
+
+
+def flatten(p: AttentionParams) -> torch.Tensor:
+    """Concatenate parameters in ``PARAM_ORDER`` into one vector."""
+    return torch.cat([p[k].reshape(-1) for k in PARAM_ORDER if k in p])
+
+
+def unflatten(v: torch.Tensor, like: AttentionParams) -> AttentionParams:
+    out, i = {}, 0
+    for k in PARAM_ORDER:
+        if k in like:
+            n = like[k].numel()
+            out[k] = v[i:i + n].reshape(like[k].shape)
+            i += n
+    return out
+
+
+def tangent_basis(p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.Tensor]:
+    """Known directions of zero first-order change, by block: ``{block: (n_params, k)}``.
+
+    Blocks as in :func:`attnid.counting.count`. Assumes ``D, C <= E`` (where the
+    counts are ``D²``/``C²`` per group); for the value bias without an output bias the
+    directions are the null space of ``b_V -> Σ_h W_O^h b_V^g``.
+    """
+    if cfg.D > cfg.E or cfg.C > cfg.E:
+        raise ValueError("tangent_basis: needs head_dim <= embed and value_dim <= embed")
+    G = cfg.G
+    cols: dict[str, list[torch.Tensor]] = {"qk": [], "vo": [], "key_bias": [], "value_bias": []}
+    for g in range(G):
+        for S0 in qk_generators(cfg):
+            S = torch.zeros(G, cfg.D, cfg.D, dtype=torch.float64)
+            S[g] = S0
+            cols["qk"].append(flatten(qk_direction(p, cfg, S)))
+        for i in range(cfg.C * cfg.C):
+            S = torch.zeros(G * cfg.C * cfg.C, dtype=torch.float64)
+            S[g * cfg.C * cfg.C + i] = 1.0
+            cols["vo"].append(flatten(vo_direction(p, cfg, S.reshape(G, cfg.C, cfg.C))))
+    zero = {k: torch.zeros_like(v) for k, v in p.items()}
+    if "b_K" in p and not cfg.rope:
+        for j in range(p["b_K"].numel()):
+            d = dict(zero)
+            d["b_K"] = torch.zeros_like(p["b_K"]).reshape(-1).index_fill(0, torch.tensor([j]), 1.0).reshape(p["b_K"].shape)
+            cols["key_bias"].append(flatten(d))
+    if "b_V" in p:
+        # the map b_V -> Σ_h W_O^h b_V^g, as an (E, G*C) matrix
+        W_sum = p["W_O"].reshape(G, cfg.H // G, cfg.E, cfg.C).sum(1)        # (G, E, C)
+        M = W_sum.permute(1, 0, 2).reshape(cfg.E, G * cfg.C)
+        if "b_O" in p:
+            for j in range(G * cfg.C):
+                d = dict(zero)
+                d["b_V"] = torch.zeros(G * cfg.C, dtype=p["b_V"].dtype).index_fill(0, torch.tensor([j]), 1.0).reshape(p["b_V"].shape)
+                d["b_O"] = -M[:, j]
+                cols["value_bias"].append(flatten(d))
+        else:
+            _, s, Vh = torch.linalg.svd(M.to(torch.float64))
+            rank = int((s > s.max() * 1e-12).sum())
+            for v in Vh[rank:]:
+                d = dict(zero)
+                d["b_V"] = v.to(p["b_V"].dtype).reshape(p["b_V"].shape)
+                cols["value_bias"].append(flatten(d))
+    n = flatten(p).numel()
+    return {k: (torch.stack(v, dim=1) if v else torch.zeros(n, 0, dtype=p["W_Q"].dtype)) for k, v in cols.items()}

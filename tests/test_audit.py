@@ -1,0 +1,68 @@
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from attnid.attention import AttentionConfig
+from attnid.audit import audit, audit_torch_mha
+from attnid.counting import count, total_params
+
+# (E, H, G, D, C): D != E/H, C != D, G in {1, 2, H}, D or C above E
+SHAPES = [(8, 2, 2, 4, 4), (8, 2, 1, 4, 4), (8, 4, 2, 2, 2), (8, 4, 4, 2, 3), (6, 2, 2, 3, 2),
+          (12, 3, 1, 4, 2), (8, 4, 4, 2, 1), (4, 2, 2, 6, 5), (8, 2, 2, 2, 4)]
+BIASES = ["none", "all", "qkv", "k", "v"]
+
+
+def _grid():
+    out = []
+    for i, ((E, H, G, D, C), bias) in enumerate(itertools.product(SHAPES, BIASES)):
+        rope = (i % 3 == 1) and D % 2 == 0 and D <= E
+        out.append(AttentionConfig(E, H, groups=G, head_dim=D, value_dim=C, bias=bias, rope=rope,
+                                   causal=bool(i % 2)))
+    return out
+
+
+GRID = _grid()
+
+
+def test_grid_covers_the_required_cases():
+    assert len(GRID) >= 30
+    assert {c.rope for c in GRID} == {True, False} and {c.causal for c in GRID} == {True, False}
+    assert any(c.G == 1 for c in GRID) and any(c.G == 2 for c in GRID) and any(c.G == c.H for c in GRID)
+    assert any(c.D * c.H != c.E for c in GRID) and any(c.C != c.D for c in GRID)
+
+
+@pytest.mark.parametrize("cfg", GRID, ids=str)
+def test_jacobian_rank_equals_closed_form(cfg):
+    r = audit(cfg, method="dense")
+    assert r.total_params == total_params(cfg)
+    assert r.unidentified == count(cfg).unidentified
+    assert r.sv_gap > 1e6  # the rank decision is clear-cut
+
+
+@pytest.mark.parametrize("cfg", [AttentionConfig(16, 4, bias="all", causal=True),
+                                 AttentionConfig(16, 4, groups=2, bias="qkv", rope=True),
+                                 AttentionConfig(12, 3, head_dim=2, value_dim=3, bias="kvo")], ids=str)
+def test_certify_agrees_with_dense(cfg):
+    dense, cert = audit(cfg, method="dense"), audit(cfg, method="certify")
+    assert cert.method == "certify"
+    assert cert.unidentified == dense.unidentified == count(cfg).unidentified
+    assert cert.details["null_residual_max"] < 1e-12
+    assert cert.sv_gap > 1e6
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_torch_multihead_attention_audit(bias):
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, bias=bias, batch_first=True)
+    with torch.no_grad():
+        for prm in mha.parameters():
+            prm.add_(0.3 * torch.randn_like(prm))
+    r = audit_torch_mha(mha, causal=True)
+    assert r.unidentified == count(AttentionConfig(8, 2, bias="all" if bias else "none")).unidentified
+
+
+def test_too_short_sequence_is_refused():
+    with pytest.raises(ValueError, match="seq_len"):
+        audit(AttentionConfig(4, 2), seq_len=1)

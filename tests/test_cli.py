@@ -1,0 +1,61 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+EXE = shutil.which("attnid", path=os.path.dirname(sys.executable)) or shutil.which("attnid")
+
+
+def run(*args):
+    cmd = [EXE] if EXE else [sys.executable, "-m", "attnid"]
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=300)
+
+
+def test_console_script_is_installed():
+    assert EXE is not None, "pip install -e . should put `attnid` on PATH"
+
+
+def test_count_json():
+    r = run("count", "--embed", "64", "--heads", "8", "--bias", "all", "--json")
+    assert r.returncode == 0
+    d = json.loads(r.stdout)
+    assert d["total_params"] == 16640 and d["unidentified"] == 1152
+    assert set(d["unidentified_by_block"]) == {"qk", "vo", "key_bias", "value_bias"}
+    assert d["identified_fraction"] == pytest.approx(1 - 1152 / 16640)
+
+
+def test_count_preset_table():
+    r = run("count", "--preset", "llama-2-70b")
+    assert r.returncode == 0 and "1,024" in r.stdout and "identified fraction" in r.stdout
+
+
+def test_audit_json():
+    r = run("audit", "--embed", "8", "--heads", "2", "--bias", "all", "--causal", "--json")
+    assert r.returncode == 0
+    d = json.loads(r.stdout)
+    assert d["unidentified"] == d["theory_unidentified"] == 80
+    assert {"total_params", "rank", "unidentified", "sv_gap", "seconds"} <= set(d)
+
+
+def test_presets_lists_models():
+    r = run("presets", "--json")
+    names = {row["name"] for row in json.loads(r.stdout)}
+    assert {"gpt2", "llama-2-70b", "mistral-7b", "qwen2-7b"} <= names
+
+
+@pytest.mark.parametrize("args, word", [
+    (["count", "--embed", "10", "--heads", "3"], "heads"),
+    (["count", "--embed", "12", "--heads", "4", "--groups", "3"], "groups"),
+    (["count", "--embed", "12", "--heads", "4", "--head-dim", "3", "--rope"], "head_dim"),
+    (["count", "--preset", "nope"], "preset"),
+    (["count", "--embed", "8", "--heads", "2", "--bias", "z"], "bias"),
+    (["audit", "--embed", "8", "--heads", "2", "--seq-len", "1"], "seq"),
+])
+def test_bad_input_is_one_line_exit_2(args, word):
+    r = run(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and word in lines[0] and "Traceback" not in r.stderr

@@ -1,0 +1,92 @@
+import torch
+
+from attnid.attention import AttentionConfig, attention, init_params
+from attnid.dynamics import (augment, beta, beta_drift, project_update, qk_singular_values, rebalance_qk,
+                             solve_sylvester, tau, unidentified_step_fraction)
+
+
+def _qk(D=4, E=12, heads=(), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*heads, D, E, generator=g, dtype=torch.float64),
+            torch.randn(*heads, D, E, generator=g, dtype=torch.float64))
+
+
+def test_sylvester_residual():
+    Q, K = _qk(heads=(2, 3))
+    GQ, GK = Q @ Q.mT, K @ K.mT
+    C = torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    S = solve_sylvester(GQ, GK, C)
+    assert (S @ GQ + GK @ S - C).abs().max() <= 1e-10
+
+
+def _loss_grad(Q, K, M):
+    """Gradient of 0.5‖Kᵀ Q − M‖², a loss that sees (Q, K) only through Kᵀ Q."""
+    R = K.mT @ Q - M
+    return K @ R, Q @ R.mT   # dL/dQ, dL/dK
+
+
+def test_gradient_step_is_orthogonal_to_invariant_subspace():
+    Q, K = _qk(heads=(3,))
+    M = torch.randn(12, 12, dtype=torch.float64)
+    A, B = _loss_grad(Q, K, M)
+    assert unidentified_step_fraction(Q, K, -A, -B).max() <= 1e-20
+
+
+def test_step_along_subspace_has_rho_one():
+    Q, K = _qk(heads=(3,))
+    S = torch.randn(3, 4, 4, dtype=torch.float64)
+    rho = unidentified_step_fraction(Q, K, S @ Q, -S.mT @ K)
+    assert (rho - 1).abs().max() <= 1e-10
+
+
+def test_isotropic_steps_average_one_over_2H():
+    E, H = 24, 6
+    D = E // H
+    Q, K = _qk(D=D, E=E)
+    g = torch.Generator().manual_seed(1)
+    A = torch.randn(400, D, E, generator=g, dtype=torch.float64)
+    B = torch.randn(400, D, E, generator=g, dtype=torch.float64)
+    rho = unidentified_step_fraction(Q.expand(400, D, E), K.expand(400, D, E), A, B)
+    assert abs(rho.mean().item() - 1 / (2 * H)) < 0.02
+
+
+def test_zero_update_gives_nan_not_a_spike():
+    Q, K = _qk()
+    assert torch.isnan(unidentified_step_fraction(Q, K, torch.zeros_like(Q), torch.zeros_like(K)))
+
+
+def test_rebalance_keeps_outputs_and_zeroes_beta():
+    cfg = AttentionConfig(12, 3, bias="all", causal=True)
+    p = init_params(cfg, seed=0)
+    p["W_Q"] = p["W_Q"] * 3.0          # unbalance the heads
+    p["b_K"] = p["b_K"] * 0.2
+    X = torch.randn(2, 12, 7, dtype=torch.float64)
+    W_Q, b_Q, W_K, b_K = rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])
+    q = dict(p, W_Q=W_Q, b_Q=b_Q, W_K=W_K, b_K=b_K)
+    assert (attention(X, q, cfg) - attention(X, p, cfg)).abs().max() <= 1e-10
+    Qa, Ka = augment(W_Q, b_Q), augment(W_K, b_K)
+    assert beta(Qa, Ka).abs().max() <= 1e-10
+    # the balanced point has the smallest norm on the orbit: ‖Q‖² + ‖K‖² = 2 ‖Kᵀ Q‖_*
+    norm2 = (Qa ** 2).sum((-1, -2)) + (Ka ** 2).sum((-1, -2))
+    nuclear = qk_singular_values(Qa, Ka).sum(-1)
+    assert (norm2 - 2 * nuclear).abs().max() <= 1e-9
+    before = augment(p["W_Q"], p["b_Q"]), augment(p["W_K"], p["b_K"])
+    assert ((before[0] ** 2).sum() + (before[1] ** 2).sum()) > norm2.sum() + 1e-3
+
+
+def test_qk_singular_values_match_the_product():
+    Q, K = _qk()
+    ref = torch.linalg.svdvals(K.mT @ Q)[:4]
+    assert (qk_singular_values(Q, K) - ref).abs().max() <= 1e-10
+
+
+def test_beta_drift_of_gradient_steps_is_second_order():
+    Q, K = _qk(D=3, E=6)
+    M = torch.randn(6, 6, dtype=torch.float64)
+    b0 = beta(Q, K)
+    drifts = []
+    for lr in (1e-2, 1e-3):
+        A, B = _loss_grad(Q, K, M)
+        drifts.append(beta_drift(beta(Q - lr * A, K - lr * B), b0).item())
+    assert 70 < drifts[0] / drifts[1] < 130
+    assert tau(Q, K).shape == ()

@@ -1,0 +1,78 @@
+import torch
+
+from attnid.attention import AttentionConfig, attention, init_params
+from attnid.rope import random_commutant
+from attnid.symmetry import (absorb_value_bias, flatten, qk_direction, shift_key_bias, tangent_basis,
+                             transform_qk, transform_vo, unflatten)
+
+CFG = AttentionConfig(12, 3, bias="all", causal=True)
+
+
+def _X(cfg, seed=1):
+    return torch.randn(2, cfg.E, 6, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _ill_conditioned(n, cond, seed):
+    g = torch.Generator().manual_seed(seed)
+    U, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    return U @ torch.diag(torch.logspace(0, torch.log10(torch.tensor(cond)).item(), n, dtype=torch.float64)) @ V.T
+
+
+def test_qk_and_vo_transforms_leave_outputs_unchanged():
+    p, X = init_params(CFG, seed=0), _X(CFG)
+    Y = attention(X, p, CFG)
+    g = torch.Generator().manual_seed(3)
+    for S in (torch.randn(3, 4, 4, generator=g, dtype=torch.float64),
+              torch.stack([_ill_conditioned(4, 1e4, s) for s in range(3)])):
+        assert (attention(X, transform_qk(p, CFG, S), CFG) - Y).abs().max() <= 1e-10
+        assert (attention(X, transform_vo(p, CFG, S), CFG) - Y).abs().max() <= 1e-10
+    # a generic perturbation of W_Q does change the output
+    q = dict(p, W_Q=p["W_Q"] * 1.01)
+    assert (attention(X, q, CFG) - Y).abs().max() > 1e-4
+
+
+def test_gqa_transform_is_per_group():
+    cfg = AttentionConfig(8, 4, groups=2, bias="qkv")
+    p, X = init_params(cfg, seed=1), _X(cfg)
+    S = torch.randn(2, 2, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    assert (attention(X, transform_qk(p, cfg, S), cfg) - attention(X, p, cfg)).abs().max() <= 1e-10
+
+
+def test_rope_commutant_invariance_but_not_generic_S():
+    cfg = AttentionConfig(8, 2, bias="qk", rope=True, causal=True)
+    p, X = init_params(cfg, seed=2), _X(cfg)
+    Y = attention(X, p, cfg)
+    g = torch.Generator().manual_seed(0)
+    S = torch.stack([random_commutant(4, g) for _ in range(2)])
+    assert (attention(X, transform_qk(p, cfg, S), cfg) - Y).abs().max() <= 1e-10
+    S_generic = torch.randn(2, 4, 4, generator=g, dtype=torch.float64)
+    assert (attention(X, transform_qk(p, cfg, S_generic), cfg) - Y).abs().max() > 1e-3
+
+
+def test_bias_invariances():
+    p, X = init_params(CFG, seed=0), _X(CFG)
+    Y = attention(X, p, CFG)
+    delta = torch.randn(3, 4, generator=torch.Generator().manual_seed(9), dtype=torch.float64) * 10
+    assert (attention(X, shift_key_bias(p, delta), CFG) - Y).abs().max() <= 1e-10
+    absorbed = absorb_value_bias(p, CFG)
+    assert absorbed["b_V"].abs().max() == 0
+    assert (attention(X, absorbed, CFG) - Y).abs().max() <= 1e-10
+
+
+def test_tangents_have_zero_derivative_and_second_order_change():
+    cfg = AttentionConfig(8, 2, groups=1, bias="all", causal=True)
+    p, X = init_params(cfg, seed=0), _X(cfg)
+    theta = flatten(p)
+    f = lambda v: attention(X, unflatten(v, p), cfg)
+    T = torch.cat(list(tangent_basis(p, cfg).values()), dim=1)
+    assert T.shape[1] == 16 + 16 + 4 + 4
+    assert torch.linalg.matrix_rank(T) == T.shape[1]
+    J_T = torch.stack([torch.func.jvp(f, (theta,), (T[:, j],))[1] for j in range(T.shape[1])])
+    assert J_T.abs().max() <= 1e-10
+    # a finite step along a QK tangent changes Y at second order: ΔY(t) / ΔY(t/2) ≈ 4
+    S = torch.randn(1, 4, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    d = flatten(qk_direction(p, cfg, S))
+    dy = [(f(theta + t * d) - f(theta)).abs().max().item() for t in (1e-2, 5e-3)]
+    assert dy[0] > 1e-8
+    assert abs(dy[0] / dy[1] - 4.0) < 0.1
