@@ -17,7 +17,7 @@ help:
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	@if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q $(TORCH_SPEC); fi
 	$(PY) -m pip install -q -e ".[book,test]"
 	touch $(STAMP)
 
@@ -30,4 +30,18 @@ bench: $(STAMP)
 	$(PY) tools/bench.py
 
 clean:
-	rm -rf book/_build book/_generated .cache
+	rm -rf build
+
+# ------------------------------------------------------------------------- the book
+BOOK_OUT ?= build/$(PROFILE)
+BOOK := $(PY) tools/book.py --profile $(PROFILE) --device $(DEVICE) --out $(BOOK_OUT)
+
+book: $(STAMP)
+	$(BOOK) build
+
+chapter: $(STAMP)
+	@test -n "$(NB)" || (echo "usage: make chapter NB=notebooks/03_biases.py" && exit 2)
+	$(BOOK) build --force $(NB)
+
+serve:
+	$(PY) tools/book.py serve --out $(BOOK_OUT)

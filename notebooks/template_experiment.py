@@ -1,0 +1,57 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Template: your own experiment
+#
+# Copy this file (`notebooks/template_experiment.py`) to start a new experiment. It is a complete,
+# runnable chapter: a parameters cell that papermill can override, calls into `attnid`, one figure,
+# and an assertion that makes the build fail if the result changes.
+#
+# Here it audits one attention layer: it counts the parameters with no effect on the output twice,
+# from the closed form and from the rank of the Jacobian {cite:p}`morrow2026identification`.
+
+# %% tags=["parameters"]
+profile = "cpu"
+seed = 0
+device = "auto"
+embed = 16        # E
+heads = 4         # H
+bias = "all"      # "none", "all" or letters from q,k,v,o
+rope = False
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from attnid import AttentionConfig, count
+from attnid.audit import audit
+from attnid.plotting import check_profile, set_style
+
+check_profile(profile)
+set_style()
+cfg = AttentionConfig(embed, heads, bias=bias, rope=rope, causal=True)
+theory = count(cfg)
+result = audit(cfg, seed=seed, method="dense")
+print(f"{theory.total_params} parameters: closed form {theory.unidentified} unidentified, "
+      f"Jacobian {result.unidentified} (singular-value gap {result.sv_gap:.1e})")
+assert result.unidentified == theory.unidentified
+
+# %%
+sv = np.array(result.singular_values)
+fig, ax = plt.subplots()
+ax.semilogy(np.arange(1, len(sv) + 1), sv / sv[0], ".", label="singular values / largest")
+ax.axvline(result.rank + 0.5, color="C3", ls="--", label=f"rank = {result.rank}")
+ax.axhline(result.tol / sv[0], color="0.4", ls=":", label="tolerance")
+ax.set(xlabel="index", ylabel="relative singular value", title=f"Jacobian spectrum, E={embed}, H={heads}")
+ax.legend()
+plt.show()

@@ -1,0 +1,156 @@
+"""The book pipeline: execute every chapter (profile smoke) with papermill, build the book
+strictly, check the execution cache, and open every page in headless Chromium."""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+
+
+def book(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "book.py"), *args], capture_output=True,
+                       text=True, timeout=timeout, cwd=ROOT)
+    return r
+
+
+def statuses(stdout: str) -> dict[str, str]:
+    return dict((m.group(2), m.group(1)) for m in re.finditer(r"^\s*(executed|cached|failed)\s+(\S+)", stdout, re.M))
+
+
+@pytest.fixture(scope="session")
+def smoke_book(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("book") / "smoke"
+    r = book("build", "--profile", "smoke", "--out", str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    return out
+
+
+def test_toc_lists_every_chapter():
+    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
+    files = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    generated = {f.split("/", 1)[1] for f in files if f.startswith("_generated/")}
+    sources = {p.stem for p in (ROOT / "notebooks").glob("*.py")}
+    assert sources | {"reproducibility"} == generated
+
+
+def test_chapters_have_a_parameters_cell():
+    for nb in (ROOT / "notebooks").glob("*.py"):
+        text = nb.read_text()
+        assert '# %% tags=["parameters"]' in text, nb
+        cell = text.split('# %% tags=["parameters"]', 1)[1].split("# %%", 1)[0]
+        for name in ("profile", "seed", "device"):
+            assert re.search(rf"^{name} = ", cell, re.M), f"{nb.name}: no {name} in parameters"
+
+
+def test_build_executes_every_chapter(smoke_book):
+    html = smoke_book / "_build" / "html"
+    for nb in (ROOT / "notebooks").glob("*.py"):
+        assert (html / "_generated" / f"{nb.stem}.html").exists()
+        executed = (smoke_book / "_generated" / f"{nb.stem}.ipynb").read_text()
+        assert '"profile": "smoke"' in executed and '"remove-cell"' in executed
+    repro = (html / "_generated" / "reproducibility.html").read_text()
+    assert "smoke" in repro and "torch" in repro
+
+
+def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path):
+    r = book("execute", "--profile", "smoke", "--out", str(smoke_book))
+    assert r.returncode == 0, r.stderr
+    st = statuses(r.stdout)
+    assert st and set(st.values()) == {"cached"}
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    with open(src / "attnid" / "counting.py", "a") as f:
+        f.write("\n# an edit\n")
+    r = book("execute", "--profile", "smoke", "--out", str(smoke_book), "--src-dir", str(src))
+    assert r.returncode == 0, r.stderr
+    assert set(statuses(r.stdout).values()) == {"executed"}
+
+
+def test_failing_chapter_is_named_with_its_cell(tmp_path):
+    bad = tmp_path / "zz_failing_for_test.py"
+    bad.write_text('# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n'
+                   '# %%\nx = 1\n\n# %%\nraise RuntimeError("deliberate failure")\n')
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(bad))
+    assert r.returncode == 1
+    assert "zz_failing_for_test.py failed in cell" in r.stderr and "deliberate failure" in r.stderr
+
+
+def test_bad_profile_is_refused():
+    r = book("execute", "--profile", "huge")
+    assert r.returncode == 2 and "profile" in r.stderr
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture(scope="session")
+def served(smoke_book):
+    html = smoke_book / "_build" / "html"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", html
+    server.shutdown()
+
+
+def test_every_page_renders_in_chromium(served):
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    base, html = served
+    pages = sorted(p.relative_to(html).as_posix() for p in html.rglob("*.html") if "_static" not in p.parts)
+    assert len(pages) >= 4
+    problems: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        for rel in pages:
+            page = browser.new_page()
+            errors, outside = [], []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+
+            def route(r, outside=outside):
+                if urlparse(r.request.url).hostname == "127.0.0.1":
+                    r.continue_()
+                else:
+                    outside.append(r.request.url)
+                    r.abort()
+            page.route("**/*", route)
+            page.goto(f"{base}/{rel}", wait_until="load")
+            page.wait_for_load_state("networkidle")  # index.html redirects to the first chapter
+            page.evaluate("async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }")
+            page.evaluate("""async () => { await Promise.all([...document.images].map(img => {
+                img.loading = 'eager'; return img.complete ? 0 : new Promise(r => { img.onload = img.onerror = r; });
+            })); }""")
+            broken = page.evaluate("[...document.images].filter(i => !(i.naturalWidth > 0)).map(i => i.src)")
+            text = page.evaluate("document.body.innerText")
+            untypeset = page.evaluate("[...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container')).length")
+            for what, bad in (("broken images", broken), ("console errors", errors),
+                              ("requests leaving 127.0.0.1", outside)):
+                if bad:
+                    problems.append(f"{rel}: {what}: {bad[:3]}")
+            if "$$" in text or "\\[" in text or untypeset:
+                problems.append(f"{rel}: raw math left ({untypeset} untypeset elements)")
+            page.close()
+        browser.close()
+    assert not problems, "\n".join(problems)

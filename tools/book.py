@@ -1,0 +1,240 @@
+"""Book pipeline (not part of the attnid package): execute chapters with papermill, cache by
+content hash, write the reproducibility page, build the Jupyter Book strictly.
+
+    python tools/book.py build   [--profile cpu] [--device auto] [--seed 0] [--out build/cpu]
+    python tools/book.py execute [--profile ...] [notebooks/03_biases.py ...]
+    python tools/book.py serve   [--out build/cpu] [--port 8000]
+
+Chapter sources are jupytext percent files ``notebooks/*.py``. Each is converted one way to
+``.ipynb`` and executed into ``<out>/_generated/``; a chapter is re-executed only when the hash
+of its source, its parameters and every file under ``src/`` changes.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK_SRC = ROOT / "book"
+NOTEBOOKS = ROOT / "notebooks"
+PROFILES = ("smoke", "cpu", "paper")
+HIDDEN_TAGS = {"parameters", "injected-parameters"}
+
+
+def chapters() -> list[Path]:
+    """Chapter sources in book order: numbered chapters, then the template."""
+    numbered = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    template = NOTEBOOKS / "template_experiment.py"
+    return numbered + ([template] if template.exists() else [])
+
+
+def tree_hash(src_dir: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(src_dir.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith(".egg-info") \
+                and ".egg-info" not in str(p):
+            h.update(str(p.relative_to(src_dir)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def chapter_hash(nb: Path, params: dict, src_digest: str) -> str:
+    h = hashlib.sha256()
+    h.update(nb.read_bytes())
+    h.update(json.dumps(params, sort_keys=True).encode())
+    h.update(src_digest.encode())
+    return h.hexdigest()
+
+
+def shown(p: Path) -> str:
+    """A path as the user should read it: relative to the repository when inside it."""
+    try:
+        return str(p.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def resolved_device(device: str) -> str:
+    import torch
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: bool = False) -> str:
+    """Execute one chapter; returns 'cached', 'executed' or raises ChapterFailed."""
+    import jupytext
+    import nbformat
+    import papermill as pm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{nb.stem}.ipynb"
+    stamp = out_dir / f"{nb.stem}.hash"
+    digest = chapter_hash(nb, params, src_digest)
+    if not force and target.exists() and stamp.exists() and stamp.read_text() == digest:
+        return "cached"
+    notebook = jupytext.read(nb)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if not any("parameters" in c.metadata.get("tags", []) for c in notebook.cells):
+        raise ChapterFailed(nb, None, "no cell tagged 'parameters'")
+    source_nb = out_dir / f".{nb.stem}.source.ipynb"
+    jupytext.write(notebook, source_nb)
+    stamp.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        pm.execute_notebook(str(source_nb), str(target), parameters=params, kernel_name="python3",
+                            cwd=str(ROOT), progress_bar=False, log_output=False)
+    except pm.PapermillExecutionError as e:
+        raise ChapterFailed(nb, e.exec_count, f"{e.ename}: {e.evalue}", cell_index=e.cell_index) from None
+    finally:
+        source_nb.unlink(missing_ok=True)
+    wall = time.perf_counter() - t0
+    import torch
+    executed = nbformat.read(target, as_version=4)
+    for cell in executed.cells:            # hide the parameters and the injected parameters
+        tags = cell.metadata.get("tags", [])
+        if HIDDEN_TAGS & set(tags) and "remove-cell" not in tags:
+            cell.metadata["tags"] = tags + ["remove-cell"]
+    executed.metadata["attnid"] = {
+        "source": shown(nb), "parameters": params,
+        "device": resolved_device(params.get("device", "auto")), "wall_seconds": round(wall, 1),
+        "torch": torch.__version__, "python": platform.python_version(), "git_commit": git_commit(),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+    }
+    nbformat.write(executed, target)
+    stamp.write_text(digest)
+    return "executed"
+
+
+class ChapterFailed(Exception):
+    def __init__(self, nb: Path, exec_count, message: str, cell_index: int | None = None):
+        self.nb, self.exec_count, self.message, self.cell_index = nb, exec_count, message, cell_index
+        where = f"cell {cell_index} (execution count {exec_count})" if cell_index is not None else "setup"
+        super().__init__(f"chapter {shown(nb)} failed in {where}: {message}")
+
+
+def reproducibility_page(out: Path, order: list[Path]) -> None:
+    import nbformat
+    rows = []
+    for nb in order:
+        path = out / "_generated" / f"{nb.stem}.ipynb"
+        if not path.exists():
+            continue
+        meta = nbformat.read(path, as_version=4).metadata.get("attnid", {})
+        p = meta.get("parameters", {})
+        extra = ", ".join(f"{k}={v}" for k, v in p.items() if k not in ("profile", "seed", "device"))
+        rows.append(f"| {{doc}}`{nb.stem} <{nb.stem}>` | `{p.get('profile', '?')}` | {p.get('seed', '?')} "
+                    f"| {meta.get('device', '?')} | {meta.get('wall_seconds', '?')} | {meta.get('torch', '?')} "
+                    f"| `{meta.get('git_commit', '?')}` | {meta.get('date', '?')} | {extra or '—'} |")
+    text = ["# Reproducibility", "",
+            "Every chapter of this book is a notebook executed by papermill. This page is generated at build",
+            "time from the metadata of the executed notebooks: which profile and parameters each chapter ran",
+            "with, on which device, how long it took, and from which commit.", "",
+            "| chapter | profile | seed | device | wall time (s) | torch | commit | executed | other parameters |",
+            "|---|---|---|---|---|---|---|---|---|", *rows, "",
+            "To rerun one chapter yourself, see {doc}`00_introduction`.", ""]
+    (out / "_generated" / "reproducibility.md").write_text("\n".join(text))
+
+
+def stage_sources(out: Path) -> None:
+    """Copy the book's static sources (config, toc, pages, bibliography) into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    for p in BOOK_SRC.iterdir():
+        if p.name.startswith("_build") or p.name == "_generated":
+            continue
+        dest = out / p.name
+        if p.is_dir():
+            shutil.copytree(p, dest, dirs_exist_ok=True)
+        elif not dest.exists() or dest.read_bytes() != p.read_bytes():
+            shutil.copy2(p, dest)
+
+
+def execute_all(out: Path, params: dict, only: list[Path] | None, src_dir: Path, force: bool) -> dict:
+    src_digest = tree_hash(src_dir)
+    status, failures = {}, []
+    todo = only or chapters()
+    for nb in todo:
+        t = time.perf_counter()
+        try:
+            status[nb.stem] = execute_one(nb, out / "_generated", params, src_digest, force=force)
+        except ChapterFailed as e:
+            failures.append(str(e))
+            status[nb.stem] = "failed"
+        print(f"  {status[nb.stem]:>8}  {shown(nb)}  ({time.perf_counter() - t:.1f} s)", flush=True)
+    if failures:
+        print("\n".join(["", "BUILD FAILED:"] + failures), file=sys.stderr)
+        raise SystemExit(1)
+    return status
+
+
+def build_html(out: Path) -> None:
+    jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or "jupyter-book"
+    cmd = [jb, "build", str(out), "--warningiserror", "--nitpick", "--keep-going", "--quiet"]
+    r = subprocess.run(cmd, cwd=ROOT)
+    if r.returncode:
+        print(f"BUILD FAILED: jupyter-book reported warnings or errors (see above) for {out}", file=sys.stderr)
+        raise SystemExit(r.returncode)
+    print(f"book: {out / '_build' / 'html' / 'index.html'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=["build", "execute", "serve"])
+    ap.add_argument("notebooks", nargs="*", type=Path, help="chapters to execute (default: all)")
+    ap.add_argument("--profile", default=os.environ.get("PROFILE", "cpu"))
+    ap.add_argument("--device", default=os.environ.get("DEVICE", "auto"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, help="staging folder (default build/<profile>)")
+    ap.add_argument("--src-dir", type=Path, default=ROOT / "src", help="code whose changes invalidate the cache")
+    ap.add_argument("--force", action="store_true", help="re-execute even if cached")
+    ap.add_argument("--port", type=int, default=8000)
+    a = ap.parse_intermixed_args(argv)
+    if a.profile not in PROFILES:
+        ap.error(f"profile must be one of {', '.join(PROFILES)}, got {a.profile!r}")
+    out = (a.out or ROOT / "build" / a.profile).resolve()
+    if a.action == "serve":
+        html = out / "_build" / "html"
+        if not html.exists():
+            ap.error(f"{html} does not exist: run `make book` first")
+        print(f"serving {html} on http://127.0.0.1:{a.port}/")
+        subprocess.run([sys.executable, "-m", "http.server", str(a.port), "--bind", "127.0.0.1",
+                        "--directory", str(html)])
+        return
+    only = [p.resolve() for p in a.notebooks] or None
+    for p in only or []:
+        if not p.exists():
+            ap.error(f"no such chapter: {p}")
+    params = {"profile": a.profile, "seed": a.seed, "device": a.device}
+    t0 = time.perf_counter()
+    stage_sources(out)
+    print(f"executing chapters (profile={a.profile}, device={a.device}) into {out / '_generated'}")
+    execute_all(out, params, only, a.src_dir.resolve(), a.force)
+    reproducibility_page(out, chapters())
+    if a.action == "build":
+        build_html(out)
+    print(f"done in {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
