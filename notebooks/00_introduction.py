@@ -67,6 +67,11 @@ table.style.format({"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}", "weights
 #
 # | chapter | what it shows |
 # |---|---|
+# | {doc}`01_definitions` | the column form of the layer, equal to PyTorch's and nanoGPT's; weight counts; a worked example |
+# | {doc}`02_invariances` | the $S/S^{-\top}$ invariance, first- vs second-order change, the $1/(2H)$ count against the Jacobian |
+# | {doc}`03_biases` | key biases do nothing (without RoPE), value biases fold into the output bias |
+# | {doc}`04_rope_gqa` | RoPE and GQA shrink the symmetry; published models; a correction for Llama-2-70B |
+# | {doc}`05_equivalence` | how wide a single head must be to match $H$ heads, and a correction to the paper's 60% |
 # | {doc}`reproducibility` | the profile, device, time and commit every chapter ran with |
 # | {doc}`template_experiment` | a notebook to copy for your own experiment |
 #

@@ -66,3 +66,19 @@ def test_torch_multihead_attention_audit(bias):
 def test_too_short_sequence_is_refused():
     with pytest.raises(ValueError, match="seq_len"):
         audit(AttentionConfig(4, 2), seq_len=1)
+
+
+def test_block_audits_and_qk_product():
+    from attnid.audit import audit_block, qk_product_rank
+    from attnid.counting import orthonormal_qk_dof
+    cfg = AttentionConfig(16, 4, groups=2, rope=True, causal=True)
+    assert audit_block(cfg, ("W_Q", "W_K")).unidentified == 2 * 4          # G·D with RoPE
+    assert audit_block(cfg, ("W_V", "W_O")).unidentified == 2 * 4 * 4      # G·C²
+    assert audit_block(cfg.with_(rope=False), ("W_Q", "W_K")).unidentified == 2 * 16
+    # single head, square V, no output map: only the QK block is unidentified
+    single = AttentionConfig(6, 1, head_dim=6, value_dim=6)
+    assert audit_block(single, ("W_Q", "W_K", "W_V")).unidentified == 36
+    for ortho in (False, True):
+        assert qk_product_rank(8, 3, orthonormal=ortho).rank == orthonormal_qk_dof(8, 3)
+    with pytest.raises(ValueError, match="names"):
+        audit_block(cfg, ("b_Q",))

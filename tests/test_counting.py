@@ -52,3 +52,13 @@ def test_presets_are_real_configs():
 def test_rope_with_large_head_dim_is_refused():
     with pytest.raises(ValueError, match="head_dim"):
         count(AttentionConfig(4, 1, head_dim=6, rope=True))
+
+
+def test_equivalent_single_head_width():
+    from attnid.counting import equivalent_single_head_width, single_head_total_over_multi
+    assert equivalent_single_head_width(12, "half_of_all") == pytest.approx(1.5986, abs=1e-4)  # "60% larger"
+    assert equivalent_single_head_width(12, "qk_square_v") == pytest.approx((2 - 1 / 12) ** 0.5)
+    assert equivalent_single_head_width(1, "full_head") == pytest.approx(1.0)
+    assert single_head_total_over_multi(1, "full_head") == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="convention"):
+        equivalent_single_head_width(4, "bogus")

@@ -76,3 +76,26 @@ def test_tangents_have_zero_derivative_and_second_order_change():
     dy = [(f(theta + t * d) - f(theta)).abs().max().item() for t in (1e-2, 5e-3)]
     assert dy[0] > 1e-8
     assert abs(dy[0] / dy[1] - 4.0) < 0.1
+
+
+def test_step_response_slopes():
+    import numpy as np
+    from attnid.symmetry import step_response
+    cfg = AttentionConfig(8, 2, bias="qk")
+    p, X = init_params(cfg, seed=0), _X(cfg)
+    S = torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    steps = torch.logspace(-4, -2, 5).tolist()
+    tangent = step_response(p, cfg, X, qk_direction(p, cfg, S), steps).numpy()
+    generic = {k: torch.randn_like(v) for k, v in p.items()}
+    other = step_response(p, cfg, X, generic, steps).numpy()
+    slope = lambda y: np.polyfit(np.log(steps), np.log(y), 1)[0]
+    assert abs(slope(tangent) - 2) < 0.05 and abs(slope(other) - 1) < 0.05
+
+
+def test_bias_gradients_key_bias_is_zero():
+    from attnid.symmetry import bias_gradient_norms
+    p, X = init_params(CFG, seed=0), _X(CFG)
+    g = bias_gradient_norms(p, CFG, X)
+    assert g["b_K"] <= 1e-12 and g["b_Q"] > 1e-3 and g["b_V"] > 1e-3 and g["b_O"] > 1e-3
+    rope = AttentionConfig(12, 3, bias="all", rope=True, causal=True)
+    assert bias_gradient_norms(init_params(rope, seed=0), rope, X)["b_K"] > 1e-3

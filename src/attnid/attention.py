@@ -117,12 +117,13 @@ def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = tor
     return out
 
 
-def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *,
-              scale: bool = True, return_heads: bool = False):
-    """Column-form multi-head attention. ``X``: ``(B, E, L)`` -> ``Y``: ``(B, E, L)``.
+def attention_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *,
+                    scale: bool = True, per_head_outputs: bool = True) -> dict[str, torch.Tensor]:
+    """Every intermediate of the column-form layer for ``X`` of shape ``(B, E, L)``:
 
-    With ``return_heads=True`` also returns ``Z`` of shape ``(B, H, C, L)``, the per-head
-    value mixtures ``V_g P_h`` (so ``Y = Σ_h W_O^h Z_h + b_O``).
+    ``Q (B, H, D, L)``, ``K, V`` per head (``(B, H, D|C, L)``, groups repeated), ``A`` scores and
+    ``P`` probabilities ``(B, H, L_keys, L_queries)``, ``Z = V P`` ``(B, H, C, L)``,
+    ``head_out`` = ``W_O^h Z_h`` ``(B, H, E, L)`` and ``Y`` ``(B, E, L)``.
     """
     n = cfg.H // cfg.G
     Q = torch.einsum("hde,bel->bhdl", p["W_Q"], X)
@@ -147,10 +148,27 @@ def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *,
         A = A.masked_fill(future, float("-inf"))
     P = torch.softmax(A, dim=-2)                         # each column sums to one
     Z = torch.einsum("bhck,bhkq->bhcq", V, P)
-    Y = torch.einsum("hec,bhcl->bel", p["W_O"], Z)
+    steps = {"Q": Q, "K": K, "V": V, "A": A, "P": P, "Z": Z}
+    if per_head_outputs:
+        steps["head_out"] = torch.einsum("hec,bhcl->bhel", p["W_O"], Z)
+        Y = steps["head_out"].sum(1)
+    else:
+        Y = torch.einsum("hec,bhcl->bel", p["W_O"], Z)
     if "b_O" in p:
         Y = Y + p["b_O"][None, :, None]
-    return (Y, Z) if return_heads else Y
+    steps["Y"] = Y
+    return steps
+
+
+def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *,
+              scale: bool = True, return_heads: bool = False):
+    """Column-form multi-head attention. ``X``: ``(B, E, L)`` -> ``Y``: ``(B, E, L)``.
+
+    With ``return_heads=True`` also returns ``Z`` of shape ``(B, H, C, L)``, the per-head
+    value mixtures ``V_g P_h`` (so ``Y = Σ_h W_O^h Z_h + b_O``).
+    """
+    s = attention_steps(X, p, cfg, scale=scale, per_head_outputs=False)
+    return (s["Y"], s["Z"]) if return_heads else s["Y"]
 
 
 def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> torch.Tensor:

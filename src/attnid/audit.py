@@ -141,6 +141,42 @@ def _layer_fn(cfg: AttentionConfig, like: AttentionParams, X: torch.Tensor):
     return lambda v: attention(X, unflatten(v, like), cfg).reshape(-1)
 
 
+def audit_block(cfg: AttentionConfig, names: tuple[str, ...], *, seed: int = 0, seq_len: int | None = None,
+                rtol: float = RTOL) -> AuditResult:
+    """Dense audit over a subset of the parameters (the others held at their random values),
+    e.g. ``("W_Q", "W_K")`` for the QK block or ``("W_V", "W_O")`` for the VO block."""
+    p = init_params(cfg, seed=seed)
+    missing = [k for k in names if k not in p]
+    if missing:
+        raise ValueError(f"names: {missing} are not parameters of this layer ({list(p)})")
+    sub = {k: p[k] for k in PARAM_ORDER if k in names}
+    B, L = default_data_size(cfg, sum(v.numel() for v in sub.values()), seq_len=seq_len)
+    X = random_inputs(cfg, B, L, seed)
+
+    def fn(v):
+        return attention(X, {**p, **unflatten(v, sub)}, cfg).reshape(-1)
+
+    res = jacobian_rank(fn, flatten(sub), rtol=rtol)
+    res.details.update(batch=B, seq_len=L, seed=seed, block=list(names))
+    return res
+
+
+def qk_product_rank(E: int, D: int, *, orthonormal: bool = False, seed: int = 0) -> AuditResult:
+    """Jacobian rank of ``(W_Q, W_K) -> W_Kᵀ W_Q`` (``D x E`` factors), optionally with
+    ``W_Q`` restricted to orthonormal rows (parameterised by the QR factor of a free matrix).
+    Both give ``2DE − D²`` (SPEC §2 item 3)."""
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.randn(2 * D * E, generator=g, dtype=torch.float64)
+
+    def fn(v):
+        WQ, WK = v[:D * E].reshape(D, E), v[D * E:].reshape(D, E)
+        if orthonormal:
+            WQ = torch.linalg.qr(WQ.T).Q.T        # D orthonormal rows
+        return (WK.T @ WQ).reshape(-1)
+
+    return jacobian_rank(fn, theta)
+
+
 def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None = None, seed: int = 0,
           method: str = "auto", rtol: float = RTOL, ratio: float | None = None,
           progress: bool = False) -> AuditResult:

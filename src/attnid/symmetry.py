@@ -159,3 +159,31 @@ def tangent_basis(p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.T
                 cols["value_bias"].append(flatten(d))
     n = flatten(p).numel()
     return {k: (torch.stack(v, dim=1) if v else torch.zeros(n, 0, dtype=p["W_Q"].dtype)) for k, v in cols.items()}
+
+
+# ----------------------------------------------------------------- probes used by the book
+def step_response(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, direction: AttentionParams,
+                  steps) -> torch.Tensor:
+    """``max |Y(θ + t d) − Y(θ)|`` for each step ``t`` (SPEC §2 item 2): it grows like ``t``
+    along a generic direction and like ``t²`` along a tangent of an invariant orbit."""
+    from .attention import attention
+
+    Y0 = attention(X, p, cfg)
+    out = []
+    for t in steps:
+        q = {k: v + t * direction[k] for k, v in p.items()}
+        out.append((attention(X, q, cfg) - Y0).abs().max())
+    return torch.stack(out)
+
+
+def bias_gradient_norms(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, *,
+                        seed: int = 0) -> dict[str, float]:
+    """Norm of the gradient of every bias for the loss ``⟨R, Y⟩`` with a random ``R``
+    (SPEC §2 item 6: the key bias gets exactly zero without RoPE, up to round-off)."""
+    from .attention import attention
+
+    q = {k: v.detach().clone().requires_grad_(True) for k, v in p.items()}
+    R = torch.randn(X.shape[0], cfg.E, X.shape[-1], generator=torch.Generator().manual_seed(seed),
+                    dtype=X.dtype)
+    (attention(X, q, cfg) * R).sum().backward()
+    return {k: float(q[k].grad.norm()) for k in ("b_Q", "b_K", "b_V", "b_O") if k in q}
