@@ -25,15 +25,61 @@ def audit_ladder(threads: int) -> None:
               f"{r.sv_gap:>10.1e}{dt:>9.1f}", flush=True)
 
 
+def train_bench(steps: int, repeats: int) -> None:
+    """Tokens/s of the chapter-6 loop with metrics on and off, and of a minimal loop (cpu profile)."""
+    import statistics
+    from attnid.data import load
+    from attnid.profiles import make_config
+    from attnid.train import build, train
+
+    data = load()
+    cfg = make_config("cpu", "adamw", max_iters=steps, eval_interval=10 * steps, ckpt_interval=10 * steps)
+    tokens = steps * cfg.batch_size * cfg.block_size
+
+    def ours(metrics: bool) -> float:
+        t = time.perf_counter()
+        train(cfg, data=data, save=False, progress=False, metrics=metrics)
+        return tokens / (time.perf_counter() - t)
+
+    def minimal() -> float:
+        model, opt = build(cfg, data.vocab_size, "cpu")
+        gen = torch.Generator().manual_seed(0)
+        t = time.perf_counter()
+        for _ in range(steps):
+            x, y = data.batch("train", cfg.batch_size, cfg.block_size, gen)
+            _, loss = model(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return tokens / (time.perf_counter() - t)
+
+    results = {"minimal loop": [], "ours, metrics off": [], f"ours, metrics every {cfg.metric_interval}": []}
+    for _ in range(repeats):                    # interleaved, so machine load hits all three alike
+        results["minimal loop"].append(minimal())
+        results["ours, metrics off"].append(ours(False))
+        results[f"ours, metrics every {cfg.metric_interval}"].append(ours(True))
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"\ntraining throughput, cpu profile ({steps} steps x {repeats} repeats, median tokens/s, "
+          f"{torch.get_num_threads()} threads)")
+    base = med["ours, metrics off"]
+    for k, v in med.items():
+        print(f"  {k:<28}{v:>12,.0f}   {100 * (base / v - 1):+6.1f} % time vs metrics off")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", choices=["audit", "train"], default=None)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} cpus")
     if a.only in (None, "audit"):
         for th in a.threads:
             audit_ladder(th)
+    if a.only in (None, "train"):
+        torch.set_num_threads(max(a.threads))
+        train_bench(a.steps, a.repeats)
 
 
 if __name__ == "__main__":

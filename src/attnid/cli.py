@@ -97,6 +97,45 @@ def cmd_presets(a) -> int:
     return 0
 
 
+def cmd_train(a) -> int:
+    from .profiles import make_config
+    from .train import train
+    cfg = make_config(a.profile, a.case, seed=a.seed, device=a.device)
+    s = train(cfg, force=a.force, progress=not a.json)
+    s.pop("rows", None)
+    print(json.dumps(s, indent=2) if a.json else
+          f"{a.profile}/{a.case}: final val loss {s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s, "
+          f"{s['tokens_per_second']:,.0f} tokens/s on {s['device']}")
+    return 0
+
+
+def cmd_experiments(a) -> int:
+    import subprocess
+    from .profiles import SUITES, make_config
+    if a.suite not in SUITES:
+        raise ValueError(f"suite: unknown {a.suite!r}; choose one of {', '.join(SUITES)}")
+    cases = SUITES[a.suite]
+    for case in cases:                       # validate everything before any training
+        make_config(a.profile, case, seed=a.seed, device=a.device)
+    base = [sys.executable, "-m", "attnid", "train", "--profile", a.profile, "--seed", str(a.seed),
+            "--device", a.device] + (["--force"] if a.force else [])
+    if a.jobs <= 1:
+        codes = [subprocess.call(base + ["--case", c]) for c in cases]
+    else:                                    # concurrent runs (one small model uses a fraction of a GPU)
+        procs = []
+        for c in cases:
+            while len([p for p in procs if p.poll() is None]) >= a.jobs:
+                import time
+                time.sleep(1)
+            procs.append(subprocess.Popen(base + ["--case", c]))
+        codes = [p.wait() for p in procs]
+    failed = [c for c, code in zip(cases, codes) if code]
+    if failed:
+        print(f"attnid: error: runs failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="attnid", description="Parameter identification in attention layers.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -112,6 +151,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="auto", choices=["auto", "dense", "certify"])
     p.add_argument("--threads", type=int, help="torch/LAPACK threads")
     p.set_defaults(func=cmd_audit)
+    p = sub.add_parser("train", help="train one case of chapter 6 (resumes or reuses its run record)")
+    p.add_argument("--profile", default="cpu", help="smoke | cpu | paper")
+    p.add_argument("--case", default="adamw", help="sgd | sgd_wd | adamw | adamw_rebalance | sgd_lr0.25 | ...")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n]")
+    p.add_argument("--force", action="store_true", help="discard an existing run record and start over")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("experiments", help="run every case of a suite")
+    p.add_argument("--profile", default="cpu")
+    p.add_argument("--suite", default="dynamics")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (use several on a GPU)")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_experiments)
     p = sub.add_parser("presets", help="list the published architectures")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_presets)
@@ -126,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from .data import DataError
+        if isinstance(e, DataError):
+            print(f"attnid: error: {e}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+"""Experiment profiles (SPEC §4) and the training cases of chapter 6."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+PROFILES: dict[str, dict] = {
+    # seconds: tests and CI
+    "smoke": dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=16, dropout=0.0, max_iters=50,
+                  warmup_iters=5, eval_interval=25, eval_iters=4, ckpt_interval=20, rebalance_interval=20),
+    # about a minute per run on 2 CPU cores
+    "cpu": dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=32, dropout=0.0, max_iters=2000,
+                warmup_iters=100, eval_interval=200, eval_iters=20, ckpt_interval=500, rebalance_interval=250),
+    # the paper's setting: nanoGPT shakespeare-char with biases, on a GPU
+    "paper": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2, max_iters=5000,
+                  warmup_iters=100, eval_interval=250, eval_iters=200, ckpt_interval=500, rebalance_interval=250),
+}
+
+CASES: dict[str, dict] = {
+    "sgd": dict(optimizer="sgd", lr=0.5, weight_decay=0.0),
+    "sgd_wd": dict(optimizer="sgd", lr=0.5, weight_decay=1e-3),
+    "adamw": dict(optimizer="adamw", lr=1e-3, weight_decay=0.1),
+    "adamw_rebalance": dict(optimizer="adamw", lr=1e-3, weight_decay=0.1, rebalance=True),
+    "sgd_lr0.25": dict(optimizer="sgd", lr=0.25, weight_decay=0.0),
+    "sgd_lr0.125": dict(optimizer="sgd", lr=0.125, weight_decay=0.0),
+    "sgd_lr0.0625": dict(optimizer="sgd", lr=0.0625, weight_decay=0.0),
+}
+OPTIMIZER_CASES = ["sgd", "sgd_wd", "adamw", "adamw_rebalance"]
+LR_SWEEP = {0.5: "sgd", 0.25: "sgd_lr0.25", 0.125: "sgd_lr0.125", 0.0625: "sgd_lr0.0625"}
+SUITES = {"dynamics": OPTIMIZER_CASES + [c for c in LR_SWEEP.values() if c not in OPTIMIZER_CASES]}
+OPTIMIZERS = ("sgd", "adamw")
+
+
+@dataclass
+class RunConfig:
+    profile: str
+    case: str
+    seed: int = 0
+    device: str = "auto"
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    block_size: int = 32
+    batch_size: int = 32
+    dropout: float = 0.0
+    bias: bool = True
+    max_iters: int = 2000
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_iters: int = 100
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = 1.0
+    rebalance: bool = False
+    rebalance_interval: int = 250
+    metric_interval: int = 10
+    eval_interval: int = 200
+    eval_iters: int = 20
+    ckpt_interval: int = 500
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in names}
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+
+def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto", **overrides) -> RunConfig:
+    """The config of one run; raises ``ValueError`` naming the bad parameter before any training."""
+    from .gpt import GPTConfig
+
+    if profile not in PROFILES:
+        raise ValueError(f"profile: unknown {profile!r}; choose one of {', '.join(PROFILES)}")
+    if case not in CASES:
+        raise ValueError(f"case: unknown {case!r}; choose one of {', '.join(CASES)}")
+    unknown = set(overrides) - {f.name for f in fields(RunConfig)}
+    if unknown:
+        raise ValueError(f"overrides: unknown parameter(s) {sorted(unknown)}")
+    cfg = RunConfig(profile=profile, case=case, seed=seed, device=device,
+                    **{**PROFILES[profile], **CASES[case], **overrides})
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer: unknown {cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if not cfg.lr > 0:
+        raise ValueError(f"lr must be positive, got {cfg.lr}")
+    for k in ("max_iters", "metric_interval", "eval_interval", "eval_iters", "ckpt_interval", "batch_size",
+              "rebalance_interval"):
+        if getattr(cfg, k) <= 0:
+            raise ValueError(f"{k} must be positive, got {getattr(cfg, k)}")
+    if cfg.weight_decay < 0 or cfg.grad_clip < 0:
+        raise ValueError("weight_decay and grad_clip must be non-negative")
+    GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+              dropout=cfg.dropout, bias=cfg.bias)  # validates the architecture
+    return cfg
