@@ -8,7 +8,7 @@ DEVICE ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test bench book chapter serve clean
+.PHONY: help venv test bench data book chapter serve clean
 
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE)) and build the HTML book"
@@ -36,7 +36,10 @@ clean:
 BOOK_OUT ?= build/$(PROFILE)
 BOOK := $(PY) tools/book.py --profile $(PROFILE) --device $(DEVICE) --out $(BOOK_OUT)
 
-book: $(STAMP)
+data: $(STAMP)
+	$(VENV)/bin/attnid data
+
+book: $(STAMP) data
 	$(BOOK) build
 
 chapter: $(STAMP)

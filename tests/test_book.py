@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -20,10 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 
 
+RUNS = tempfile.mkdtemp(prefix="attnid-runs-")   # smoke training records stay out of data/runs
+
+
 def book(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "book.py"), *args], capture_output=True,
-                       text=True, timeout=timeout, cwd=ROOT)
-    return r
+    env = {**os.environ, "ATTNID_RUNS": RUNS}
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "book.py"), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
 def statuses(stdout: str) -> dict[str, str]:

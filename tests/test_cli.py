@@ -59,3 +59,14 @@ def test_bad_input_is_one_line_exit_2(args, word):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and word in lines[0] and "Traceback" not in r.stderr
+
+
+def test_data_and_training_commands_validate_first(tmp_path):
+    bad = tmp_path / "x.txt"
+    bad.write_text("not shakespeare")
+    r = subprocess.run([EXE, "data", "--path", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2 and "sha256" in r.stderr
+    r = run("train", "--profile", "cpu", "--case", "lion")
+    assert r.returncode == 2 and "case" in r.stderr
+    r = run("experiments", "--profile", "huge")
+    assert r.returncode == 2 and "profile" in r.stderr

@@ -109,6 +109,13 @@ def cmd_train(a) -> int:
     return 0
 
 
+def cmd_data(a) -> int:
+    from .data import corpus_path
+    p = corpus_path(a.path)
+    print(f"tiny Shakespeare: {p} (sha256 verified)")
+    return 0
+
+
 def cmd_experiments(a) -> int:
     import subprocess
     from .profiles import SUITES, make_config
@@ -159,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="discard an existing run record and start over")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
+    p = sub.add_parser("data", help="locate (or download) and verify the tiny Shakespeare corpus")
+    p.add_argument("--path", help="a local copy (default: $ATTNID_DATA, else data/tinyshakespeare.txt)")
+    p.set_defaults(func=cmd_data)
     p = sub.add_parser("experiments", help="run every case of a suite")
     p.add_argument("--profile", default="cpu")
     p.add_argument("--suite", default="dynamics")
