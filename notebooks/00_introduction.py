@@ -73,6 +73,7 @@ table.style.format({"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}", "weights
 # | {doc}`04_rope_gqa` | RoPE and GQA shrink the symmetry; published models; a correction for Llama-2-70B |
 # | {doc}`05_equivalence` | how wide a single head must be to match $H$ heads, and a correction to the paper's 60% |
 # | {doc}`06_training_dynamics` | training a character GPT with SGD, AdamW and rebalancing: how much of each step is unidentified |
+# | {doc}`07_heads` | head importance by ablation, pruning, and the head count against the identified fraction |
 # | {doc}`reproducibility` | the profile, device, time and commit every chapter ran with |
 # | {doc}`template_experiment` | a notebook to copy for your own experiment |
 #

@@ -259,15 +259,16 @@ def to_torch_mha(cfg: AttentionConfig, p: AttentionParams) -> nn.MultiheadAttent
 
 
 def fused_qk_views(c_attn_weight: torch.Tensor, c_attn_bias: torch.Tensor | None, n_head: int):
-    """Per-head views (no copy) of a nanoGPT fused ``c_attn`` (weight ``(3E, E)``):
-    ``W_Q, W_K`` of shape ``(H, D, E)`` and ``b_Q, b_K`` of shape ``(H, D)`` (or ``None``)."""
+    """Per-head views (no copy) of a nanoGPT fused ``c_attn`` (weight ``(3 H D, E)``, usually
+    ``D = E/H``): ``W_Q, W_K`` of shape ``(H, D, E)`` and ``b_Q, b_K`` of shape ``(H, D)`` (or ``None``)."""
     E = c_attn_weight.shape[1]
-    D = E // n_head
-    W_Q = c_attn_weight[:E].view(n_head, D, E)
-    W_K = c_attn_weight[E:2 * E].view(n_head, D, E)
+    inner = c_attn_weight.shape[0] // 3
+    D = inner // n_head
+    W_Q = c_attn_weight[:inner].view(n_head, D, E)
+    W_K = c_attn_weight[inner:2 * inner].view(n_head, D, E)
     if c_attn_bias is None:
         return W_Q, None, W_K, None
-    return W_Q, c_attn_bias[:E].view(n_head, D), W_K, c_attn_bias[E:2 * E].view(n_head, D)
+    return W_Q, c_attn_bias[:inner].view(n_head, D), W_K, c_attn_bias[inner:2 * inner].view(n_head, D)
 
 
 def from_fused(c_attn_weight, c_attn_bias, c_proj_weight, c_proj_bias, n_head: int, *,

@@ -121,22 +121,30 @@ def cmd_experiments(a) -> int:
     from .profiles import SUITES, make_config
     if a.suite not in SUITES:
         raise ValueError(f"suite: unknown {a.suite!r}; choose one of {', '.join(SUITES)}")
-    cases = SUITES[a.suite]
-    for case in cases:                       # validate everything before any training
-        make_config(a.profile, case, seed=a.seed, device=a.device)
-    base = [sys.executable, "-m", "attnid", "train", "--profile", a.profile, "--seed", str(a.seed),
-            "--device", a.device] + (["--force"] if a.force else [])
+    from .profiles import SUITE_SEEDS
+    if a.profile not in SUITE_SEEDS[a.suite]:
+        raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(SUITE_SEEDS[a.suite])}")
+    seeds = [a.seed] if a.seed is not None else SUITE_SEEDS[a.suite][a.profile]
+    jobs = [(c, s) for s in seeds for c in SUITES[a.suite]]
+    for case, seed in jobs:                  # validate everything before any training
+        make_config(a.profile, case, seed=seed, device=a.device)
+    base = [sys.executable, "-m", "attnid", "train", "--profile", a.profile, "--device", a.device] + \
+        (["--force"] if a.force else [])
+    cmds = [base + ["--case", c, "--seed", str(s)] for c, s in jobs]
     if a.jobs <= 1:
-        codes = [subprocess.call(base + ["--case", c]) for c in cases]
+        codes = [subprocess.call(cmd) for cmd in cmds]
     else:                                    # concurrent runs (one small model uses a fraction of a GPU)
+        import os
+        import time
+        # several torch processes on shared cores must not each spin up every core's threads
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // a.jobs))}
         procs = []
-        for c in cases:
+        for cmd in cmds:
             while len([p for p in procs if p.poll() is None]) >= a.jobs:
-                import time
                 time.sleep(1)
-            procs.append(subprocess.Popen(base + ["--case", c]))
+            procs.append(subprocess.Popen(cmd, env=env))
         codes = [p.wait() for p in procs]
-    failed = [c for c, code in zip(cases, codes) if code]
+    failed = [f"{c} (seed {s})" for (c, s), code in zip(jobs, codes) if code]
     if failed:
         print(f"attnid: error: runs failed: {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -171,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_data)
     p = sub.add_parser("experiments", help="run every case of a suite")
     p.add_argument("--profile", default="cpu")
-    p.add_argument("--suite", default="dynamics")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--suite", default="dynamics", help="dynamics (chapter 6) | heads (chapter 7)")
+    p.add_argument("--seed", type=int, default=None, help="one seed (default: the suite's seeds for the profile)")
     p.add_argument("--device", default="auto")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (use several on a GPU)")
     p.add_argument("--force", action="store_true")

@@ -25,13 +25,18 @@ class GPTConfig:
     n_embd: int = 64
     dropout: float = 0.0
     bias: bool = True
+    head_dim: int | None = None      # default n_embd // n_head
 
     def __post_init__(self) -> None:
         for k in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_head must divide n_embd (n_embd={self.n_embd}, n_head={self.n_head})")
+        if self.head_dim is None:
+            if self.n_embd % self.n_head:
+                raise ValueError(f"n_head must divide n_embd (n_embd={self.n_embd}, n_head={self.n_head})")
+            self.head_dim = self.n_embd // self.n_head
+        elif self.head_dim <= 0:
+            raise ValueError(f"head_dim must be positive, got {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
@@ -40,8 +45,9 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.n_head, self.n_embd, self.dropout = cfg.n_head, cfg.n_embd, cfg.dropout
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
-        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.head_dim, self.inner = cfg.head_dim, cfg.n_head * cfg.head_dim
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * self.inner, bias=cfg.bias)
+        self.c_proj = nn.Linear(self.inner, cfg.n_embd, bias=cfg.bias)
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.head_mask: torch.Tensor | None = None   # (H,) multipliers; None = all heads on
 
@@ -50,14 +56,14 @@ class CausalSelfAttention(nn.Module):
         return fused_qk_views(self.c_attn.weight, self.c_attn.bias, self.n_head)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        B, T, _ = x.shape
+        q, k, v = self.c_attn(x).split(self.inner, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
                                            is_causal=True)
         if self.head_mask is not None:
             y = y * self.head_mask.to(y.dtype)[None, :, None, None]
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        y = y.transpose(1, 2).contiguous().view(B, T, self.inner)
         return self.resid_dropout(self.c_proj(y))
 
 

@@ -23,10 +23,23 @@ CASES: dict[str, dict] = {
     "sgd_lr0.25": dict(optimizer="sgd", lr=0.25, weight_decay=0.0),
     "sgd_lr0.125": dict(optimizer="sgd", lr=0.125, weight_decay=0.0),
     "sgd_lr0.0625": dict(optimizer="sgd", lr=0.0625, weight_decay=0.0),
+    # chapter 7: head-count sweep at fixed E (D = E/H), AdamW, and a control with fewer parameters
+    **{f"heads_H{h}": dict(optimizer="adamw", lr=1e-3, weight_decay=0.1, n_head=h) for h in (1, 2, 4, 8, 16)},
+    "heads_H4_D8": dict(optimizer="adamw", lr=1e-3, weight_decay=0.1, n_head=4, head_dim=8),
 }
+HEAD_COUNTS = (1, 2, 4, 8, 16)
 OPTIMIZER_CASES = ["sgd", "sgd_wd", "adamw", "adamw_rebalance"]
 LR_SWEEP = {0.5: "sgd", 0.25: "sgd_lr0.25", 0.125: "sgd_lr0.125", 0.0625: "sgd_lr0.0625"}
-SUITES = {"dynamics": OPTIMIZER_CASES + [c for c in LR_SWEEP.values() if c not in OPTIMIZER_CASES]}
+SUITES = {"dynamics": OPTIMIZER_CASES + [c for c in LR_SWEEP.values() if c not in OPTIMIZER_CASES],
+          "heads": [f"heads_H{h}" for h in HEAD_COUNTS] + ["heads_H4_D8"]}
+# seeds and per-profile changes of a suite (the head sweep is shorter on the CPU to fit the book's budget)
+SUITE_SEEDS = {"dynamics": {"smoke": [0], "cpu": [0], "paper": [0]},
+               "heads": {"smoke": [0], "cpu": [0, 1], "paper": [0, 1, 2]}}
+SUITE_OVERRIDES = {"heads": {"cpu": dict(max_iters=1000, eval_interval=250, ckpt_interval=250)}}
+
+
+def suite_of(case: str) -> str:
+    return next((s for s, cases in SUITES.items() if case in cases), "dynamics")
 OPTIMIZERS = ("sgd", "adamw")
 
 
@@ -43,6 +56,7 @@ class RunConfig:
     batch_size: int = 32
     dropout: float = 0.0
     bias: bool = True
+    head_dim: int | None = None
     max_iters: int = 2000
     optimizer: str = "adamw"
     lr: float = 1e-3
@@ -83,8 +97,9 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
     unknown = set(overrides) - {f.name for f in fields(RunConfig)}
     if unknown:
         raise ValueError(f"overrides: unknown parameter(s) {sorted(unknown)}")
+    suite_changes = SUITE_OVERRIDES.get(suite_of(case), {}).get(profile, {})
     cfg = RunConfig(profile=profile, case=case, seed=seed, device=device,
-                    **{**PROFILES[profile], **CASES[case], **overrides})
+                    **{**PROFILES[profile], **suite_changes, **CASES[case], **overrides})
     if cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: unknown {cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not cfg.lr > 0:
@@ -96,5 +111,5 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
     if cfg.weight_decay < 0 or cfg.grad_clip < 0:
         raise ValueError("weight_decay and grad_clip must be non-negative")
     GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
-              dropout=cfg.dropout, bias=cfg.bias)  # validates the architecture
+              dropout=cfg.dropout, bias=cfg.bias, head_dim=cfg.head_dim)  # validates the architecture
     return cfg

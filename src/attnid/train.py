@@ -31,7 +31,12 @@ RUNS = Path(os.environ.get("ATTNID_RUNS", ROOT / "data" / "runs"))
 
 
 def run_dir(cfg: RunConfig, base: Path | None = None) -> Path:
-    return Path(base or RUNS) / cfg.profile / cfg.case
+    """``<runs>/<profile>/<case>`` (seed 0) or ``<runs>/<profile>/<case>-s<seed>``."""
+    return Path(base or RUNS) / cfg.profile / run_name(cfg.case, cfg.seed)
+
+
+def run_name(case: str, seed: int = 0) -> str:
+    return case if seed == 0 else f"{case}-s{seed}"
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -61,7 +66,8 @@ def lr_at(cfg: RunConfig, it: int) -> float:
 def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.optim.Optimizer]:
     torch.manual_seed(cfg.seed)
     model = GPT(GPTConfig(vocab_size=vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
-                          n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias)).to(device)
+                          n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias,
+                          head_dim=cfg.head_dim)).to(device)
     if cfg.optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.0, weight_decay=cfg.weight_decay)
     else:
@@ -90,9 +96,9 @@ def bias_grad_norms(model: GPT) -> tuple[list, list]:
         g = layer.c_attn.bias.grad if layer.c_attn.bias is not None else None
         if g is None:
             return [], []
-        E, H = layer.n_embd, layer.n_head
-        gq.append(g[:E].view(H, -1).norm(dim=-1).tolist())
-        gk.append(g[E:2 * E].view(H, -1).norm(dim=-1).tolist())
+        I, H = layer.inner, layer.n_head
+        gq.append(g[:I].view(H, -1).norm(dim=-1).tolist())
+        gk.append(g[I:2 * I].view(H, -1).norm(dim=-1).tolist())
     return gq, gk
 
 
@@ -134,13 +140,13 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
     if save:
         d.mkdir(parents=True, exist_ok=True)
         if config_file.exists() and not force:
-            old = json.loads(config_file.read_text())
+            old = RunConfig.from_dict(json.loads(config_file.read_text())).as_dict()  # new fields: defaults
             mine = {k: v for k, v in cfg.as_dict().items() if k != "device"}
             if {k: v for k, v in old.items() if k != "device"} != mine:
                 raise ValueError(f"run folder {d} holds a run with another config; pass force=True (--force) "
                                  "to overwrite it")
             if summary_file.exists():                               # finished: reuse
-                summary, rows = load_run(cfg.profile, cfg.case, base=out)
+                summary, rows = load_run(cfg.profile, cfg.case, base=out, seed=cfg.seed)
                 return {**summary, "rows": rows}
         if force:
             for f in (summary_file, metrics_file, ckpt_file):
@@ -248,14 +254,27 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
     if save:
         _atomic_write(metrics_file, "".join(json.dumps(r) + "\n" for r in rows).encode())
         _atomic_write(summary_file, json.dumps(summary, indent=2).encode())
+        _atomic_save({"model": model.state_dict(), "gpt_config": vars(model.cfg)}, d / "model.pt")
         ckpt_file.unlink(missing_ok=True)
     summary["rows"] = rows
     return summary
 
 
-def load_run(profile: str, case: str, base: Path | None = None) -> tuple[dict, list[dict]]:
+def load_model(profile: str, case: str, base: Path | None = None, seed: int = 0,
+               device: str = "cpu") -> GPT:
+    """The trained model of a finished run (in eval mode)."""
+    f = Path(base or RUNS) / profile / run_name(case, seed) / "model.pt"
+    if not f.exists():
+        raise FileNotFoundError(f"no trained model at {f}; run `attnid train --profile {profile} --case {case}`")
+    ck = torch.load(f, map_location=device, weights_only=False)
+    model = GPT(GPTConfig(**ck["gpt_config"])).to(device)
+    model.load_state_dict(ck["model"])
+    return model.eval()
+
+
+def load_run(profile: str, case: str, base: Path | None = None, seed: int = 0) -> tuple[dict, list[dict]]:
     """``(summary, rows)`` of a finished run."""
-    d = Path(base or RUNS) / profile / case
+    d = Path(base or RUNS) / profile / run_name(case, seed)
     summary_file = d / "summary.json"
     if not summary_file.exists():
         raise FileNotFoundError(f"no finished run in {d}; run `attnid train --profile {profile} --case {case}`")
