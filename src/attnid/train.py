@@ -149,7 +149,7 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
                 summary, rows = load_run(cfg.profile, cfg.case, base=out, seed=cfg.seed)
                 return {**summary, "rows": rows}
         if force:
-            for f in (summary_file, metrics_file, ckpt_file):
+            for f in (summary_file, metrics_file, ckpt_file, d / "model.pt"):
                 f.unlink(missing_ok=True)
         _atomic_write(config_file, json.dumps(cfg.as_dict(), indent=2).encode())
     data = data or load()
@@ -159,7 +159,7 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
     rebalances: list[dict] = []
     start, elapsed = 0, 0.0
     if save and ckpt_file.exists():
-        ck = torch.load(ckpt_file, map_location=device, weights_only=False)
+        ck = torch.load(ckpt_file, map_location="cpu", weights_only=False)  # RNG states must stay on the host
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         gen.set_state(ck["gen"])
@@ -167,8 +167,9 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
         if device.startswith("cuda") and ck.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(ck["cuda_rng"])
         rows, rebalances, start, elapsed = ck["rows"], ck["rebalances"], ck["step"], ck["elapsed"]
-    Q0, K0 = qk_stack(model) if start == 0 else (None, None)
-    beta0 = dynamics.beta(Q0, K0) if start == 0 else torch.load(ckpt_file, weights_only=False)["beta0"].to(device)
+        beta0 = ck["beta0"].to(device)
+    else:
+        beta0 = dynamics.beta(*qk_stack(model))
     tokens_per_step = cfg.batch_size * cfg.block_size
     bar = None
     if progress:
