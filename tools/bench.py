@@ -59,11 +59,38 @@ def train_bench(steps: int, repeats: int) -> None:
         results["ours, metrics off"].append(ours(False))
         results[f"ours, metrics every {cfg.metric_interval}"].append(ours(True))
     med = {k: statistics.median(v) for k, v in results.items()}
+
+    # The metric work itself, timed in isolation (robust to machine noise): per-step cost / step time
+    from attnid import dynamics
+    from attnid.train import bias_grad_norms, qk_stack
+    model, opt = build(cfg, data.vocab_size, "cpu")
+    gen = torch.Generator().manual_seed(0)
+    step_times, metric_times = [], []
+    for _ in range(200):
+        x, y = data.batch("train", cfg.batch_size, cfg.block_size, gen)
+        t = time.perf_counter()
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        step_times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        Q0, K0 = qk_stack(model)
+        bias_grad_norms(model)
+        Q1, K1 = qk_stack(model)
+        dynamics.unidentified_step_fraction(Q0, K0, Q1 - Q0, K1 - K0)
+        b = dynamics.beta(Q1, K1)
+        torch.linalg.matrix_norm(b - b).norm(dim=-1)
+        dynamics.tau(Q1, K1)
+        metric_times.append(time.perf_counter() - t)
+    step, metric = statistics.median(step_times), statistics.median(metric_times)
     print(f"\ntraining throughput, cpu profile ({steps} steps x {repeats} repeats, median tokens/s, "
           f"{torch.get_num_threads()} threads)")
     base = med["ours, metrics off"]
     for k, v in med.items():
         print(f"  {k:<28}{v:>12,.0f}   {100 * (base / v - 1):+6.1f} % time vs metrics off")
+    print(f"  isolated: median step {1e3 * step:.2f} ms, median metric computation {1e3 * metric:.2f} ms "
+          f"-> overhead at metric_interval={cfg.metric_interval}: {100 * metric / (cfg.metric_interval * step):.2f} %")
 
 
 def main() -> None:

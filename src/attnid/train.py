@@ -132,7 +132,10 @@ class Interrupted(Exception):
 
 def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = None, progress: bool = True,
           metrics: bool = True, force: bool = False, stop_after: int | None = None, save: bool = True) -> dict:
-    """Run (or resume, or reuse) one training run; returns its summary dict."""
+    """Run (or resume, or reuse) one training run; returns its summary dict.
+
+    ``metrics=False`` turns off the identification metrics (for benchmarks); losses are still recorded.
+    """
     device = resolve_device(cfg.device)
     d = run_dir(cfg, out)
     summary_file, config_file = d / "summary.json", d / "config.json"
@@ -224,12 +227,13 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
             model.train()
             rebalances.append({"step": it + 1, "loss_before": before, "loss_after": after})
         last = it == cfg.max_iters - 1
-        if metrics and ((it + 1) % cfg.eval_interval == 0 or last or it == 0):
+        if (it + 1) % cfg.eval_interval == 0 or last or it == 0:      # validation loss, with or without metrics
             if not record:
                 row = {"step": it + 1, "lr": lr, "train_loss": loss.item()}
             row["val_loss"] = evaluate(model, data, cfg, device, it + 1)
-            Q, K = qk_stack(model)
-            row["qk_sv"] = dynamics.qk_singular_values(Q, K).tolist()
+            if metrics:
+                Q, K = qk_stack(model)
+                row["qk_sv"] = dynamics.qk_singular_values(Q, K).tolist()
             record = True
         if record:
             rows.append(row)
