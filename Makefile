@@ -44,7 +44,7 @@ book: $(STAMP) data
 
 chapter: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make chapter NB=notebooks/03_biases.py" && exit 2)
-	$(BOOK) build --force $(NB)
+	$(BOOK) build $(NB)
 
 serve:
 	$(PY) tools/book.py serve --out $(BOOK_OUT)

@@ -74,6 +74,11 @@ def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path)
     assert r.returncode == 0, r.stderr
     st = statuses(r.stdout)
     assert st and set(st.values()) == {"cached"}
+    # `make chapter NB=...`: the named chapter re-executes, the others stay cached, the book rebuilds
+    r = book("build", "--profile", "smoke", "--out", str(smoke_book), "notebooks/01_definitions.py")
+    assert r.returncode == 0, r.stderr[-3000:]
+    st = statuses(r.stdout)
+    assert st.pop("notebooks/01_definitions.py") == "executed" and set(st.values()) == {"cached"}
     src = tmp_path / "src"
     shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     with open(src / "attnid" / "counting.py", "a") as f:

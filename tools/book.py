@@ -170,14 +170,14 @@ def stage_sources(out: Path) -> None:
             shutil.copy2(p, dest)
 
 
-def execute_all(out: Path, params: dict, only: list[Path] | None, src_dir: Path, force: bool) -> dict:
+def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced: set[Path]) -> dict:
+    """Execute ``todo`` in order (cached unless changed); chapters in ``forced`` always re-execute."""
     src_digest = tree_hash(src_dir)
     status, failures = {}, []
-    todo = only or chapters()
     for nb in todo:
         t = time.perf_counter()
         try:
-            status[nb.stem] = execute_one(nb, out / "_generated", params, src_digest, force=force)
+            status[nb.stem] = execute_one(nb, out / "_generated", params, src_digest, force=nb in forced)
         except ChapterFailed as e:
             failures.append(str(e))
             status[nb.stem] = "failed"
@@ -229,7 +229,15 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     stage_sources(out)
     print(f"executing chapters (profile={a.profile}, device={a.device}) into {out / '_generated'}")
-    execute_all(out, params, only, a.src_dir.resolve(), a.force)
+    # `execute [NB...]` runs the named chapters (default all); `build [NB...]` brings every chapter up to
+    # date and always re-executes the named ones (`make chapter NB=...`). --force re-executes everything run.
+    if a.action == "execute":
+        todo = only or chapters()
+        forced = set(todo) if a.force else set()
+    else:
+        todo = chapters()
+        forced = set(todo) if a.force else set(only or [])
+    execute_all(out, params, todo, a.src_dir.resolve(), forced)
     reproducibility_page(out, chapters())
     if a.action == "build":
         build_html(out)
