@@ -48,7 +48,7 @@ from torch import nn
 from attnid.attention import (AttentionConfig, attention, attention_steps, concat_project_attention,
                               from_fused, from_torch_mha, init_params, to_fused)
 from attnid.counting import multi_head_params, single_head_params
-from attnid.plotting import check_profile
+from attnid.profiles import check_profile
 
 check_profile(profile)
 torch.manual_seed(seed)
@@ -126,7 +126,7 @@ for h in range(cfg.H):
     print(f"\n--- head {h + 1} ---")
     for name in ("Q", "K", "V"):
         print(f"{name}_{h + 1} =\n", steps[name][0, h])
-    print(f"scores K^T Q / sqrt(D) (keys x queries) =\n", steps["A"][0, h])
+    print("scores K^T Q / sqrt(D) (keys x queries) =\n", steps["A"][0, h])
     print(f"P_{h + 1} = column softmax =\n", steps["P"][0, h])
     print(f"head output W_O^{h + 1} V_{h + 1} P_{h + 1} =\n", steps["head_out"][0, h])
 print("\nY = sum of head outputs + b_O =\n", steps["Y"][0])

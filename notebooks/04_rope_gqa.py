@@ -42,7 +42,8 @@ import torch
 from attnid.attention import AttentionConfig, attention, init_params
 from attnid.audit import audit_block
 from attnid.counting import count
-from attnid.plotting import check_profile, set_style
+from attnid.plotting import set_style
+from attnid.profiles import check_profile
 from attnid.presets import PRESETS, preset
 from attnid.rope import random_commutant
 from attnid.symmetry import transform_qk

@@ -43,11 +43,10 @@ device = "auto"
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
 
-from attnid.plotting import check_profile, resolve_device, set_style
-from attnid.profiles import LR_SWEEP, OPTIMIZER_CASES, SUITES, make_config
-from attnid.train import RUNS, load_run, train
+from attnid.plotting import set_style
+from attnid.profiles import LR_SWEEP, OPTIMIZER_CASES, SUITES, check_profile, make_config, resolve_device
+from attnid.train import RUNS, train
 
 check_profile(profile)
 set_style()

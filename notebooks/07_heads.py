@@ -37,8 +37,8 @@ import pandas as pd
 from attnid import AttentionConfig, count
 from attnid.data import load
 from attnid.heads import effective_rank, fixed_batches, head_importance, max_prunable_fraction, pruning_curve
-from attnid.plotting import check_profile, resolve_device, set_style
-from attnid.profiles import HEAD_COUNTS, SUITE_SEEDS, SUITES, make_config
+from attnid.plotting import set_style
+from attnid.profiles import HEAD_COUNTS, SUITE_SEEDS, SUITES, check_profile, make_config, resolve_device
 from attnid.train import load_model, train
 
 check_profile(profile)

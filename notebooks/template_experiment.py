@@ -35,7 +35,8 @@ import numpy as np
 
 from attnid import AttentionConfig, count
 from attnid.audit import audit
-from attnid.plotting import check_profile, set_style
+from attnid.plotting import set_style
+from attnid.profiles import check_profile
 
 check_profile(profile)
 set_style()

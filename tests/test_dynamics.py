@@ -1,7 +1,7 @@
 import torch
 
 from attnid.attention import AttentionConfig, attention, init_params
-from attnid.dynamics import (augment, beta, beta_drift, project_update, qk_singular_values, rebalance_qk,
+from attnid.dynamics import (augment, beta, beta_drift, qk_singular_values, rebalance_qk,
                              solve_sylvester, tau, unidentified_step_fraction)
 
 

@@ -5,7 +5,7 @@ import torch
 from attnid.attention import attention_steps, from_fused
 from attnid.gpt import GPT, GPTConfig
 from attnid.heads import (effective_rank, head_importance, masked_loss, max_prunable_fraction,
-                          pruning_curve, set_head_mask)
+                          pruning_curve)
 
 
 class _Data:

@@ -1,16 +1,10 @@
 """Training loop of chapter 6 (smoke size)."""
-import json
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
 from attnid import data as data_mod
 from attnid.profiles import CASES, PROFILES, make_config
 from attnid.train import Interrupted, load_run, rebalance_model, train
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +118,12 @@ def test_batches_are_seeded(corpus):
     b = corpus.batch("train", 4, 8, torch.Generator().manual_seed(3))
     assert torch.equal(a[0], b[0]) and torch.equal(a[0][:, 1:], a[1][:, :-1])
     assert len(corpus.train) + len(corpus.val) == 1_115_394 and corpus.vocab_size == 65
+
+
+def test_profile_and_device_checks():
+    from attnid.profiles import check_profile, resolve_device
+    assert check_profile("smoke") == "smoke" and resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="profile"):
+        check_profile("large")
+    with pytest.raises(ValueError, match="device"):
+        resolve_device("tpu")

@@ -16,22 +16,3 @@ def set_style() -> None:
         "legend.fontsize": 9, "legend.frameon": True, "figure.facecolor": "white",
         "axes.facecolor": "white",
     })
-
-
-def resolve_device(device: str) -> str:
-    """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``; validates the name."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} requested but CUDA is not available")
-    if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
-        raise ValueError(f"device: expected 'auto', 'cpu', 'cuda[:n]' or 'mps', got {device!r}")
-    return device
-
-
-def check_profile(profile: str) -> str:
-    if profile not in ("smoke", "cpu", "paper"):
-        raise ValueError(f"profile: expected 'smoke', 'cpu' or 'paper', got {profile!r}")
-    return profile

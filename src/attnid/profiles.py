@@ -113,3 +113,23 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
     GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
               dropout=cfg.dropout, bias=cfg.bias, head_dim=cfg.head_dim)  # validates the architecture
     return cfg
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when available, else ``"cpu"``; validates the name."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} requested but CUDA is not available")
+    if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
+        raise ValueError(f"device: expected 'auto', 'cpu', 'cuda[:n]' or 'mps', got {device!r}")
+    return device
+
+
+def check_profile(profile: str) -> str:
+    """Validate a notebook's ``profile`` parameter."""
+    if profile not in ("smoke", "cpu", "paper"):
+        raise ValueError(f"profile: expected 'smoke', 'cpu' or 'paper', got {profile!r}")
+    return profile

@@ -23,8 +23,7 @@ import torch
 from . import dynamics
 from .data import CharData, load
 from .gpt import GPT, GPTConfig
-from .plotting import resolve_device
-from .profiles import RunConfig
+from .profiles import RunConfig, resolve_device
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = Path(os.environ.get("ATTNID_RUNS", ROOT / "data" / "runs"))
