@@ -13,7 +13,9 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE)) and build the HTML book"
 	@echo "make test     run the whole test suite"
-	@echo "make bench    audit timing ladder"
+	@echo "make chapter NB=notebooks/03_biases.py   re-execute one chapter and rebuild"
+	@echo "make serve    serve the built book on http://127.0.0.1:8000"
+	@echo "make bench    audit timing ladder and training throughput (needs the corpus)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
