@@ -160,6 +160,40 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
+# ## Rebalancing under RoPE
+#
+# Chapter 6 rebalances heads: it picks the $S$ that makes $W_Q W_Q^\top = W_K W_K^\top$ (so $\beta = 0$).
+# That $S$ is a general symmetric matrix, so under RoPE it is **not** a symmetry any more. Only the
+# commutant is allowed: one scaled rotation $s_i R(\phi_i)$ per frequency pair. Rotations do not change
+# norms, so the best one can do is scale pair $i$ by $a_i = (\|K_i\|^2/\|Q_i\|^2)^{1/4}$ (rows $2i, 2i+1$ of the
+# augmented matrices): every pair then has equal query and key norms (each $2\times 2$ diagonal block of
+# $\beta$ has zero trace), but $\beta$ itself is not zero.
+
+# %%
+from attnid.dynamics import augment, beta, rebalance_qk, rebalance_qk_rope
+
+cfg_r = AttentionConfig(16, 4, bias="qkv", rope=True, causal=True)
+p_r = init_params(cfg_r, seed=seed)
+p_r["W_Q"] = 3.0 * p_r["W_Q"]
+X_r = torch.randn(2, cfg_r.E, 20, generator=gen, dtype=torch.float64)
+Y_r = attention(X_r, p_r, cfg_r)
+rows = []
+for name, fn in (("full rebalance (chapter 6)", rebalance_qk), ("commutant-only rebalance", rebalance_qk_rope)):
+    W_Q, b_Q, W_K, b_K = fn(p_r["W_Q"], p_r["b_Q"], p_r["W_K"], p_r["b_K"])
+    q = dict(p_r, W_Q=W_Q, b_Q=b_Q, W_K=W_K, b_K=b_K)
+    Qa, Ka = augment(W_Q, b_Q), augment(W_K, b_K)
+    rows.append({"transform": name, "max |ΔY| on the RoPE layer": float((attention(X_r, q, cfg_r) - Y_r).abs().max()),
+                 "max |β|": float(beta(Qa, Ka).abs().max()),
+                 "‖Q‖² + ‖K‖²": float((Qa ** 2).sum() + (Ka ** 2).sum())})
+Qa, Ka = augment(p_r["W_Q"], p_r["b_Q"]), augment(p_r["W_K"], p_r["b_K"])
+rows.append({"transform": "none", "max |ΔY| on the RoPE layer": 0.0, "max |β|": float(beta(Qa, Ka).abs().max()),
+             "‖Q‖² + ‖K‖²": float((Qa ** 2).sum() + (Ka ** 2).sum())})
+rebal = pd.DataFrame(rows)
+assert rebal["max |ΔY| on the RoPE layer"][0] > 1e-3 and rebal["max |ΔY| on the RoPE layer"][1] <= 1e-10
+assert rebal["‖Q‖² + ‖K‖²"][1] < rebal["‖Q‖² + ‖K‖²"][2]
+rebal.style.format({"max |ΔY| on the RoPE layer": "{:.1e}", "max |β|": "{:.3f}", "‖Q‖² + ‖K‖²": "{:.2f}"}).hide(axis="index")
+
+# %% [markdown]
 # ## What this chapter checked
 #
 # - A random element of the RoPE commutant leaves a RoPE layer unchanged to $\le 10^{-10}$; a generic
@@ -167,3 +201,5 @@ plt.show()
 # - QK: $HD^2 \to GD^2 \to GD$; VO under GQA: $GC^2$, with or without RoPE — closed form equals the
 #   block Jacobian in every case (`tests/test_audit.py`).
 # - Llama-2-70B: $HD^2 = 1{,}048{,}576$, $GD^2 = 131{,}072$, $GD = 1{,}024$ (`tests/test_counting.py`).
+# - Under RoPE the full rebalance changes the outputs; the commutant-only rebalance keeps them to
+#   $\le 10^{-10}$ and lowers the norm, without making β zero (`tests/test_dynamics.py`).

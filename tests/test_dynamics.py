@@ -90,3 +90,23 @@ def test_beta_drift_of_gradient_steps_is_second_order():
         drifts.append(beta_drift(beta(Q - lr * A, K - lr * B), b0).item())
     assert 70 < drifts[0] / drifts[1] < 130
     assert tau(Q, K).shape == ()
+
+
+def test_rebalancing_under_rope_uses_the_commutant_only():
+    from attnid.dynamics import rebalance_qk_rope
+    cfg = AttentionConfig(12, 3, bias="all", rope=True, causal=True)
+    p = init_params(cfg, seed=1)
+    p["W_Q"] = p["W_Q"] * 3.0
+    X = torch.randn(2, 12, 9, dtype=torch.float64)
+    Y = attention(X, p, cfg)
+    W_Q, b_Q, W_K, b_K = rebalance_qk_rope(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])
+    q = dict(p, W_Q=W_Q, b_Q=b_Q, W_K=W_K, b_K=b_K)
+    assert (attention(X, q, cfg) - Y).abs().max() <= 1e-10
+    Qa, Ka = augment(W_Q, b_Q), augment(W_K, b_K)
+    pair = lambda M: (M * M).sum(-1).reshape(3, 2, 2).sum(-1)
+    assert (pair(Qa) - pair(Ka)).abs().max() <= 1e-10          # every frequency pair balanced
+    assert beta(Qa, Ka).abs().max() > 1e-3                      # but beta is not zero
+    # the unrestricted rebalance is not a symmetry of a RoPE layer
+    full = rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])
+    q = dict(p, W_Q=full[0], b_Q=full[1], W_K=full[2], b_K=full[3])
+    assert (attention(X, q, cfg) - Y).abs().max() > 1e-3

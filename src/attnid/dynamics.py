@@ -103,3 +103,20 @@ def qk_singular_values(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     ``K = G_K^{1/2} O_K`` with orthonormal rows ``O_K``, so ``σ(Kᵀ Q) = σ(G_K^{1/2} G_Q^{1/2})``.
     """
     return torch.linalg.svdvals(_sym_sqrt(gram(K)) @ _sym_sqrt(gram(Q)))
+
+
+def rebalance_qk_rope(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor, b_K: torch.Tensor | None):
+    """Rebalancing restricted to the RoPE commutant (SPEC §2, open question): only one scaled rotation per
+    frequency pair is allowed, and rotations do not change norms, so the minimum-norm point scales pair
+    ``i`` by ``a_i = (‖K_i‖² / ‖Q_i‖²)^{1/4}`` (rows ``2i, 2i+1`` of the augmented matrices). Afterwards each
+    pair has ``‖Q_i‖ = ‖K_i‖`` (the trace of every 2×2 diagonal block of β is zero), but β itself is not zero."""
+    Q, K = augment(W_Q, b_Q), augment(W_K, b_K)
+    D = Q.shape[-2]
+    q2 = (Q * Q).sum(-1).reshape(*Q.shape[:-2], D // 2, 2).sum(-1)
+    k2 = (K * K).sum(-1).reshape(*K.shape[:-2], D // 2, 2).sum(-1)
+    a = (k2 / q2).pow(0.25).repeat_interleave(2, dim=-1)[..., None]     # (..., D, 1)
+    Q2, K2 = a * Q, K / a
+    E = W_Q.shape[-1]
+    cast = lambda t, like: t.to(like.dtype)
+    return (cast(Q2[..., :E], W_Q), None if b_Q is None else cast(Q2[..., E], b_Q),
+            cast(K2[..., :E], W_K), None if b_K is None else cast(K2[..., E], b_K))
