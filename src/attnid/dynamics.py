@@ -16,6 +16,13 @@ def augment(W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     return W if b is None else torch.cat([W, b.detach().to(torch.float64)[..., None]], dim=-1)
 
 
+def split_augmented(Q: torch.Tensor, K: torch.Tensor, W_Q, b_Q, W_K, b_K):
+    """Inverse of :func:`augment` for a pair: ``(W_Q, b_Q, W_K, b_K)`` in the dtypes of the originals."""
+    E = W_Q.shape[-1]
+    return (Q[..., :E].to(W_Q.dtype), None if b_Q is None else Q[..., E].to(b_Q.dtype),
+            K[..., :E].to(W_K.dtype), None if b_K is None else K[..., E].to(b_K.dtype))
+
+
 def gram(M: torch.Tensor) -> torch.Tensor:
     return M @ M.transpose(-1, -2)
 
@@ -91,10 +98,7 @@ def rebalance_qk(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor,
     Q, K = augment(W_Q, b_Q), augment(W_K, b_K)
     S = balancing_transform(Q, K)
     Q2, K2 = S @ Q, torch.linalg.solve(S, K)    # S symmetric: S^{-T} K = S^{-1} K
-    E = W_Q.shape[-1]
-    cast = lambda t, like: t.to(like.dtype)
-    return (cast(Q2[..., :E], W_Q), None if b_Q is None else cast(Q2[..., E], b_Q),
-            cast(K2[..., :E], W_K), None if b_K is None else cast(K2[..., E], b_K))
+    return split_augmented(Q2, K2, W_Q, b_Q, W_K, b_K)
 
 
 def qk_singular_values(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
@@ -116,7 +120,4 @@ def rebalance_qk_rope(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Te
     k2 = (K * K).sum(-1).reshape(*K.shape[:-2], D // 2, 2).sum(-1)
     a = (k2 / q2).pow(0.25).repeat_interleave(2, dim=-1)[..., None]     # (..., D, 1)
     Q2, K2 = a * Q, K / a
-    E = W_Q.shape[-1]
-    cast = lambda t, like: t.to(like.dtype)
-    return (cast(Q2[..., :E], W_Q), None if b_Q is None else cast(Q2[..., E], b_Q),
-            cast(K2[..., :E], W_K), None if b_K is None else cast(K2[..., E], b_K))
+    return split_augmented(Q2, K2, W_Q, b_Q, W_K, b_K)
