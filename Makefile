@@ -8,7 +8,7 @@ DEVICE ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test bench data book chapter serve clean
+.PHONY: help venv test bench bench-gpu data book chapter serve clean
 
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE)) and build the HTML book"
@@ -16,6 +16,10 @@ help:
 	@echo "make chapter NB=notebooks/03_biases.py   re-execute one chapter and rebuild"
 	@echo "make serve    serve the built book on http://127.0.0.1:8000"
 	@echo "make bench    audit timing ladder and training throughput (needs the corpus)"
+	@echo "make bench-gpu   the GPU training path: precisions, probe overhead, projected suite times"
+	@echo "make data     locate (or download) and verify the corpus"
+	@echo "make venv     create .venv and install the project (run by every other target)"
+	@echo "make clean    remove build/ (executed notebooks and HTML)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +34,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) tools/bench.py
+
+bench-gpu: $(STAMP)
+	$(PY) tools/bench.py --gpu --steps 300
 
 clean:
 	rm -rf build

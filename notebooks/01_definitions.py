@@ -46,8 +46,9 @@ import torch
 from torch import nn
 
 from attnid.attention import (AttentionConfig, attention, attention_steps, concat_project_attention,
-                              from_fused, from_torch_mha, init_params, to_fused)
+                              from_torch_mha, init_params, to_fused)
 from attnid.counting import multi_head_params, single_head_params
+from attnid.gpt import CausalSelfAttention, GPTConfig
 from attnid.profiles import check_profile
 
 check_profile(profile)
@@ -76,10 +77,15 @@ for causal in (False, True):
     mask = torch.ones(L, L, dtype=torch.bool).triu(1) if causal else None
     y_torch = mha(x, x, x, need_weights=False, attn_mask=mask)[0]
     y_cat = concat_project_attention(x, p, cfg)
-    cfg_f, p_f = from_fused(*to_fused(cfg, p), H, causal=causal)
-    y_fused = attention(x.transpose(1, 2), p_f, cfg_f).transpose(1, 2)
-    for name, y in (("concatenate-and-project", y_cat), ("torch.nn.MultiheadAttention", y_torch),
-                    ("nanoGPT fused c_attn/c_proj", y_fused)):
+    compared = [("concatenate-and-project", y_cat), ("torch.nn.MultiheadAttention", y_torch)]
+    if causal:       # nanoGPT's attention is causal: its own module, weights copied in, float64
+        gpt_attn = CausalSelfAttention(GPTConfig(n_embd=E, n_head=H, bias=True)).double().eval()
+        with torch.no_grad():
+            for prm, value in zip((gpt_attn.c_attn.weight, gpt_attn.c_attn.bias, gpt_attn.c_proj.weight,
+                                   gpt_attn.c_proj.bias), to_fused(cfg, p)):
+                prm.copy_(value)
+        compared.append(("attnid.gpt.CausalSelfAttention (nanoGPT)", gpt_attn(x)))
+    for name, y in compared:
         rows.append({"causal mask": causal, "compared with": name,
                      "max |ΔY|": float((y - y_col).abs().max()), "max |Y|": float(y_col.abs().max())})
 equal = pd.DataFrame(rows)
@@ -136,8 +142,10 @@ assert torch.allclose(steps["head_out"].sum(1)[0] + p["b_O"][:, None], steps["Y"
 # %% [markdown]
 # ## What this chapter checked
 #
-# - The column form equals concatenate-and-project, `torch.nn.MultiheadAttention` and nanoGPT's fused
-#   layer to $\le 10^{-10}$ in float64, with and without a causal mask (`tests/test_attention.py`).
+# - The column form equals concatenate-and-project and `torch.nn.MultiheadAttention` to $\le 10^{-10}$ in
+#   float64, with and without a causal mask, and the causal form equals the forward pass of the training
+#   model's own attention module (`attnid.gpt.CausalSelfAttention`, nanoGPT's fused `c_attn`/`c_proj`)
+#   with the same weights (`tests/test_attention.py`).
 # - $H$ heads of size $E/H$ have $2HE(D+C) = 4E^2$ weights for every $(E, H)$ in the table
 #   (`tests/test_counting.py`).
 # - In the worked example every column of every $P_h$ sums to one and $Y$ is the sum of the head

@@ -39,7 +39,7 @@ import seaborn as sns
 import torch
 
 from attnid.attention import AttentionConfig, attention, init_params
-from attnid.audit import audit, qk_product_rank
+from attnid.audit import audit, qk_product_rank, svd_construction_rank
 from attnid.counting import count, orthonormal_qk_dof, qk_identified_fraction
 from attnid.plotting import set_style
 from attnid.profiles import check_profile
@@ -93,6 +93,44 @@ roundoff = eps * inv[["κ(S)"]].to_numpy() * float(Y.abs().max())
 assert (inv[["QK: max |ΔY|", "VO: max |ΔY|"]].to_numpy() <= 100 * roundoff).all()
 
 # %% [markdown]
+# The paper names three familiar special cases of $S$: a permutation of a head's query/key dimensions
+# (relabelling them), an orthogonal $S$ (a rotation, $S^{-\top} = S$), and a compensating scaling
+# $S = \operatorname{diag}(c)$, which multiplies query row $i$ by $c_i$ and key row $i$ by $1/c_i$:
+
+# %%
+def special(kind: str) -> torch.Tensor:
+    D_ = cfg.D
+    if kind == "permutation":
+        return torch.eye(D_, dtype=torch.float64)[torch.randperm(D_, generator=gen)]
+    if kind == "orthogonal":
+        return torch.linalg.qr(torch.randn(D_, D_, generator=gen, dtype=torch.float64))[0]
+    return torch.diag(torch.exp(2 * torch.randn(D_, generator=gen, dtype=torch.float64)))
+
+
+rows = []
+for kind in ("permutation", "orthogonal", "compensating scaling"):
+    S = torch.stack([special(kind) for _ in range(cfg.G)])
+    q = transform_qk(p, cfg, S)
+    rows.append({"S": kind, "max |ΔW_Q|": float((q["W_Q"] - p["W_Q"]).abs().max()),
+                 "max |ΔY|": float((attention(X, q, cfg) - Y).abs().max())})
+special_table = pd.DataFrame(rows)
+assert (special_table["max |ΔY|"] <= 1e-10).all() and (special_table["max |ΔW_Q|"] > 1e-2).all()
+special_table.style.format({"max |ΔW_Q|": "{:.2f}", "max |ΔY|": "{:.1e}"}).hide(axis="index")
+
+# %% [markdown]
+# The smallest case makes the point most plainly. With one input dimension ($E = 1$) a head's query and
+# key weights are two vectors $w_Q, w_K \in \mathbb{R}^D$ and the score is $x^2\, w_K^\top w_Q$: only the
+# inner product matters, so of the $2D$ weights one direction is identified and $2D - 1$ are not. The
+# rank of the product map's Jacobian says the same:
+
+# %%
+rank_one = pd.DataFrame([{"D": D_, "weights 2D": 2 * D_, "rank of (w_Q, w_K) ↦ w_Kᵀw_Q": qk_product_rank(1, D_).rank,
+                          "unidentified (2D − rank)": 2 * D_ - qk_product_rank(1, D_).rank, "2D − 1": 2 * D_ - 1}
+                         for D_ in (1, 2, 3, 4, 8)])
+assert (rank_one["unidentified (2D − rank)"] == rank_one["2D − 1"]).all()
+rank_one.style.hide(axis="index")
+
+# %% [markdown]
 # ## First order is not second order
 #
 # Differentiating $t \mapsto (e^{tS} W_Q, e^{-tS^\top} W_K)$ at $t=0$ gives the tangent direction
@@ -123,21 +161,30 @@ assert abs(slope_t - 2) < 0.1 and abs(slope_g - 1) < 0.1
 # The products $W_K^\top W_Q$ with $D \le E$ form the set of $E \times E$ matrices of rank at most
 # $D$, a manifold of dimension $D(2E - D) = 2DE - D^2$. So of the $2DE$ query and key weights of a
 # head, $D^2$ are unidentified and the identified share is $1 - D/(2E)$: one half when $D = E$.
-# The same count comes out if $W_Q$ is constrained to orthonormal rows: the Stiefel manifold has
-# dimension $DE - D(D+1)/2$, the remaining symmetry is orthogonal ($D(D-1)/2$), and
-# $DE - D(D+1)/2 + DE - D(D-1)/2 = 2DE - D^2$. We check both with the rank of the Jacobian of the
-# product map.
+# The paper reaches the same number through a construction: write the product as a thin SVD
+# $W_K^\top W_Q = U \Sigma V^\top$ with $U, V \in \mathbb{R}^{E \times D}$ having orthonormal columns and
+# $\Sigma$ diagonal. That is $2DE + D$ numbers under $D(D+1)$ constraints ($U^\top U = I$ and $V^\top V = I$,
+# $D(D+1)/2$ each), leaving $2DE - D^2$. A count of constraints is only an upper bound until two
+# things are checked: the constraints are independent (their Jacobian has rank $D(D+1)$, so the tangent
+# space has dimension $2DE - D^2$), and the product map is injective on that tangent space (its Jacobian
+# restricted to it has full rank). Both are checked below with `attnid.audit.svd_construction_rank`,
+# next to the rank of the product map with free factors. (The rank of the product map's image alone
+# cannot test the count: any parametrisation that reaches every rank-$D$ matrix gives $2DE - D^2$.)
 
 # %%
 rows = []
 for E_, D_ in [(6, 2), (8, 3), (10, 10), (12, 5)]:
+    svd = svd_construction_rank(E_, D_, seed=seed)
     rows.append({"E": E_, "D": D_, "2DE − D²": orthonormal_qk_dof(E_, D_),
                  "rank, free factors": qk_product_rank(E_, D_, seed=seed).rank,
-                 "rank, orthonormal W_Q": qk_product_rank(E_, D_, orthonormal=True, seed=seed).rank,
+                 "SVD: parameters": svd["parameters"], "SVD: independent constraints": svd["constraints"],
+                 "SVD: tangent dimension": svd["tangent_dim"], "SVD: rank on the tangent": svd["rank_on_tangent"],
                  "identified share 1 − D/(2E)": qk_identified_fraction(E_, D_)})
 prod = pd.DataFrame(rows)
 assert (prod["2DE − D²"] == prod["rank, free factors"]).all()
-assert (prod["2DE − D²"] == prod["rank, orthonormal W_Q"]).all()
+assert (prod["SVD: independent constraints"] == prod["D"] * (prod["D"] + 1)).all()
+assert (prod["2DE − D²"] == prod["SVD: tangent dimension"]).all()
+assert (prod["SVD: tangent dimension"] == prod["SVD: rank on the tangent"]).all()
 prod.style.format({"identified share 1 − D/(2E)": "{:.3f}"}).hide(axis="index")
 
 # %% [markdown]
@@ -146,6 +193,8 @@ prod.style.format({"identified share 1 − D/(2E)": "{:.3f}"}).hide(axis="index"
 # For a whole layer (QK and VO blocks, $C = D$, no biases) the unidentified count is $2HD^2$ of
 # $4HDE$ weights, so the identified fraction is $1 - D/(2E)$, whatever $H$. With the usual
 # $D = E/H$ it is $1 - 1/(2H)$ ({numref}`fig-heatmap`): more, smaller heads are better identified.
+# The map depends on $H$ and $D$ only through $D/E$: the number of heads does not enter the fraction
+# at all, only the head size relative to the width, and every cell of a column is the same.
 
 # %% mystnb={"figure": {"name": "fig-heatmap", "caption": "Identified fraction 1 − D/(2E) of the attention weights at E = 384 over heads H and head size D; red cells are D = E/H, where it equals 1 − 1/(2H)."}}
 E0 = 384
@@ -161,6 +210,7 @@ for i, H_ in enumerate(Hs):
 ax.set_title(f"Identified fraction of attention weights, E = {E0} (red: D = E/H)")
 plt.show()
 assert all(abs(frac.loc[H_, E0 // H_] - (1 - 1 / (2 * H_))) < 1e-12 for H_ in Hs if E0 // H_ in Ds)
+assert np.allclose(frac.to_numpy(), 1 - np.array(Ds)[None, :] / (2 * E0))      # a function of D/E alone
 
 # %% [markdown]
 # ## Theory against the Jacobian
@@ -203,7 +253,11 @@ plt.show()
 #
 # - $(SW_Q, S^{-\top}W_K)$ and $(W_O S^{-1}, S W_V)$ leave the outputs unchanged to $\le 10^{-10}$ for
 #   $\kappa(S) \le 10^4$, and to round-off proportional to $\kappa(S)$ beyond (`tests/test_symmetry.py`).
+# - Permutations, orthogonal matrices and compensating scalings are special cases, each leaving the output
+#   unchanged to $10^{-10}$; in the rank-one case ($E = 1$) $2D - 1$ of $2D$ weights are unidentified.
 # - Along the tangent the output changes with slope 2 in $t$, along a generic direction with slope 1.
-# - The product map has rank $2DE - D^2$ with free and with orthonormal factors (`tests/test_audit.py`).
+# - The product map has rank $2DE - D^2$ with free factors, and the paper's SVD construction has
+#   $D(D+1)$ independent constraints, a tangent space of dimension $2DE - D^2$ and full rank on it
+#   (`tests/test_audit.py`).
 # - The identified fraction is $1 - 1/(2H)$ at $D = E/H$, and the closed-form count equals the
 #   Jacobian count on every configuration of the table (`tests/test_audit.py` runs a larger grid).

@@ -45,7 +45,8 @@ from attnid.audit import audit
 from attnid.counting import count
 from attnid.plotting import set_style
 from attnid.profiles import check_profile
-from attnid.symmetry import absorb_value_bias, bias_gradient_norms, shift_key_bias
+from attnid.symmetry import (absorb_value_bias, bias_gradient_norms, bias_gradients, shift_key_bias,
+                             value_bias_direction)
 
 check_profile(profile)
 set_style()
@@ -106,11 +107,35 @@ assert g_plain["b_K"] < 1e-12 and min(g_plain["b_Q"], g_plain["b_V"], g_plain["b
 assert g_rope["b_K"] > 1e-3
 
 # %% [markdown]
+# The value bias has a large gradient, and yet it is unidentified. There is no contradiction: what is
+# unidentified is not $b_V$ alone but the *combined* direction that moves $b_V$ by $\delta$ and $b_O$ by
+# $-\sum_h W_O^h \delta^h$, along which the output does not change. The gradient must be orthogonal to
+# that direction, and it is:
+
+# %%
+grads = bias_gradients(p, cfg, X, seed=seed)
+rows = []
+for trial in range(3):
+    d = value_bias_direction(p, cfg, torch.randn(cfg.G, cfg.C, generator=gen, dtype=torch.float64))
+    along = sum(float((grads[k] * d[k]).sum()) for k in d)
+    scale = float(torch.cat([grads[k].reshape(-1) for k in d]).norm() * torch.cat([v.reshape(-1) for v in d.values()]).norm())
+    rows.append({"random δ": trial + 1, "‖∇b_V‖": float(grads["b_V"].norm()),
+                 "⟨∇, combined direction⟩": along, "relative to ‖∇‖‖d‖": abs(along) / scale})
+vdir = pd.DataFrame(rows)
+assert (vdir["relative to ‖∇‖‖d‖"] < 1e-12).all()
+vdir.style.format({"‖∇b_V‖": "{:.2f}", "⟨∇, combined direction⟩": "{:.1e}", "relative to ‖∇‖‖d‖": "{:.1e}"}
+                  ).hide(axis="index")
+
+# %% [markdown]
 # ## Counting with biases
 #
 # Without RoPE the key bias adds $G\,D$ unidentified parameters ($E$ for standard multi-head
 # attention), the value bias $G\,C$ as long as there is an output bias to absorb it (and
-# $\max(0, GC - E)$ without one). The Jacobian agrees on every combination:
+# $\max(0, GC - E)$ without one). The paper's counts, $E$ for the key bias and $H C$ for the value
+# bias, are the multi-head special case $G = H$, $D = C = E/H$: under grouped-query attention they
+# overcount (the shared keys and values have only $G D$ and $G C$ bias entries), and without an
+# output bias the value bias is unidentified only in as far as $GC > E$. The Jacobian agrees with the
+# general forms on every combination:
 
 # %%
 rows = []

@@ -21,55 +21,75 @@
 #
 # **Ablation.** A head is removed by deleting its term $W_O^h V_h P_h$ from the layer's sum (its output is
 # zeroed before the output projection; the output bias stays). Its *importance* is the increase of the
-# validation loss, on a fixed seeded set of batches, when it alone is removed.
+# validation loss, on a fixed seeded set of batches, when it alone is removed. Every training run does
+# this analysis on its own device when it finishes and stores it in its run record (`heads.json`), so
+# this chapter reads records and never loads weights.
 
 # %% tags=["parameters"]
 profile = "cpu"
 seed = 0
 device = "auto"
-n_val_batches = 20
 
-# %%
+# %% tags=["hide-input"]
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from IPython.display import Markdown, display
 
 from attnid import AttentionConfig, count
-from attnid.data import load
-from attnid.heads import effective_rank, fixed_batches, head_importance, max_prunable_fraction, pruning_curve
-from attnid.plotting import set_style
 from attnid.profiles import HEAD_COUNTS, SUITE_SEEDS, SUITES, check_profile, make_config, resolve_device
-from attnid.train import load_model, train
+from attnid.plotting import set_style
+from attnid.records import RecordError, find_runs, load_run, rho_key, series
+from attnid.train import train
 
 check_profile(profile)
 set_style()
 dev = resolve_device(device)
-data = load()
-base_cfg = make_config(profile, "adamw", seed=seed, device=device)
-adamw = train(base_cfg, data=data, progress=False)          # the chapter-6 run (reused if finished)
-model = load_model(profile, "adamw", seed=seed, device=dev)
-batches = fixed_batches(data, base_cfg.batch_size, base_cfg.block_size, n_val_batches if profile != "smoke" else 3,
-                        seed=seed, device=dev)
-baseline, importance = head_importance(model, batches)
+
+
+def md(text: str) -> None:
+    display(Markdown(text))
+
+
+def run_record(case: str, s: int):
+    """The finished record of ``case`` (seed ``s``): trained here unless the paper profile has no GPU."""
+    if profile == "paper" and not dev.startswith("cuda"):
+        found = find_runs("paper", [case], seed=s)
+        if case not in found or found[case].heads is None:
+            raise RecordError(f"no paper-scale record with a head analysis for {case} (seed {s}): make the "
+                              "chapter-6 and chapter-7 runs on a GPU with `attnid experiments --profile paper "
+                              "--device cuda` and `attnid experiments --profile paper --suite heads --device cuda`")
+        return found[case]
+    train(make_config(profile, case, seed=s, device=device), progress=False)
+    return load_run(profile, case, seed=s)
+
+
+adamw = run_record("adamw", seed)          # the chapter-6 run: its record holds the head analysis
+heads = adamw.heads
+importance, baseline = np.array(heads["importance"]), heads["baseline"]
 L, H = importance.shape
-print(f"AdamW model of chapter 6 ({profile}): {L} layers x {H} heads, baseline validation loss {baseline:.4f}")
+paper = find_runs("paper", ["adamw"], seed=seed).get("adamw") if profile != "paper" else None
+md(f"AdamW model of chapter 6 ({profile} profile): {L} layers × {H} heads, validation loss "
+   f"{baseline:.4f} on {heads['n_batches']} fixed batches. Head analysis at paper scale: "
+   + ("in this build's records." if profile == "paper" else
+      "pending (the paper-scale records predate the head analysis; `attnid experiments --profile paper "
+      "--device cuda` on a GPU makes it)." if paper is None or paper.heads is None else "available."))
 
 # %% [markdown]
 # ## Importance, ρ and effective rank, head by head
 #
 # Next to the importance grid: the mean unidentified-step fraction $\rho$ of each head over AdamW
 # training (chapter 6) and the effective rank of each head's final QK product (the exponential of the
-# entropy of its normalised singular values; at most $D$).
+# entropy of its normalised singular values; at most $D$, here of the bias-augmented product).
 
-# %% mystnb={"figure": {"name": "fig-head-grids", "caption": "Per head (layers × heads): loss increase when the head alone is removed, mean ρ over AdamW training, and effective rank of the final QK product."}}
-rows = pd.DataFrame(adamw["rows"])
-rho = np.nanmean(np.array([r for r in rows["rho"].dropna()], dtype=float), axis=0)              # (L, H)
-final_sv = np.array(rows["qk_sv"].dropna().iloc[-1])                                             # (L, H, D)
-erank = effective_rank(final_sv)
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-grids", "caption": "Per head (layers × heads): loss increase when the head alone is removed, mean ρ over AdamW training, and effective rank of the final QK product."}}
+rho = np.nanmean(series(adamw.rows, rho_key(adamw))[1], axis=0)                 # (L, H)
+erank = np.array(heads["effective_rank"])
+D = adamw.config.get("head_dim") or adamw.config["n_embd"] // adamw.config["n_head"]
 fig, axes = plt.subplots(1, 3, figsize=(14, 2.2 + 0.6 * L))
 for ax, grid, title, cmap, fmt in ((axes[0], importance, "importance (Δ val loss)", "magma", "{:.3f}"),
                                    (axes[1], rho, "mean ρ (AdamW)", "viridis", "{:.3f}"),
-                                   (axes[2], erank, f"QK effective rank (D = {final_sv.shape[-1]})", "cividis", "{:.1f}")):
+                                   (axes[2], erank, f"QK effective rank (D = {D})", "cividis", "{:.1f}")):
     im = ax.imshow(grid, cmap=cmap, aspect="auto")
     for (i, j), v in np.ndenumerate(grid):
         ax.text(j, i, fmt.format(v), ha="center", va="center", color="w" if v < grid.mean() else "k", fontsize=8)
@@ -80,9 +100,6 @@ for ax, grid, title, cmap, fmt in ((axes[0], importance, "importance (Δ val los
     fig.colorbar(im, ax=ax, shrink=0.8)
 plt.tight_layout()
 plt.show()
-corr = np.corrcoef(importance.ravel(), rho.ravel())[0, 1]
-print(f"correlation across heads: importance vs mean ρ = {corr:+.2f}, "
-      f"importance vs effective rank = {np.corrcoef(importance.ravel(), erank.ravel())[0, 1]:+.2f}")
 assert importance.max() > 0
 
 # %% [markdown]
@@ -91,9 +108,9 @@ assert importance.max() > 0
 # Heads are removed cumulatively, least important first, and the validation loss is measured after each
 # removal ({numref}`fig-pruning`).
 
-# %% mystnb={"figure": {"name": "fig-pruning", "caption": "Validation loss against the fraction of heads removed (least important first), with the 1 % and 5 % tolerance bands of the unpruned loss."}}
-curve = pruning_curve(model, batches, importance)
-f1, f5 = max_prunable_fraction(curve, 0.01), max_prunable_fraction(curve, 0.05)
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-pruning", "caption": "Validation loss against the fraction of heads removed (least important first), with the 1 % and 5 % tolerance bands of the unpruned loss."}}
+curve = heads["pruning_curve"]
+f1, f5 = heads["prunable"]["0.01"], heads["prunable"]["0.05"]
 fig, ax = plt.subplots()
 ax.plot([c["fraction"] for c in curve], [c["loss"] for c in curve], "o-", label="validation loss")
 for tol, f, c in ((0.01, f1, "C2"), (0.05, f5, "C1")):
@@ -104,7 +121,7 @@ ax.set(xlabel="fraction of heads removed", ylabel="validation loss (nats per cha
 ax.legend()
 plt.show()
 assert curve[0]["loss"] == baseline and 0 <= f1 <= f5 <= 1
-print(f"prunable within 1 %: {f1:.0%} of heads; within 5 %: {f5:.0%}")
+md(f"Prunable within 1 %: {f1:.0%} of heads; within 5 %: {f5:.0%}.")
 
 # %% [markdown]
 # ## More heads at the same width
@@ -114,34 +131,74 @@ print(f"prunable within 1 %: {f1:.0%} of heads; within 5 %: {f5:.0%}")
 # with it the identified fraction $1 - 1/(2H)$. The control keeps $H = 4$ but shrinks the heads to
 # $D = C = 8 < E/H$: fewer weights, the identified fraction of $H = 8$ ($1 - D/(2E)$).
 
-# %%
+# %% tags=["hide-input"]
 seeds = SUITE_SEEDS["heads"][profile]
 records = []
 for case in SUITES["heads"]:
     for s in seeds:
-        cfg = make_config(profile, case, seed=s, device=device)
-        run = train(cfg, data=data, progress=False)
-        r = pd.DataFrame(run["rows"])
+        rec = run_record(case, s)
+        cfg = make_config(profile, case, seed=s)
         D = cfg.head_dim or cfg.n_embd // cfg.n_head
         arch = AttentionConfig(cfg.n_embd, cfg.n_head, head_dim=D)
-        records.append({"case": case, "H": cfg.n_head, "D": D, "seed": s, "val loss": run["final_val_loss"],
-                        "attention weights / layer": count(arch).total_params,
+        rho_heads = np.nanmean(series(rec.rows, rho_key(rec))[1], axis=0)           # (L, H)
+        imp = np.array(rec.heads["importance"])
+        records.append({"case": case, "H": cfg.n_head, "D": D, "seed": s, "val loss": rec.summary["final_val_loss"],
+                        "weights / layer": count(arch).total_params,
                         "identified fraction": count(arch).identified_fraction,
-                        "mean ρ": float(np.nanmean(np.array(r["rho"].dropna().tolist(), dtype=float))),
-                        "QK effective rank": float(effective_rank(np.array(r["qk_sv"].dropna().iloc[-1])).mean())})
+                        "mean ρ": float(rho_heads.mean()),
+                        "isotropic": D / (2 * (cfg.n_embd + 1)),
+                        "corr": float(np.corrcoef(imp.ravel(), rho_heads.ravel())[0, 1])
+                        if cfg.n_head > 1 else np.nan,
+                        "QK effective rank": float(np.mean(rec.heads["effective_rank"]))})
 sweep = pd.DataFrame(records)
 table = sweep.groupby(["case", "H", "D"], sort=False).agg(
-    **{"val loss (mean)": ("val loss", "mean"), "val loss (min)": ("val loss", "min"), "val loss (max)": ("val loss", "max"),
-       "weights / layer": ("attention weights / layer", "first"), "identified fraction": ("identified fraction", "first"),
-       "mean ρ (AdamW)": ("mean ρ", "mean"), "QK effective rank": ("QK effective rank", "mean")}).reset_index()
+    **{"val loss (mean)": ("val loss", "mean"), "val loss (min)": ("val loss", "min"),
+       "val loss (max)": ("val loss", "max"), "weights / layer": ("weights / layer", "first"),
+       "identified fraction": ("identified fraction", "first"), "mean ρ (AdamW)": ("mean ρ", "mean"),
+       "isotropic D/(2(E+1))": ("isotropic", "first"), "QK effective rank": ("QK effective rank", "mean")}
+).reset_index()
+table["ρ / isotropic"] = table["mean ρ (AdamW)"] / table["isotropic D/(2(E+1))"]
 main = table[table["case"] != "heads_H4_D8"]
 assert np.allclose(main["identified fraction"], 1 - 1 / (2 * main["H"]))
 assert (table["val loss (mean)"] < np.log(65)).all()
-table.style.format({"val loss (mean)": "{:.4f}", "val loss (min)": "{:.4f}", "val loss (max)": "{:.4f}",
-                    "weights / layer": "{:,}", "identified fraction": "{:.4f}", "mean ρ (AdamW)": "{:.3f}",
-                    "QK effective rank": "{:.2f}"}).hide(axis="index")
+table.drop(columns="case").style.format(
+    {"val loss (mean)": "{:.4f}", "val loss (min)": "{:.4f}", "val loss (max)": "{:.4f}", "weights / layer": "{:,}",
+     "identified fraction": "{:.4f}", "mean ρ (AdamW)": "{:.4f}", "isotropic D/(2(E+1))": "{:.4f}",
+     "QK effective rank": "{:.2f}", "ρ / isotropic": "{:.2f}"}).hide(axis="index")
 
-# %% mystnb={"figure": {"name": "fig-head-sweep", "caption": "Final validation loss against the number of heads at fixed width (mean and range over seeds), with the identified fraction 1 − 1/(2H) on the right axis; the square is the control with H = 4 and D = 8."}}
+# %% [markdown]
+# ### Does AdamW's unidentified share follow $1/(2H)$?
+#
+# The paper's thesis is that more heads leave a smaller share of the attention weights unidentified. If
+# AdamW's updates were isotropic, their mean $\rho$ would fall like that share, $D/(2(E+1)) \approx 1/(2H)$.
+# {numref}`fig-rho-vs-h` compares the two.
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-rho-vs-h", "caption": "AdamW's mean ρ over training against the number of heads at fixed width (markers: seeds), with the isotropic share D/(2(E+1)) ≈ 1/(2H)."}}
+fig, ax = plt.subplots()
+m = sweep[sweep["case"] != "heads_H4_D8"]
+ax.loglog(m["H"], m["mean ρ"], "o", alpha=0.6, label="AdamW mean ρ (each seed)")
+ax.loglog(main["H"], main["mean ρ (AdamW)"], "-", color="C0", label="mean over seeds")
+ax.loglog(main["H"], main["isotropic D/(2(E+1))"], "k--", label="isotropic D/(2(E+1))")
+ax.set_xticks(list(HEAD_COUNTS), [str(h) for h in HEAD_COUNTS])
+ax.set(xlabel="heads H (D = E/H)", ylabel="mean ρ", title="Unidentified share of AdamW's steps")
+ax.legend(fontsize=8)
+plt.show()
+ratio = main.set_index("H")["ρ / isotropic"]
+slope = np.polyfit(np.log(main["H"]), np.log(main["mean ρ (AdamW)"]), 1)[0]
+md(f"AdamW's mean ρ is {ratio.iloc[0]:.2f} of the isotropic share at H = {ratio.index[0]} and "
+   f"{ratio.iloc[-1]:.2f} of it at H = {ratio.index[-1]}; its log–log slope against H is {slope:.2f} "
+   f"(the isotropic share has slope −1). "
+   + ("It falls more slowly than 1/(2H)." if slope > -0.9 else "It falls about as fast as 1/(2H)."
+      if slope > -1.1 else "It falls faster than 1/(2H)."))
+
+# %% tags=["hide-input"]
+corr = sweep.dropna(subset=["corr"])
+md("Correlation across heads between importance and mean ρ, per run (n = number of heads): "
+   + "; ".join(f"H = {r.H}{'' if r.case != 'heads_H4_D8' else ' (D = 8)'}, seed {r.seed}: {r.corr:+.2f} "
+               f"(n = {r.H * adamw.config['n_layer']})" for r in corr.itertuples()) + ". "
+   f"Over these {len(corr)} runs it ranges from {corr['corr'].min():+.2f} to {corr['corr'].max():+.2f}.")
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-sweep", "caption": "Final validation loss against the number of heads at fixed width (mean and range over seeds), with the identified fraction 1 − 1/(2H) on the right axis; the square is the control with H = 4 and D = 8."}}
 fig, ax = plt.subplots()
 err = [main["val loss (mean)"] - main["val loss (min)"], main["val loss (max)"] - main["val loss (mean)"]]
 ax.errorbar(main["H"], main["val loss (mean)"], yerr=err, fmt="o-", capsize=4, label=f"D = E/H ({len(seeds)} seed(s))")
@@ -161,28 +218,28 @@ h2, l2 = ax2.get_legend_handles_labels()
 ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper center")
 plt.show()
 
-# %%
+# %% tags=["hide-input"]
 by_h = main.set_index("H")["val loss (mean)"]
 spread = float((main["val loss (max)"] - main["val loss (min)"]).max())
-print(f"validation loss: H = 1 → {by_h.loc[1]:.4f}, best at H = {by_h.idxmin()} ({by_h.min():.4f}); "
-      f"largest seed-to-seed range {spread:.4f}")
-print(f"control (H = 4, D = 8): {float(ctrl['val loss (mean)'].iloc[0]):.4f} with "
-      f"{int(ctrl['weights / layer'].iloc[0]):,} weights vs H = 4, D = 16: {by_h.loc[4]:.4f} with "
-      f"{int(main.set_index('H').loc[4, 'weights / layer']):,}")
+gain = by_h.loc[1] - by_h.min()
+md(f"Validation loss: H = 1 → {by_h.loc[1]:.4f}, best at H = {by_h.idxmin()} ({by_h.min():.4f}), a difference of "
+   f"{gain:.4f} against a largest seed-to-seed range of {spread:.4f} over {len(seeds)} seed(s): "
+   + ("one seed gives no noise estimate, so no conclusion." if len(seeds) < 2 else
+      "within seed noise." if gain <= spread else "larger than the seed noise.")
+   + f" Control (H = 4, D = 8): {float(ctrl['val loss (mean)'].iloc[0]):.4f} with "
+   f"{int(ctrl['weights / layer'].iloc[0]):,} weights per layer, against {by_h.loc[4]:.4f} with "
+   f"{int(main.set_index('H').loc[4, 'weights / layer']):,} for H = 4, D = {int(main.set_index('H').loc[4, 'D'])}.")
 
 # %% [markdown]
 # ## What the numbers support, and what they do not
 #
-# - **Pruning.** The loss rises with every head removed in these small models, and the fractions
-#   prunable within 1 % and 5 % printed above are what one trained model allows; with few heads per
-#   layer a single removal is a large step. Claims of "most heads are redundant" come from much larger
-#   models; here they are measured rather than assumed.
-# - **Importance and identification.** The per-head grids show whether the heads whose updates carry
-#   more unidentified motion (ρ) or have flatter QK spectra are the ones the loss depends on; the
-#   correlations printed above are over a handful of heads and are not evidence either way.
+# - **Pruning.** The fractions prunable within 1 % and 5 % stated above are what one trained model
+#   allows; with few heads per layer a single removal is a large step. Claims of "most heads are
+#   redundant" come from much larger models; here they are measured rather than assumed.
+# - **Importance and identification.** The correlations stated above are each over the heads of one run,
+#   a handful of numbers; they are reported, not interpreted.
 # - **Head count.** At fixed width the identified fraction rises from 1/2 to 31/32, and the validation
-#   loss is printed against it. With one short schedule and a few seeds, differences smaller than the
-#   seed-to-seed range are noise. The control separates the two effects only partly: it has the
+#   loss is shown against it, with the seed-to-seed range as the yardstick. The control separates the two effects only partly: it has the
 #   identified fraction of $H = 8$ but fewer weights, so a worse loss there is explained by capacity as
 #   easily as by identification. The data do not isolate identification as the cause of any gain, which
 #   is the paper's own caveat.

@@ -83,3 +83,38 @@ def test_bad_architecture_raises_named_error(kwargs, word):
 
 def test_parse_bias():
     assert parse_bias("all") == "qkvo" and parse_bias("none") == "" and parse_bias("v,q") == "qv"
+
+
+def test_column_form_equals_the_training_models_attention():
+    """The nanoGPT module's own forward (fused c_attn/c_proj, scaled_dot_product_attention), not a
+    round trip through the converters."""
+    from attnid.attention import from_fused
+    from attnid.gpt import CausalSelfAttention, GPTConfig
+
+    torch.manual_seed(3)
+    layer = CausalSelfAttention(GPTConfig(n_embd=24, n_head=4, bias=True)).double().eval()
+    with torch.no_grad():
+        for prm in layer.parameters():
+            prm.normal_()
+    cfg, p = from_fused(layer.c_attn.weight, layer.c_attn.bias, layer.c_proj.weight, layer.c_proj.bias, 4)
+    x = torch.randn(3, 9, 24, dtype=torch.float64)
+    y = attention(x.transpose(1, 2), p, cfg).transpose(1, 2)
+    assert (layer(x) - y).abs().max() <= 1e-10 * y.abs().max()
+
+
+def test_parameters_of_another_config_are_refused():
+    cfg = AttentionConfig(16, 4, bias="all")
+    X = torch.randn(2, 16, 5, dtype=torch.float64)
+    other = init_params(AttentionConfig(16, 2, bias="all"))
+    with pytest.raises(ValueError, match=r"W_Q: expected shape \(4, 4, 16\).*got \(2, 8, 16\)"):
+        attention(X, other, cfg)
+    with pytest.raises(ValueError, match="X: expected shape"):
+        attention(X[:, :8], init_params(cfg), cfg)
+    with pytest.raises(ValueError, match=r"\['b_K'\] missing"):
+        attention(X, {k: v for k, v in init_params(cfg).items() if k != "b_K"}, cfg)
+    with pytest.raises(ValueError, match=r"\['b_O'\] given but not"):
+        attention(X, init_params(cfg), cfg.with_(bias="qkv"))
+    with pytest.raises(ValueError, match="dtype"):
+        attention(X.float(), init_params(cfg), cfg)
+    with pytest.raises(TypeError, match="cfg"):
+        attention(X, init_params(cfg), None)

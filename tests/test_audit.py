@@ -82,3 +82,53 @@ def test_block_audits_and_qk_product():
         assert qk_product_rank(8, 3, orthonormal=ortho).rank == orthonormal_qk_dof(8, 3)
     with pytest.raises(ValueError, match="names"):
         audit_block(cfg, ("b_Q",))
+
+
+def _tangent(cfg):
+    from attnid.attention import init_params
+    from attnid.symmetry import tangent_basis
+
+    return torch.cat(list(tangent_basis(init_params(cfg, seed=0), cfg).values()), dim=1)
+
+
+def test_certify_refuses_planted_bad_directions():
+    """Three random (non-null) directions added to the known ones: the certificate fails instead of
+    answering 83 for 80; a repeated direction (not independent) fails too."""
+    from attnid.audit import CertificateError
+
+    cfg = AttentionConfig(8, 2, bias="all", causal=True)
+    T = _tangent(cfg)
+    assert audit(cfg, method="certify", directions=T).unidentified == count(cfg).unidentified == 80
+    bad = torch.cat([T, torch.randn(T.shape[0], 3, generator=torch.Generator().manual_seed(1), dtype=T.dtype)], 1)
+    with pytest.raises(CertificateError, match="3 of the 83 supplied directions are not null"):
+        audit(cfg, method="certify", directions=bad)
+    with pytest.raises(CertificateError, match="not independent"):
+        audit(cfg, method="certify", directions=torch.cat([T, T[:, :1]], 1))
+    with pytest.raises(CertificateError, match="beyond the 79 supplied"):      # one symmetry left out
+        audit(cfg, method="certify", directions=T[:, 1:])
+
+
+def test_certify_uses_the_given_rtol():
+    cfg = AttentionConfig(8, 2, bias="all")
+    assert audit(cfg, method="certify", rtol=1e-6).tol == pytest.approx(
+        1e-6 / 1e-9 * audit(cfg, method="certify").tol, rel=1e-6)
+
+
+def test_too_little_data_is_refused_not_undercounted():
+    cfg = AttentionConfig(16, 4, bias="all", causal=True)
+    with pytest.raises(ValueError, match="batch: 1 sequences .* too few"):
+        audit(cfg, method="dense", batch=1)
+    for bad in (None, "cfg"):
+        with pytest.raises(TypeError, match="cfg"):
+            audit(bad)
+    with pytest.raises(ValueError, match="batch"):
+        audit(cfg, batch=-1)
+
+
+@pytest.mark.parametrize("E, D", [(6, 2), (8, 3), (5, 5)])
+def test_svd_construction_count(E, D):
+    from attnid.audit import svd_construction_rank
+
+    r = svd_construction_rank(E, D)
+    assert r["constraints"] == D * (D + 1)
+    assert r["tangent_dim"] == r["rank_on_tangent"] == 2 * D * E - D * D

@@ -70,3 +70,28 @@ def test_data_and_training_commands_validate_first(tmp_path):
     assert r.returncode == 2 and "case" in r.stderr
     r = run("experiments", "--profile", "huge")
     assert r.returncode == 2 and "profile" in r.stderr
+
+
+def test_train_reuses_records_and_names_damage(tmp_path):
+    import os
+
+    env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
+    cmd = [EXE, "train", "--profile", "smoke", "--case", "sgd", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["precision"] == "fp32" and s["steps"] == 50 and "metrics.jsonl.gz" in s["files"]
+    (tmp_path / "smoke" / "sgd" / "heads.json").write_text("{}")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "heads.json" in lines[0] and "--force" in lines[0]
+    r = subprocess.run(cmd + ["--force"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_audit_refuses_small_batch_and_bad_threads():
+    r = run("audit", "--embed", "16", "--heads", "4", "--bias", "all", "--causal", "--batch", "1")
+    assert r.returncode == 2 and "too few" in r.stderr and "Traceback" not in r.stderr
+    for threads in ("0", "-1"):
+        r = run("audit", "--embed", "8", "--heads", "2", "--threads", threads)
+        assert r.returncode == 2 and "threads" in r.stderr and "Traceback" not in r.stderr

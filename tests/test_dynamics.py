@@ -110,3 +110,34 @@ def test_rebalancing_under_rope_uses_the_commutant_only():
     full = rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])
     q = dict(p, W_Q=full[0], b_Q=full[1], W_K=full[2], b_K=full[3])
     assert (attention(X, q, cfg) - Y).abs().max() > 1e-3
+
+
+def test_several_updates_share_one_solve():
+    from attnid import dynamics
+    g = torch.Generator().manual_seed(5)
+    Q, K = torch.randn(3, 4, 4, 9, generator=g), torch.randn(3, 4, 4, 9, generator=g)
+    A, B = torch.randn(2, 3, 4, 4, 9, generator=g), torch.randn(2, 3, 4, 4, 9, generator=g)
+    both = dynamics.unidentified_step_fraction(Q, K, A, B)
+    for i in range(2):
+        assert torch.allclose(both[i], dynamics.unidentified_step_fraction(Q, K, A[i], B[i]), atol=1e-14)
+
+
+def test_rope_layers_are_refused_or_rebalanced_on_the_commutant():
+    import pytest
+
+    from attnid import dynamics
+
+    cfg = AttentionConfig(16, 4, bias="all", rope=True, causal=True)
+    p = init_params(cfg, seed=0)
+    X = torch.randn(2, 16, 12, dtype=torch.float64)
+    with pytest.raises(ValueError, match="RoPE"):
+        dynamics.rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"], rope=True)
+    with pytest.raises(ValueError, match="RoPE"):
+        dynamics.unidentified_step_fraction(p["W_Q"], p["W_K"], p["W_Q"], p["W_K"], rope=True)
+    for c in (cfg, cfg.with_(rope=False)):
+        q = init_params(c, seed=0)
+        out = attention(X, dynamics.rebalance_params(q, c), c)
+        assert (out - attention(X, q, c)).abs().max() < 1e-10
+    full = dynamics.rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])      # what the refusal prevents
+    bad = dict(p, W_Q=full[0], b_Q=full[1], W_K=full[2], b_K=full[3])
+    assert (attention(X, bad, cfg) - attention(X, p, cfg)).abs().max() > 1e-3

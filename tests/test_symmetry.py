@@ -99,3 +99,16 @@ def test_bias_gradients_key_bias_is_zero():
     assert g["b_K"] <= 1e-12 and g["b_Q"] > 1e-3 and g["b_V"] > 1e-3 and g["b_O"] > 1e-3
     rope = AttentionConfig(12, 3, bias="all", rope=True, causal=True)
     assert bias_gradient_norms(init_params(rope, seed=0), rope, X)["b_K"] > 1e-3
+
+
+def test_gradient_is_orthogonal_to_the_value_bias_direction():
+    from attnid.attention import AttentionConfig, init_params
+    from attnid.symmetry import bias_gradients, value_bias_direction
+
+    cfg = AttentionConfig(12, 4, groups=2, bias="all", causal=True)
+    p = init_params(cfg, seed=1)
+    X = torch.randn(3, 12, 7, dtype=torch.float64)
+    g = bias_gradients(p, cfg, X, seed=2)
+    d = value_bias_direction(p, cfg, torch.randn(cfg.G, cfg.C, dtype=torch.float64))
+    along = sum(float((g[k] * d[k]).sum()) for k in d)
+    assert float(g["b_V"].norm()) > 1e-2 and abs(along) < 1e-12 * float(g["b_V"].norm())

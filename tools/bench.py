@@ -61,29 +61,8 @@ def train_bench(steps: int, repeats: int) -> None:
     med = {k: statistics.median(v) for k, v in results.items()}
 
     # The metric work itself, timed in isolation (robust to machine noise): per-step cost / step time
-    from attnid import dynamics
-    from attnid.train import bias_grad_norms, qk_stack
-    model, opt = build(cfg, data.vocab_size, "cpu")
-    gen = torch.Generator().manual_seed(0)
-    step_times, metric_times = [], []
-    for _ in range(200):
-        x, y = data.batch("train", cfg.batch_size, cfg.block_size, gen)
-        t = time.perf_counter()
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        step_times.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        Q0, K0 = qk_stack(model)
-        bias_grad_norms(model)
-        Q1, K1 = qk_stack(model)
-        dynamics.unidentified_step_fraction(Q0, K0, Q1 - Q0, K1 - K0)
-        b = dynamics.beta(Q1, K1)
-        torch.linalg.matrix_norm(b - b).norm(dim=-1)
-        dynamics.tau(Q1, K1)
-        metric_times.append(time.perf_counter() - t)
-    step, metric = statistics.median(step_times), statistics.median(metric_times)
+    step, metric = step_and_metric_ms(cfg, data, "cpu", "fp32", 200)
+    step, metric = step / 1e3, metric / 1e3
     print(f"\ntraining throughput, cpu profile ({steps} steps x {repeats} repeats, median tokens/s, "
           f"{torch.get_num_threads()} threads)")
     base = med["ours, metrics off"]
@@ -93,13 +72,114 @@ def train_bench(steps: int, repeats: int) -> None:
           f"-> overhead at metric_interval={cfg.metric_interval}: {100 * metric / (cfg.metric_interval * step):.2f} %")
 
 
+def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: bool = False) -> tuple[float, float]:
+    """Median ms of one training step (no metrics) and of the probe's work on one step."""
+    import statistics
+
+    from attnid.probe import IdentificationProbe
+    from attnid.train import build, precision_context
+
+    model, opt = build(cfg, data.vocab_size, device)
+    step_model = torch.compile(model) if compile else model
+    probe = IdentificationProbe(model, opt)
+    gen = torch.Generator().manual_seed(0)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    step_times, metric_times = [], []
+    for i in range(n + 5):                       # the first 5 steps warm up (and compile)
+        x, y = data.batch("train", cfg.batch_size, cfg.block_size, gen, device)
+        sync()
+        t = time.perf_counter()
+        with precision_context(precision, device):
+            _, loss = step_model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sync()
+        t1 = time.perf_counter()
+        probe.before_step()
+        sync()
+        t2 = time.perf_counter()
+        opt.step()                               # a second step gives the probe an update to measure
+        sync()
+        t3 = time.perf_counter()
+        probe.after_step(train_loss=loss.detach())
+        sync()
+        t4 = time.perf_counter()
+        if i >= 5:
+            step_times.append(t1 - t)
+            metric_times.append((t2 - t1) + (t4 - t3))       # the probe's own work, not the extra step
+    return 1e3 * statistics.median(step_times), 1e3 * statistics.median(metric_times)
+
+
+def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
+    """Per-step ms per precision, the probe's overhead, one real run's steps/s, projected suite times."""
+    from attnid.data import load
+    from attnid.profiles import SUITE_SEEDS, SUITES, make_config
+    from attnid.train import train
+
+    data = load()
+    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+    cfg = make_config(profile, "adamw", device=device)
+    print(f"\nGPU path: profile {profile} ({cfg.n_layer} x {cfg.n_head} x {cfg.n_embd}, context {cfg.block_size}, "
+          f"batch {cfg.batch_size}) on {name}, torch {torch.__version__}")
+    print(f"{'precision':<16}{'step ms':>10}{'probe ms':>10}{'overhead @10':>14}")
+    variants = [("fp32", False), ("tf32", False), ("bf16", False)] + ([("bf16", True)] if compile else [])
+    best = None
+    for precision, comp in variants:
+        step, metric = step_and_metric_ms(cfg, data, device, precision, 40, compile=comp)
+        label = precision + (" + compile" if comp else "")
+        print(f"{label:<16}{step:>10.2f}{metric:>10.2f}{100 * metric / (cfg.metric_interval * step):>13.1f}%",
+              flush=True)
+        if precision == "bf16" and not comp:
+            best = step
+    # one real run (default precision): metrics every 10 steps, evaluations at its start and end only
+    from attnid.heads import analyse, fixed_batches
+    from attnid.train import build, evaluate, precision_context
+
+    run = make_config(profile, "adamw", device=device, max_iters=steps, eval_interval=steps)
+    t = time.perf_counter()
+    s = train(run, data=data, save=False, progress=False)
+    wall = time.perf_counter() - t
+    model, _ = build(run, data.vocab_size, device)
+    with precision_context(s["precision"], device):
+        t = time.perf_counter()
+        evaluate(model, data, run, device, 0)
+        t_eval = time.perf_counter() - t
+        batches = fixed_batches(data, run.batch_size, run.block_size, run.head_batches, device=device)
+        t = time.perf_counter()
+        analyse(model, batches)
+        t_heads = time.perf_counter() - t
+    per_step = (wall - 2 * t_eval - t_heads) / steps
+    full = make_config(profile, "adamw")
+    n_evals = full.max_iters // full.eval_interval + 1
+    projected = full.max_iters * per_step + n_evals * t_eval + t_heads
+    print(f"\none {s['precision']} run of {steps} steps ({len(s['rows'])} recorded rows): {wall:.1f} s; "
+          f"{1e3 * per_step:.2f} ms per step with the probe every {run.metric_interval}, "
+          f"{1 / per_step:.1f} steps/s; one evaluation ({run.eval_iters} batches) {t_eval:.2f} s; "
+          f"head analysis {t_heads:.2f} s")
+    print(f"projected {full.max_iters}-step run ({n_evals} evaluations, head analysis): {projected:.0f} s")
+    for suite in SUITES:
+        n = len(SUITES[suite]) * len(SUITE_SEEDS[suite][profile])
+        print(f"projected suite {suite!r} ({n} runs, one after another): {n * projected / 60:.1f} min")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", choices=["audit", "train"], default=None)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--gpu", action="store_true", help="the GPU path (paper profile): precisions, probe, projections")
+    ap.add_argument("--device", default="cuda", help="with --gpu: the device (cpu only to test this script)")
+    ap.add_argument("--profile", default="paper", help="with --gpu: the profile measured")
+    ap.add_argument("--compile", action="store_true", help="with --gpu: also time torch.compile")
     a = ap.parse_args()
+    if a.gpu:
+        if a.device.startswith("cuda") and not torch.cuda.is_available():
+            raise SystemExit("bench --gpu: CUDA is not available on this machine")
+        gpu_bench(a.device, a.profile, a.steps, a.compile)
+        return
     print(f"torch {torch.__version__}, {os.cpu_count()} cpus")
     if a.only in (None, "audit"):
         for th in a.threads:

@@ -117,6 +117,28 @@ def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = tor
     return out
 
 
+def check_inputs(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> None:
+    """Raise ``ValueError`` naming the tensor when ``X`` or a parameter does not fit ``cfg``."""
+    if not isinstance(cfg, AttentionConfig):
+        raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
+    if not torch.is_tensor(X) or X.dim() != 3 or X.shape[1] != cfg.E:
+        got = tuple(X.shape) if torch.is_tensor(X) else type(X).__name__
+        raise ValueError(f"X: expected shape (batch, E={cfg.E}, L), got {got}")
+    expected = cfg.shapes()
+    extra = sorted(set(p) - set(expected))
+    missing = sorted(set(expected) - set(p))
+    if extra:
+        raise ValueError(f"params: {extra} given but not in this config (bias={cfg.bias or 'none'!r})")
+    if missing:
+        raise ValueError(f"params: {missing} missing for this config (bias={cfg.bias or 'none'!r})")
+    for name, shape in expected.items():
+        t = p[name]
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: expected shape {shape} for this config, got {tuple(t.shape)}")
+        if t.dtype != X.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype} differs from X's {X.dtype}")
+
+
 def attention_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *,
                     scale: bool = True, per_head_outputs: bool = True) -> dict[str, torch.Tensor]:
     """Every intermediate of the column-form layer for ``X`` of shape ``(B, E, L)``:
@@ -125,6 +147,7 @@ def attention_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *
     ``P`` probabilities ``(B, H, L_keys, L_queries)``, ``Z = V P`` ``(B, H, C, L)``,
     ``head_out`` = ``W_O^h Z_h`` ``(B, H, E, L)`` and ``Y`` ``(B, E, L)``.
     """
+    check_inputs(X, p, cfg)
     n = cfg.H // cfg.G
     Q = torch.einsum("hde,bel->bhdl", p["W_Q"], X)
     K = torch.einsum("gde,bel->bgdl", p["W_K"], X)

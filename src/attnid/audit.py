@@ -30,6 +30,10 @@ from .symmetry import flatten, tangent_basis, unflatten
 RTOL = 1e-9
 
 
+class CertificateError(RuntimeError):
+    """The certify method could not certify the count (bad directions, or too little data)."""
+
+
 @dataclass
 class AuditResult:
     total_params: int
@@ -177,15 +181,65 @@ def qk_product_rank(E: int, D: int, *, orthonormal: bool = False, seed: int = 0)
     return jacobian_rank(fn, theta)
 
 
+def svd_construction_rank(E: int, D: int, *, seed: int = 0) -> dict:
+    """The paper's count of the QK block through its SVD construction (§4.3), checked on the tangent space.
+
+    ``W_Kᵀ W_Q = U Σ Vᵀ`` with ``U, V ∈ R^{E×D}`` orthonormal columns and ``Σ`` diagonal: ``2DE + D``
+    parameters under ``D(D+1)`` constraints (``UᵀU = VᵀV = I``, each symmetric). At a random point the
+    constraints' Jacobian has full rank ``D(D+1)``, its null space (the tangent space) has dimension
+    ``2DE + D − D(D+1) = 2DE − D²``, and the product map restricted to it has that same rank, so the
+    construction is a local chart of the rank-``D`` matrices. Returns the three numbers.
+    """
+    g = torch.Generator().manual_seed(seed)
+    U = torch.linalg.qr(torch.randn(E, D, generator=g, dtype=torch.float64)).Q
+    V = torch.linalg.qr(torch.randn(E, D, generator=g, dtype=torch.float64)).Q
+    s = torch.rand(D, generator=g, dtype=torch.float64) + 0.5
+    theta = torch.cat([U.reshape(-1), s, V.reshape(-1)])
+    iu = torch.triu_indices(D, D)
+
+    def parts(v):
+        return v[:E * D].reshape(E, D), v[E * D:E * D + D], v[E * D + D:].reshape(E, D)
+
+    def constraints(v):
+        U_, _, V_ = parts(v)
+        eye = torch.eye(D, dtype=v.dtype)
+        return torch.cat([(U_.T @ U_ - eye)[iu[0], iu[1]], (V_.T @ V_ - eye)[iu[0], iu[1]]])
+
+    def product(v):
+        U_, s_, V_ = parts(v)
+        return (U_ * s_) @ V_.T
+
+    Jc = torch.func.jacfwd(constraints)(theta)                      # (D(D+1), 2DE + D)
+    Jp = torch.func.jacfwd(product)(theta).reshape(E * E, -1)        # (E², 2DE + D)
+    sc = torch.linalg.svdvals(Jc)
+    n_constraints = int((sc > RTOL * sc[0]).sum())
+    _, _, Vh = torch.linalg.svd(Jc, full_matrices=True)
+    tangent = Vh[n_constraints:].T                                   # basis of the constraints' null space
+    sp = torch.linalg.svdvals(Jp @ tangent)
+    return {"parameters": theta.numel(), "constraints": n_constraints, "tangent_dim": tangent.shape[1],
+            "rank_on_tangent": int((sp > RTOL * sp[0]).sum())}
+
+
 def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None = None, seed: int = 0,
           method: str = "auto", rtol: float = RTOL, ratio: float | None = None,
-          progress: bool = False) -> AuditResult:
+          progress: bool = False, directions: torch.Tensor | None = None) -> AuditResult:
     """Audit our column-form layer with architecture ``cfg`` at a random point.
 
     ``method``: ``"dense"``, ``"certify"`` or ``"auto"`` (certify above 3,000 parameters when
-    ``D, C <= E``). ``ratio``: informative outputs per parameter (default 3 dense, 1.5 certify;
-    the certificate fails loudly rather than undercount if the data are too few).
+    ``D, C <= E``). ``ratio``: informative outputs per parameter (default 3 dense, 1.5 certify).
+    ``rtol``: the rank tolerance relative to the largest singular value, for both methods.
+    ``directions``: ``(n_params, k)`` null directions for certify (default: the known symmetries,
+    :func:`attnid.symmetry.tangent_basis`); certify raises :class:`CertificateError` if any of them
+    is not in the null space to ``rtol`` or if they are not independent, so it cannot overcount.
+    Data too small to identify the parameters (fewer informative outputs than parameters) is refused
+    with a ``ValueError`` rather than undercounted.
     """
+    if not isinstance(cfg, AttentionConfig):
+        raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
+    if batch is not None and (not isinstance(batch, int) or batch < 1):
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    if not 0 < rtol < 1:
+        raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
     p = init_params(cfg, seed=seed)
     theta = flatten(p)
     n = theta.numel()
@@ -193,11 +247,16 @@ def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None
         method = "certify" if (n > 3000 and cfg.D <= cfg.E and cfg.C <= cfg.E) else "dense"
     B, L = default_data_size(cfg, n, ratio=ratio or (1.5 if method == "certify" else 3.0), seq_len=seq_len)
     B = batch or B
+    informative = B * L * min(cfg.E, cfg.H * cfg.C)
+    if informative < n:
+        raise ValueError(f"batch: {B} sequences of {L} tokens carry at most {informative:,} informative outputs for "
+                         f"{n:,} parameters, too few to identify them (the count would be too high); use a batch "
+                         f"of at least {math.ceil(n / (L * min(cfg.E, cfg.H * cfg.C)))} or leave it to the default")
     X = random_inputs(cfg, B, L, seed)
     if method == "dense":
         res = jacobian_rank(_layer_fn(cfg, p, X), theta, rtol=rtol)
     elif method == "certify":
-        res = _certify(cfg, p, X, progress=progress)
+        res = _certify(cfg, p, X, progress=progress, rtol=rtol, directions=directions)
     else:
         raise ValueError(f"method must be 'auto', 'dense' or 'certify', got {method!r}")
     res.details.update(batch=B, seq_len=L, seed=seed)
@@ -205,7 +264,7 @@ def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None
 
 
 def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk: int = 128,
-             progress: bool = False) -> AuditResult:
+             progress: bool = False, rtol: float = RTOL, directions: torch.Tensor | None = None) -> AuditResult:
     t0 = time.perf_counter()
     theta = flatten(p)
     n = theta.numel()
@@ -220,7 +279,7 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
     if "b_O" in p:
         Zmat = torch.cat([Zmat, torch.ones(Bsz * L, 1, dtype=Zmat.dtype)], dim=1)
     Uz, sz, _ = torch.linalg.svd(Zmat, full_matrices=False)
-    rank_z = int((sz > RTOL * sz[0]).sum())
+    rank_z = int((sz > rtol * sz[0]).sum())
     Qz = Uz[:, :rank_z]
     rank_o = E * rank_z
     out_names = [k for k in ("W_O", "b_O") if k in p]
@@ -228,7 +287,10 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
     n_o = sum(p[k].numel() for k in out_names)
 
     # 2. known null directions, restricted to phi; pin k coordinates of phi by LU pivoting
-    T = torch.cat(list(tangent_basis(p, cfg).values()), dim=1)   # (n, k)
+    T = torch.cat(list(tangent_basis(p, cfg).values()), dim=1) if directions is None else \
+        torch.as_tensor(directions, dtype=torch.float64)           # (n, k)
+    if T.dim() != 2 or T.shape[0] != n:
+        raise ValueError(f"directions: expected shape ({n}, k), got {tuple(T.shape)}")
     k = T.shape[1]
     offsets, i = {}, 0
     for name in PARAM_ORDER:
@@ -243,6 +305,9 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
     pinned = np.sort(order[:k])
     diagU = np.abs(np.diag(U))
     t_cond = float(diagU.min() / diagU.max()) if k else 1.0
+    if k > len(phi_idx) or t_cond < rtol:
+        raise CertificateError(f"certify: the {k} supplied null directions are not independent (LU pivot ratio "
+                               f"{t_cond:.1e} < rtol {rtol:.0e}); the count would be wrong")
     free = np.setdiff1d(np.arange(len(phi_idx)), pinned)
     n_free = len(free)
 
@@ -290,11 +355,17 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
         x = K.T @ (K @ (x / x.norm()))
     sigma_max_K = float(x.norm().sqrt())
 
-    rank_phi = n_free if sigma_min_K > RTOL * sigma_max_K else None
-    if rank_phi is None:
-        raise RuntimeError("certify: the sketch is numerically singular; use method='dense'")
-    rank = rank_o + rank_phi
     worst = float(resid.max()) if k else 0.0
+    if worst > rtol * sigma_max:
+        bad = int((resid > rtol * sigma_max).sum())
+        raise CertificateError(f"certify: {bad} of the {k} supplied directions are not null directions of the "
+                               f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})")
+    if not sigma_min_K > rtol * sigma_max_K:
+        raise CertificateError(f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
+                               f"are too few (sketch condition {sigma_max_K / sigma_min_K:.1e}); rerun with a larger "
+                               "--batch, or --method dense at a small width")
+    rank_phi = n_free
+    rank = rank_o + rank_phi
     kept = sigma_min_K / max(sigma_max_K, 1e-300) * sigma_max
     gap = kept / max(worst, sigma_max * np.finfo(np.float64).eps)
     sv = [sigma_max, kept, worst]
@@ -302,5 +373,5 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
                "known_null_dirs": k, "free_params": n_free, "sketch_cond": sigma_max_K / sigma_min_K,
                "null_residual_max": worst, "tangent_lu_ratio": t_cond,
                "Z_singular_gap": float(sz[rank_z - 1] / sz[rank_z]) if rank_z < len(sz) else float("inf")}
-    return AuditResult(n, rank, n - rank, float(gap), float(RTOL * sigma_max), "certify",
+    return AuditResult(n, rank, n - rank, float(gap), float(rtol * sigma_max), "certify",
                        time.perf_counter() - t0, m, sv, details)

@@ -59,7 +59,10 @@ def cmd_count(a) -> int:
 def cmd_audit(a) -> int:
     from .audit import audit  # torch.func is only needed here
     import torch
-    if a.threads:
+
+    if a.threads is not None:
+        if a.threads < 1:
+            raise ValueError(f"threads must be a positive integer, got {a.threads}")
         torch.set_num_threads(a.threads)
     cfg = _config(a, causal=a.causal)
     if a.seq_len is not None and a.seq_len < 2:
@@ -76,6 +79,10 @@ def cmd_audit(a) -> int:
     else:
         for k, v in out.items():
             print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
+    if theory is not None and r.unidentified != theory:
+        print(f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters, the closed form "
+              f"{theory} (rerun with a larger --batch or --seq-len before believing it)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -97,15 +104,21 @@ def cmd_presets(a) -> int:
     return 0
 
 
+def _run_options(a) -> dict:
+    return {"precision": a.precision, "compile": a.compile, "save_model": a.save_model}
+
+
 def cmd_train(a) -> int:
     from .profiles import make_config
     from .train import train
-    cfg = make_config(a.profile, a.case, seed=a.seed, device=a.device)
+
+    cfg = make_config(a.profile, a.case, seed=a.seed, device=a.device, **_run_options(a))
     s = train(cfg, force=a.force, progress=not a.json)
     s.pop("rows", None)
+    s.pop("heads", None)
     print(json.dumps(s, indent=2) if a.json else
           f"{a.profile}/{a.case}: final val loss {s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s, "
-          f"{s['tokens_per_second']:,.0f} tokens/s on {s['device']}")
+          f"{s['tokens_per_second']:,.0f} tokens/s on {s['device']} ({s['precision']})")
     return 0
 
 
@@ -117,38 +130,33 @@ def cmd_data(a) -> int:
 
 
 def cmd_experiments(a) -> int:
-    import subprocess
-    from .profiles import SUITES, make_config
+    """Every run of a suite, one after another in this process (runs on one GPU time-share it, so
+    concurrent processes are no faster); everything is checked before the first run."""
+    from .data import load
+    from .profiles import SUITE_SEEDS, SUITES, make_config, resolve_device
+    from .train import train
+
     if a.suite not in SUITES:
         raise ValueError(f"suite: unknown {a.suite!r}; choose one of {', '.join(SUITES)}")
-    from .profiles import SUITE_SEEDS
     if a.profile not in SUITE_SEEDS[a.suite]:
         raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(SUITE_SEEDS[a.suite])}")
     seeds = [a.seed] if a.seed is not None else SUITE_SEEDS[a.suite][a.profile]
-    jobs = [(c, s) for s in seeds for c in SUITES[a.suite]]
-    for case, seed in jobs:                  # validate everything before any training
-        make_config(a.profile, case, seed=seed, device=a.device)
-    base = [sys.executable, "-m", "attnid", "train", "--profile", a.profile, "--device", a.device] + \
-        (["--force"] if a.force else [])
-    cmds = [base + ["--case", c, "--seed", str(s)] for c, s in jobs]
-    if a.jobs <= 1:
-        codes = [subprocess.call(cmd) for cmd in cmds]
-    else:                                    # concurrent runs (one small model uses a fraction of a GPU)
-        import os
-        import time
-        # several torch processes on shared cores must not each spin up every core's threads
-        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // a.jobs))}
-        procs = []
-        for cmd in cmds:
-            while len([p for p in procs if p.poll() is None]) >= a.jobs:
-                time.sleep(1)
-            procs.append(subprocess.Popen(cmd, env=env))
-        codes = [p.wait() for p in procs]
-    failed = [f"{c} (seed {s})" for (c, s), code in zip(jobs, codes) if code]
-    if failed:
-        print(f"attnid: error: runs failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
+    cfgs = [make_config(a.profile, c, seed=s, device=a.device, **_run_options(a))
+            for s in seeds for c in SUITES[a.suite]]
+    resolve_device(a.device)
+    data = load()
+    for i, cfg in enumerate(cfgs, 1):
+        s = train(cfg, data=data, force=a.force, progress=True)
+        print(f"[{i}/{len(cfgs)}] {cfg.profile}/{cfg.case} seed {cfg.seed}: final val loss "
+              f"{s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s ({s['precision']})", flush=True)
     return 0
+
+
+def _exec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "tf32", "bf16"],
+                   help="auto: bf16 autocast on CUDA, fp32 on the CPU (the metrics are float64 either way)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    p.add_argument("--save-model", action="store_true", help="also write model.pt (the book never needs it)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n]")
     p.add_argument("--force", action="store_true", help="discard an existing run record and start over")
+    _exec_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("data", help="locate (or download) and verify the tiny Shakespeare corpus")
@@ -182,8 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", default="dynamics", help="dynamics (chapter 6) | heads (chapter 7)")
     p.add_argument("--seed", type=int, default=None, help="one seed (default: the suite's seeds for the profile)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--jobs", type=int, default=1, help="runs at once (use several on a GPU)")
     p.add_argument("--force", action="store_true")
+    _exec_args(p)
     p.set_defaults(func=cmd_experiments)
     p = sub.add_parser("presets", help="list the published architectures")
     p.add_argument("--json", action="store_true")
@@ -192,19 +201,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Expected failures print one line ``attnid: error: ...`` (2: bad input, 1: a check failed,
+    130: interrupted); anything else is a bug and keeps its traceback."""
+    from .audit import CertificateError
+    from .data import DataError
+    from .records import RecordError
+    from .train import Interrupted
+
     ap = build_parser()
     a = ap.parse_args(argv)
     try:
         return a.func(a)
-    except ValueError as e:
+    except (ValueError, DataError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
-    except RuntimeError as e:
-        from .data import DataError
-        if isinstance(e, DataError):
-            print(f"attnid: error: {e}", file=sys.stderr)
-            return 2
-        raise
+    except (RecordError, CertificateError) as e:
+        print(f"attnid: error: {e}", file=sys.stderr)
+        return 1
+    except Interrupted as e:
+        print(f"attnid: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("attnid: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

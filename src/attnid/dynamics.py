@@ -43,8 +43,9 @@ def beta_drift(beta_t: torch.Tensor, beta_0: torch.Tensor) -> torch.Tensor:
 
 
 def solve_sylvester(GQ: torch.Tensor, GK: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """Solve ``S G_Q + G_K S = C`` for symmetric PSD ``G_Q, G_K`` (not both singular) by two
-    eigendecompositions: with ``G_Q = U Λ Uᵀ``, ``G_K = V M Vᵀ``, ``(Vᵀ S U)_ij = (Vᵀ C U)_ij / (μ_i + λ_j)``."""
+    """Solve ``S G_Q + G_K S = C`` for symmetric PSD ``G_Q, G_K`` by two eigendecompositions: with
+    ``G_Q = U Λ Uᵀ``, ``G_K = V M Vᵀ``, ``(Vᵀ S U)_ij = (Vᵀ C U)_ij / (μ_i + λ_j)``. The solution is unique
+    exactly when no ``μ_i + λ_j`` is zero, i.e. when ``G_Q`` and ``G_K`` are not both singular (both are PSD)."""
     lam, U = torch.linalg.eigh(GQ)
     mu, V = torch.linalg.eigh(GK)
     Ct = V.transpose(-1, -2) @ C @ U
@@ -59,15 +60,23 @@ def project_update(Q: torch.Tensor, K: torch.Tensor, A: torch.Tensor, B: torch.T
     ``S`` solves ``S G_Q + G_K S = A Qᵀ − K Bᵀ`` (the normal equations of
     ``min_S ‖A − S Q‖² + ‖B + Sᵀ K‖²``).
     """
-    GQ, GK = gram(Q), gram(K)
-    S = solve_sylvester(GQ, GK, A @ Q.transpose(-1, -2) - K @ B.transpose(-1, -2))
+    S = solve_sylvester(gram(Q), gram(K), A @ Q.transpose(-1, -2) - K @ B.transpose(-1, -2))
     return S, S @ Q, -S.transpose(-1, -2) @ K
 
 
+def _refuse_rope(rope: bool, what: str) -> None:
+    if rope:
+        raise ValueError(f"{what}: under RoPE only the commutant of the rotations is a symmetry, not every S "
+                         "(chapter 4); use rebalance_qk_rope / rebalance_params for rebalancing")
+
+
 def unidentified_step_fraction(Q: torch.Tensor, K: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-                               *, min_norm: float = 1e-30) -> torch.Tensor:
+                               *, min_norm: float = 1e-30, rope: bool = False) -> torch.Tensor:
     """``ρ = ‖(S Q, −Sᵀ K)‖² / ‖(A, B)‖²`` ∈ [0, 1], the share of the update ``(A, B)`` that
-    lies in the invariant subspace. ``nan`` where ``‖(A, B)‖² < min_norm`` (no update)."""
+    lies in the invariant subspace. ``nan`` where ``‖(A, B)‖² < min_norm`` (no update).
+    ``A, B`` may carry extra leading dims (several updates at the same point share one solve).
+    Refused for a RoPE layer (``rope=True``), whose invariant subspace is only the commutant's."""
+    _refuse_rope(rope, "unidentified_step_fraction")
     Q, K, A, B = (t.detach().to(torch.float64) for t in (Q, K, A, B))
     _, PA, PB = project_update(Q, K, A, B)
     num = (PA * PA).sum((-1, -2)) + (PB * PB).sum((-1, -2))
@@ -92,9 +101,12 @@ def balancing_transform(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     return _sym_sqrt((P + P.transpose(-1, -2)) / 2)
 
 
-def rebalance_qk(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor, b_K: torch.Tensor | None):
+def rebalance_qk(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor, b_K: torch.Tensor | None,
+                 *, rope: bool = False):
     """Rebalanced ``(W_Q, b_Q, W_K, b_K)`` (same dtype/device as the inputs): outputs unchanged,
-    ``β`` of the augmented matrices zero, and ``‖Q‖² + ‖K‖²`` minimal on the orbit."""
+    ``β`` of the augmented matrices zero, and ``‖Q‖² + ‖K‖²`` minimal on the orbit.
+    Refused for a RoPE layer (``rope=True``): it would change its outputs; see :func:`rebalance_qk_rope`."""
+    _refuse_rope(rope, "rebalance_qk")
     Q, K = augment(W_Q, b_Q), augment(W_K, b_K)
     S = balancing_transform(Q, K)
     Q2, K2 = S @ Q, torch.linalg.solve(S, K)    # S symmetric: S^{-T} K = S^{-1} K
@@ -121,3 +133,17 @@ def rebalance_qk_rope(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Te
     a = (k2 / q2).pow(0.25).repeat_interleave(2, dim=-1)[..., None]     # (..., D, 1)
     Q2, K2 = a * Q, K / a
     return split_augmented(Q2, K2, W_Q, b_Q, W_K, b_K)
+
+
+def rebalance_params(p: dict, cfg) -> dict:
+    """Rebalance the QK block of a column-form layer (:mod:`attnid.attention`): the full rebalance without
+    RoPE, the commutant-only one with it. Outputs unchanged either way. Not for GQA (``G < H``), where one
+    ``S`` is shared by the query heads of a group."""
+    if cfg.G != cfg.H:
+        raise ValueError(f"rebalance_params: GQA (G = {cfg.G} < H = {cfg.H}) shares one S per group; not supported")
+    new = (rebalance_qk_rope if cfg.rope else rebalance_qk)(p["W_Q"], p.get("b_Q"), p["W_K"], p.get("b_K"))
+    out = dict(p)
+    for name, value in zip(("W_Q", "b_Q", "W_K", "b_K"), new):
+        if value is not None:
+            out[name] = value
+    return out

@@ -34,7 +34,7 @@ def masked_loss(model: GPT, batches, mask=None) -> float:
     model.eval()
     set_head_mask(model, mask)
     try:
-        return float(np.mean([model(x, y)[1].item() for x, y in batches]))
+        return torch.stack([model(x, y)[1] for x, y in batches]).double().mean().item()   # one host sync
     finally:
         set_head_mask(model, None)
         model.train(was)
@@ -63,7 +63,7 @@ def pruning_curve(model: GPT, batches, importance: np.ndarray) -> list[dict]:
         layer, h = divmod(int(flat), H)
         mask[layer, h] = 0
         curve.append({"pruned": k, "fraction": k / (L * H), "loss": masked_loss(model, batches, mask),
-                      "head": (layer, h)})
+                      "head": [layer, h]})
     return curve
 
 
@@ -76,6 +76,23 @@ def max_prunable_fraction(curve: list[dict], tolerance: float) -> float:
             break
         best = point["fraction"]
     return best
+
+
+def analyse(model: GPT, batches, qk_singular_values=None) -> dict:
+    """The end-of-run head analysis stored in a run record (``heads.json``, read by chapter 7).
+
+    Keys: ``baseline`` (loss with every head), ``importance`` ``(n_layer, H)``, ``pruning_curve``
+    (:func:`pruning_curve`), ``prunable`` (fraction of heads removable within 1 % and 5 %), ``n_batches``
+    and, given the final QK singular values ``(n_layer, H, D)``, ``effective_rank`` ``(n_layer, H)``.
+    """
+    baseline, importance = head_importance(model, batches)
+    curve = pruning_curve(model, batches, importance)
+    out = {"baseline": baseline, "importance": importance.tolist(), "pruning_curve": curve,
+           "prunable": {"0.01": max_prunable_fraction(curve, 0.01), "0.05": max_prunable_fraction(curve, 0.05)},
+           "n_batches": len(batches)}
+    if qk_singular_values is not None:
+        out["effective_rank"] = effective_rank(qk_singular_values).tolist()
+    return out
 
 
 def effective_rank(singular_values) -> np.ndarray:

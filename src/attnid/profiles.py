@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, fields
 PROFILES: dict[str, dict] = {
     # seconds: tests and CI
     "smoke": dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=16, dropout=0.0, max_iters=50,
-                  warmup_iters=5, eval_interval=25, eval_iters=4, ckpt_interval=20, rebalance_interval=20),
+                  warmup_iters=5, eval_interval=25, eval_iters=4, ckpt_interval=20, rebalance_interval=20,
+                head_batches=3),
     # about a minute per run on 2 CPU cores
     "cpu": dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=32, dropout=0.0, max_iters=2000,
                 warmup_iters=100, eval_interval=200, eval_iters=20, ckpt_interval=500, rebalance_interval=250),
@@ -41,6 +42,16 @@ SUITE_OVERRIDES = {"heads": {"cpu": dict(max_iters=1000, eval_interval=250, ckpt
 def suite_of(case: str) -> str:
     return next((s for s, cases in SUITES.items() if case in cases), "dynamics")
 OPTIMIZERS = ("sgd", "adamw")
+PRECISIONS = ("auto", "fp32", "tf32", "bf16")
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """``"auto"`` -> ``"bf16"`` on CUDA, ``"fp32"`` elsewhere; ``"tf32"`` only means something on CUDA."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: unknown {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return "bf16" if device.startswith("cuda") else "fp32"
+    return precision
 
 
 @dataclass
@@ -71,6 +82,17 @@ class RunConfig:
     eval_interval: int = 200
     eval_iters: int = 20
     ckpt_interval: int = 500
+    head_batches: int = 20           # fixed validation batches of the end-of-run head analysis (chapter 7)
+    # execution: how the run is computed, not what it computes (not part of a record's identity)
+    precision: str = "auto"          # "fp32" | "tf32" | "bf16" (autocast) | "auto": bf16 on CUDA, fp32 elsewhere
+    compile: bool = False            # torch.compile the model (CUDA only)
+    save_model: bool = False         # also write model.pt (the book never needs it)
+
+    EXECUTION_FIELDS = ("device", "precision", "compile", "save_model")
+
+    def identity(self) -> dict:
+        """The fields that define what a run computes: two runs with equal identities share a record."""
+        return {k: v for k, v in self.as_dict().items() if k not in self.EXECUTION_FIELDS}
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -108,6 +130,10 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
               "rebalance_interval"):
         if getattr(cfg, k) <= 0:
             raise ValueError(f"{k} must be positive, got {getattr(cfg, k)}")
+    if cfg.precision not in PRECISIONS:
+        raise ValueError(f"precision: unknown {cfg.precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if cfg.head_batches <= 0:
+        raise ValueError(f"head_batches must be positive, got {cfg.head_batches}")
     if cfg.weight_decay < 0 or cfg.grad_clip < 0:
         raise ValueError("weight_decay and grad_clip must be non-negative")
     GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,

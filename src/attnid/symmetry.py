@@ -64,6 +64,14 @@ def absorb_value_bias(p: AttentionParams, cfg: AttentionConfig) -> AttentionPara
     return out
 
 
+def value_bias_direction(p: AttentionParams, cfg: AttentionConfig, delta: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The unidentified direction of the value bias (chapter 3): ``δb_V = delta`` ``(G, C)`` together with
+    ``δb_O = −Σ_h W_O^h δb_V^g``; the output is unchanged along it (to first order and exactly)."""
+    if "b_O" not in p or "b_V" not in p:
+        raise ValueError("value_bias_direction: needs a value bias and an output bias")
+    return {"b_V": delta, "b_O": -torch.einsum("hec,hc->e", p["W_O"], _per_head(delta, cfg))}
+
+
 # ----------------------------------------------------------------- tangent directions
 def qk_generators(cfg: AttentionConfig) -> torch.Tensor:
     """Matrices ``S`` whose QK directions span the invariant subspace: ``(k, D, D)``,
@@ -176,14 +184,21 @@ def step_response(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, dir
     return torch.stack(out)
 
 
-def bias_gradient_norms(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, *,
-                        seed: int = 0) -> dict[str, float]:
-    """Norm of the gradient of every bias for the loss ``⟨R, Y⟩`` with a random ``R``
-    (SPEC §2 item 6: the key bias gets exactly zero without RoPE, up to round-off)."""
+def bias_gradients(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, *,
+                   seed: int = 0) -> dict[str, torch.Tensor]:
+    """Gradient of every parameter for the loss ``⟨R, Y⟩`` with a random ``R`` (paper §4.6)."""
     from .attention import attention
 
     q = {k: v.detach().clone().requires_grad_(True) for k, v in p.items()}
     R = torch.randn(X.shape[0], cfg.E, X.shape[-1], generator=torch.Generator().manual_seed(seed),
                     dtype=X.dtype)
     (attention(X, q, cfg) * R).sum().backward()
-    return {k: float(q[k].grad.norm()) for k in ("b_Q", "b_K", "b_V", "b_O") if k in q}
+    return {k: q[k].grad for k in q}
+
+
+def bias_gradient_norms(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, *,
+                        seed: int = 0) -> dict[str, float]:
+    """Norm of the gradient of every bias for the loss ``⟨R, Y⟩`` with a random ``R``
+    (paper §4.6: the key bias gets exactly zero without RoPE, up to round-off)."""
+    g = bias_gradients(p, cfg, X, seed=seed)
+    return {k: float(g[k].norm()) for k in ("b_Q", "b_K", "b_V", "b_O") if k in g}

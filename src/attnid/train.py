@@ -1,56 +1,34 @@
-"""Training loop of chapter 6 with the identification metrics of SPEC §2 items 10–12.
+"""Training loop of chapter 6 (the paper's §5): nanoGPT on tiny Shakespeare, probed every few steps.
 
-Every ``metric_interval`` steps it records, per layer and head, the unidentified-step fraction ρ of
-that step's actual update of the bias-augmented ``[W_Q | b_Q]``, ``[W_K | b_K]``, τ = tr β, the
-β drift per layer, the key- and query-bias gradient norms and the train loss; the validation loss
-every ``eval_interval`` steps and the QK singular values at every evaluation.
+Every ``metric_interval`` steps the :class:`attnid.probe.IdentificationProbe` records the
+unidentified-step fraction ρ and the β/τ/bias metrics of that step; every ``eval_interval`` steps
+the validation loss and the QK singular values are added. At the end the run analyses its heads
+(importance, pruning curve, effective ranks; chapter 7) on fixed seeded batches. The run record
+(:mod:`attnid.records`) is written atomically; an interrupted run resumes from its checkpoint and
+produces the same rows; a finished one is reused.
 
-A run lives in ``data/runs/<profile>/<case>/``: ``config.json``, ``metrics.jsonl`` (one row per
-recorded step), ``checkpoint.pt`` (resume point) and, once finished, ``summary.json``. Files are
-written atomically; an interrupted run resumes from its checkpoint and produces the same rows.
+Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on CUDA); ``bf16``
+(autocast, float32 master weights). The metrics are float64 in every case.
 """
+
 from __future__ import annotations
 
-import json
+import contextlib
+import io
 import math
-import os
 import platform
 import time
 from pathlib import Path
 
 import torch
 
-from . import dynamics
+from . import dynamics, records
 from .data import CharData, load
 from .gpt import GPT, GPTConfig
-from .profiles import RunConfig, resolve_device
-
-ROOT = Path(__file__).resolve().parents[2]
-RUNS = Path(os.environ.get("ATTNID_RUNS", ROOT / "data" / "runs"))
-
-
-def run_dir(cfg: RunConfig, base: Path | None = None) -> Path:
-    """``<runs>/<profile>/<case>`` (seed 0) or ``<runs>/<profile>/<case>-s<seed>``."""
-    return Path(base or RUNS) / cfg.profile / run_name(cfg.case, cfg.seed)
-
-
-def run_name(case: str, seed: int = 0) -> str:
-    return case if seed == 0 else f"{case}-s{seed}"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+from .heads import analyse, fixed_batches
+from .probe import IdentificationProbe
+from .profiles import RunConfig, resolve_device, resolve_precision
+from .records import RecordError
 
 
 def lr_at(cfg: RunConfig, it: int) -> float:
@@ -63,42 +41,42 @@ def lr_at(cfg: RunConfig, it: int) -> float:
 
 
 def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.optim.Optimizer]:
+    """The float32 model and its optimizer (fused AdamW on CUDA), seeded by ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(vocab_size=vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
-                          n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias,
-                          head_dim=cfg.head_dim)).to(device)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)          # the model trains in float32 whatever the default
+    try:
+        model = GPT(GPTConfig(vocab_size=vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
+                              n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias,
+                              head_dim=cfg.head_dim)).to(device)
+    finally:
+        torch.set_default_dtype(default)
     if cfg.optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.0, weight_decay=cfg.weight_decay)
     else:
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=cfg.betas)
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=cfg.betas,
+                                fused=device.startswith("cuda"))
     return model, opt
 
 
-# ------------------------------------------------------------------------------ metrics
-def qk_stack(model: GPT) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bias-augmented per-head query and key matrices, float64, ``(n_layer, H, D, E+1)``."""
-    Qs, Ks = [], []
-    for layer in model.attention_layers():
-        W_Q, b_Q, W_K, b_K = layer.qk_views()
-        Qs.append(dynamics.augment(W_Q, b_Q))
-        Ks.append(dynamics.augment(W_K, b_K))
-    return torch.stack(Qs), torch.stack(Ks)
-
-
-def bias_grad_norms(model: GPT) -> tuple[list, list]:
-    """Per-layer, per-head norms of the query- and key-bias gradients (before clipping)."""
-    gq, gk = [], []
-    for layer in model.attention_layers():
-        g = layer.c_attn.bias.grad if layer.c_attn.bias is not None else None
-        if g is None:
-            return [], []
-        I, H = layer.inner, layer.n_head
-        gq.append(g[:I].view(H, -1).norm(dim=-1).tolist())
-        gk.append(g[I:2 * I].view(H, -1).norm(dim=-1).tolist())
-    return gq, gk
+@contextlib.contextmanager
+def precision_context(precision: str, device: str):
+    """Autocast for ``bf16``; TF32 matrix products for ``tf32`` (restored afterwards); nothing for ``fp32``."""
+    if precision == "bf16":
+        with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16):
+            yield
+    elif precision == "tf32" and device.startswith("cuda"):
+        old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    else:
+        yield
 
 
 def rebalance_model(model: GPT) -> None:
@@ -113,15 +91,15 @@ def rebalance_model(model: GPT) -> None:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, data: CharData, cfg: RunConfig, device: str, step: int, split: str = "val") -> float:
-    """Mean loss over ``eval_iters`` batches drawn from a generator seeded by (seed, step)."""
+def evaluate(model: GPT, data: CharData, cfg: RunConfig, device: str, step: int) -> float:
+    """Mean validation loss over ``eval_iters`` batches from a generator seeded by (seed, step); one host sync."""
     was = model.training
     model.eval()
     gen = torch.Generator().manual_seed(1_000_003 * (cfg.seed + 1) + step)
-    losses = [model(*data.batch(split, cfg.batch_size, cfg.block_size, gen, device))[1].item()
+    losses = [model(*data.batch("val", cfg.batch_size, cfg.block_size, gen, device))[1].float()
               for _ in range(cfg.eval_iters)]
     model.train(was)
-    return sum(losses) / len(losses)
+    return torch.stack(losses).mean().item()
 
 
 # ------------------------------------------------------------------------------ the loop
@@ -129,39 +107,73 @@ class Interrupted(Exception):
     """Raised by ``stop_after`` (tests use it to simulate an interruption)."""
 
 
+def _check_existing(d: Path, cfg: RunConfig) -> None:
+    old = records.read_json(d / "config.json")
+    try:
+        old_identity = RunConfig.from_dict(old).identity()      # fields added since: their defaults
+    except TypeError as e:
+        raise RecordError(f"{d / 'config.json'}: not a run config ({e}); rerun with --force") from None
+    if old_identity != cfg.identity():
+        diff = sorted(k for k in cfg.identity() if old_identity.get(k) != cfg.identity()[k])
+        raise RecordError(f"{d} holds a run with another config (differs in {', '.join(diff)}); "
+                          "rerun with --force to overwrite it")
+
+
 def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = None, progress: bool = True,
           metrics: bool = True, force: bool = False, stop_after: int | None = None, save: bool = True) -> dict:
-    """Run (or resume, or reuse) one training run; returns its summary dict.
+    """Run (or resume, or reuse) one training run; returns its summary dict with ``rows`` and ``heads``.
 
-    ``metrics=False`` turns off the identification metrics (for benchmarks); losses are still recorded.
+    ``metrics=False`` turns off the probe and the head analysis (for benchmarks); losses are still
+    recorded. ``save=False`` writes nothing.
     """
     device = resolve_device(cfg.device)
-    d = run_dir(cfg, out)
-    summary_file, config_file = d / "summary.json", d / "config.json"
-    metrics_file, ckpt_file = d / "metrics.jsonl", d / "checkpoint.pt"
-    if save:
+    precision = resolve_precision(cfg.precision, device)
+    d = records.run_dir(cfg.profile, cfg.case, cfg.seed, out)
+    if not save:
+        return _run(cfg, d, device, precision, data, progress, metrics, stop_after, save=False)
+    from filelock import FileLock, Timeout
+
+    d.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(d.parent / f".{d.name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another process that is training {d} ...", flush=True)
+        lock.acquire()
+    try:
+        if not force and ((d / "config.json").exists() or records.is_finished(d)):
+            _check_existing(d, cfg)
+            if records.is_finished(d):                                    # finished: reuse
+                rec = records.load(d)
+                return {**rec.summary, "rows": rec.rows, "heads": rec.heads}
+        if force and d.exists():
+            for f in d.iterdir():
+                if f.is_file():
+                    f.unlink()
+        data = data or load()                                              # checks before any file is written
         d.mkdir(parents=True, exist_ok=True)
-        if config_file.exists() and not force:
-            old = RunConfig.from_dict(json.loads(config_file.read_text())).as_dict()  # new fields: defaults
-            mine = {k: v for k, v in cfg.as_dict().items() if k != "device"}
-            if {k: v for k, v in old.items() if k != "device"} != mine:
-                raise ValueError(f"run folder {d} holds a run with another config; pass force=True (--force) "
-                                 "to overwrite it")
-            if summary_file.exists():                               # finished: reuse
-                summary, rows = load_run(cfg.profile, cfg.case, base=out, seed=cfg.seed)
-                return {**summary, "rows": rows}
-        if force:
-            for f in (summary_file, metrics_file, ckpt_file, d / "model.pt"):
-                f.unlink(missing_ok=True)
-        _atomic_write(config_file, json.dumps(cfg.as_dict(), indent=2).encode())
+        if not (d / "config.json").exists():
+            records.write_json(d / "config.json", cfg.as_dict())
+        return _run(cfg, d, device, precision, data, progress, metrics, stop_after, save=True)
+    finally:
+        lock.release()
+
+
+def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | None, progress: bool,
+         metrics: bool, stop_after: int | None, save: bool) -> dict:
     data = data or load()
     model, opt = build(cfg, data.vocab_size, device)
+    step_model = torch.compile(model) if cfg.compile and device.startswith("cuda") else model
     gen = torch.Generator().manual_seed(cfg.seed)
     rows: list[dict] = []
     rebalances: list[dict] = []
-    start, elapsed = 0, 0.0
+    start, elapsed, beta0 = 0, 0.0, None
+    ckpt_file = d / "checkpoint.pt"
     if save and ckpt_file.exists():
-        ck = torch.load(ckpt_file, map_location="cpu", weights_only=False)  # RNG states must stay on the host
+        try:
+            ck = torch.load(ckpt_file, map_location="cpu", weights_only=False)  # RNG states stay on the host
+        except Exception as e:  # noqa: BLE001  (a damaged pickle raises many types)
+            raise RecordError(f"{ckpt_file}: damaged checkpoint ({type(e).__name__}); rerun with --force") from None
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         gen.set_state(ck["gen"])
@@ -170,12 +182,12 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
             torch.cuda.set_rng_state(ck["cuda_rng"])
         rows, rebalances, start, elapsed = ck["rows"], ck["rebalances"], ck["step"], ck["elapsed"]
         beta0 = ck["beta0"].to(device)
-    else:
-        beta0 = dynamics.beta(*qk_stack(model))
+    probe = IdentificationProbe(model, opt, beta0=beta0) if metrics else None
     tokens_per_step = cfg.batch_size * cfg.block_size
     bar = None
     if progress:
         from tqdm.auto import tqdm
+
         bar = tqdm(total=cfg.max_iters, initial=start, desc=f"{cfg.profile}/{cfg.case}", unit="step")
     model.train()
     t0 = time.perf_counter()
@@ -184,103 +196,110 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
     def checkpoint(next_step: int) -> None:
         if not save:
             return
-        _atomic_write(metrics_file, "".join(json.dumps(r) + "\n" for r in rows).encode())
-        _atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                      "rng": torch.get_rng_state(),
-                      "cuda_rng": torch.cuda.get_rng_state() if device.startswith("cuda") else None,
-                      "rows": rows, "rebalances": rebalances, "step": next_step, "beta0": beta0.cpu(),
-                      "elapsed": elapsed + time.perf_counter() - t0}, ckpt_file)
+        records.write_rows(d, rows)     # readable progress; the checkpoint is what resume uses
+        buf = io.BytesIO()
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                    "rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state() if device.startswith("cuda") else None,
+                    "rows": rows, "rebalances": rebalances, "step": next_step,
+                    "beta0": None if probe is None else probe.beta0.cpu(),
+                    "elapsed": elapsed + time.perf_counter() - t0}, buf)
+        records.atomic_write(ckpt_file, buf.getvalue())
 
-    for it in range(start, cfg.max_iters):
-        if stop_after is not None and it >= stop_after:
-            raise Interrupted(f"stopped before step {it}")
-        lr = lr_at(cfg, it)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        x, y = data.batch("train", cfg.batch_size, cfg.block_size, gen, device)
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        record = metrics and (it % cfg.metric_interval == 0 or it == cfg.max_iters - 1)
-        if record:
-            Q_old, K_old = qk_stack(model)
-            gq, gk = bias_grad_norms(model)
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        if record:
-            Q_new, K_new = qk_stack(model)
-            rho = dynamics.unidentified_step_fraction(Q_old, K_old, Q_new - Q_old, K_new - K_old)
-            beta_t = dynamics.beta(Q_new, K_new)
-            drift = torch.linalg.matrix_norm(beta_t - beta0).norm(dim=-1) / torch.linalg.matrix_norm(beta0).norm(dim=-1)
-            row = {"step": it + 1, "lr": lr, "train_loss": loss.item(), "rho": rho.tolist(),
-                   "beta_drift": drift.tolist(), "tau": dynamics.tau(Q_new, K_new).tolist(),
-                   "grad_bq": gq, "grad_bk": gk, "val_loss": None, "qk_sv": None}
-        if cfg.rebalance and (it + 1) % cfg.rebalance_interval == 0:
-            xb, yb = data.batch("val", cfg.batch_size, cfg.block_size, torch.Generator().manual_seed(it), device)
-            model.eval()
-            with torch.no_grad():
-                before = model(xb, yb)[1].item()
-                rebalance_model(model)
-                after = model(xb, yb)[1].item()
-            model.train()
-            rebalances.append({"step": it + 1, "loss_before": before, "loss_after": after})
-        last = it == cfg.max_iters - 1
-        if (it + 1) % cfg.eval_interval == 0 or last or it == 0:      # validation loss, with or without metrics
-            if not record:
-                row = {"step": it + 1, "lr": lr, "train_loss": loss.item()}
-            row["val_loss"] = evaluate(model, data, cfg, device, it + 1)
-            if metrics:
-                Q, K = qk_stack(model)
-                row["qk_sv"] = dynamics.qk_singular_values(Q, K).tolist()
-            record = True
-        if record:
-            rows.append(row)
-        steps_window += 1
+    loss = torch.zeros(())
+    it, saved = start, start
+    try:
+        for it in range(start, cfg.max_iters):
+            if stop_after is not None and it >= stop_after:
+                raise Interrupted(f"stopped before step {it}")
+            lr = lr_at(cfg, it)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            x, y = data.batch("train", cfg.batch_size, cfg.block_size, gen, device)
+            with precision_context(precision, device):
+                _, loss = step_model(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            last = it == cfg.max_iters - 1
+            record = probe is not None and (it % cfg.metric_interval == 0 or last)
+            if record:
+                probe.before_step()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            if record:
+                row = {"step": it + 1, "lr": lr, **probe.after_step(train_loss=loss.detach())}
+            if cfg.rebalance and (it + 1) % cfg.rebalance_interval == 0:
+                xb, yb = data.batch("val", cfg.batch_size, cfg.block_size, torch.Generator().manual_seed(it), device)
+                model.eval()
+                with torch.no_grad():
+                    before = model(xb, yb)[1].item()
+                    rebalance_model(model)
+                    after = model(xb, yb)[1].item()
+                model.train()
+                rebalances.append({"step": it + 1, "loss_before": before, "loss_after": after})
+            if (it + 1) % cfg.eval_interval == 0 or last or it == 0:      # validation loss, with or without metrics
+                if not record:
+                    row = {"step": it + 1, "lr": lr, "train_loss": loss.item()}
+                with precision_context(precision, device):
+                    row["val_loss"] = evaluate(model, data, cfg, device, it + 1)
+                if probe is not None:
+                    row["qk_sv"] = probe.qk_singular_values()
+                record = True
+            if record:
+                rows.append(row)
+            steps_window += 1
+            if bar is not None:
+                bar.update(1)
+                if steps_window >= 20 or last:
+                    now = time.perf_counter()
+                    bar.set_postfix(loss=f"{loss.item():.3f}",
+                                    tok_s=f"{steps_window * tokens_per_step / (now - t_window):,.0f}")
+                    t_window, steps_window = now, 0
+            if (it + 1) % cfg.ckpt_interval == 0 and not last:
+                checkpoint(it + 1)
+                saved = it + 1
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted at step {it} (last checkpoint: step {saved}); rerun the same command "
+                          "to resume") from None
+    finally:
         if bar is not None:
-            bar.update(1)
-            if steps_window >= 20 or last:
-                now = time.perf_counter()
-                bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{steps_window * tokens_per_step / (now - t_window):,.0f}")
-                t_window, steps_window = now, 0
-        if (it + 1) % cfg.ckpt_interval == 0 and not last:
-            checkpoint(it + 1)
-    if bar is not None:
-        bar.close()
+            bar.close()
+    train_seconds = time.perf_counter() - t0
+    heads = None
+    if metrics:                                   # chapter 7 reads this, never the weights
+        batches = fixed_batches(data, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed, device=device)
+        sv = next((r["qk_sv"] for r in reversed(rows) if r.get("qk_sv") is not None), None)
+        with precision_context(precision, device):
+            heads = analyse(model, batches, sv)
     wall = elapsed + time.perf_counter() - t0
     vals = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
-    summary = {"profile": cfg.profile, "case": cfg.case, "steps": cfg.max_iters, "final_val_loss": vals[-1] if vals else None,
+    summary = {"profile": cfg.profile, "case": cfg.case, "seed": cfg.seed, "steps": cfg.max_iters,
+               "final_val_loss": vals[-1] if vals else None,
+               "best_val_loss": min(vals) if vals else None,
                "final_train_loss": rows[-1]["train_loss"] if rows else loss.item(), "wall_seconds": wall,
-               "tokens_per_second": tokens_per_step * (cfg.max_iters - start) / max(time.perf_counter() - t0, 1e-9),
-               "device": device if device == "cpu" else torch.cuda.get_device_name(device),
+               "tokens_per_second": tokens_per_step * (cfg.max_iters - start) / max(train_seconds, 1e-9),
+               "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
+               "precision": precision, "compile": bool(cfg.compile and device.startswith("cuda")),
+               "metrics": metrics, "rho_method": "float64 optimizer update",
                "torch": torch.__version__, "python": platform.python_version(), "rebalances": rebalances,
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if save:
-        _atomic_write(metrics_file, "".join(json.dumps(r) + "\n" for r in rows).encode())
-        _atomic_write(summary_file, json.dumps(summary, indent=2).encode())
-        _atomic_save({"model": model.state_dict(), "gpt_config": vars(model.cfg)}, d / "model.pt")
-        ckpt_file.unlink(missing_ok=True)
-    summary["rows"] = rows
-    return summary
+        if cfg.save_model:
+            buf = io.BytesIO()
+            torch.save({"model": model.state_dict(), "gpt_config": vars(model.cfg)}, buf)
+            records.atomic_write(d / "model.pt", buf.getvalue())
+        summary = records.finish(d, rows, summary, heads)
+    # returned exactly as a reused record reads back (float32-precision numbers)
+    return {**summary, "rows": records.round_floats(rows), "heads": records.round_floats(heads)}
 
 
-def load_model(profile: str, case: str, base: Path | None = None, seed: int = 0,
-               device: str = "cpu") -> GPT:
-    """The trained model of a finished run (in eval mode)."""
-    f = Path(base or RUNS) / profile / run_name(case, seed) / "model.pt"
+def load_model(d: Path, device: str = "cpu") -> GPT:
+    """The trained model of a finished run saved with ``save_model=True`` (in eval mode)."""
+    f = Path(d) / "model.pt"
     if not f.exists():
-        raise FileNotFoundError(f"no trained model at {f}; run `attnid train --profile {profile} --case {case}`")
+        raise FileNotFoundError(f"no trained model at {f}; rerun with save_model=True (`attnid train --save-model`)")
     ck = torch.load(f, map_location=device, weights_only=False)
     model = GPT(GPTConfig(**ck["gpt_config"])).to(device)
     model.load_state_dict(ck["model"])
     return model.eval()
-
-
-def load_run(profile: str, case: str, base: Path | None = None, seed: int = 0) -> tuple[dict, list[dict]]:
-    """``(summary, rows)`` of a finished run."""
-    d = Path(base or RUNS) / profile / run_name(case, seed)
-    summary_file = d / "summary.json"
-    if not summary_file.exists():
-        raise FileNotFoundError(f"no finished run in {d}; run `attnid train --profile {profile} --case {case}`")
-    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return json.loads(summary_file.read_text()), rows

@@ -1,0 +1,261 @@
+"""Run records of chapters 6 and 7: the one module that names, writes, reads and checks them.
+
+A run lives in ``<runs>/<profile>/<case>`` (seed 0) or ``<runs>/<profile>/<case>-s<seed>``::
+
+    config.json       the run's configuration (written once the run's checks have passed)
+    metrics.jsonl.gz  one JSON row per recorded step, numbers rounded to float32 precision
+    heads.json        end-of-run head analysis: importance, pruning curve, effective ranks
+    summary.json      written last; marks a finished run, lists every file with size and sha256
+    checkpoint.pt     resume point of an unfinished run (removed when the run finishes)
+    model.pt          trained weights, only when asked for (never needed by the book)
+
+A finished run is reused only when every file its summary lists is present and unchanged and
+its rows reach ``max_iters``. Anything else fails with a :class:`RecordError` that names the file
+and says ``--force``. ``<runs>`` is ``$ATTNID_RUNS``, else ``data/runs`` under the project root
+(``$ATTNID_HOME``, else the source checkout, else the working directory).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = 2  # 1: metrics.jsonl with 17-digit floats, no file list (commit 360a5c8 and before)
+ROWS_FILE = "metrics.jsonl.gz"
+LEGACY_ROWS_FILE = "metrics.jsonl"
+
+
+class RecordError(RuntimeError):
+    """A run record is damaged or does not match; the message names the file and the fix."""
+
+
+def project_root() -> Path:
+    """``$ATTNID_HOME``, else the source checkout this package runs from, else the working directory."""
+    if os.environ.get("ATTNID_HOME"):
+        return Path(os.environ["ATTNID_HOME"]).expanduser()
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file():
+        return checkout
+    return Path.cwd()
+
+
+def runs_root() -> Path:
+    """Where run records go: ``$ATTNID_RUNS``, else ``<project root>/data/runs``."""
+    if os.environ.get("ATTNID_RUNS"):
+        return Path(os.environ["ATTNID_RUNS"]).expanduser()
+    return project_root() / "data" / "runs"
+
+
+def run_name(case: str, seed: int = 0) -> str:
+    return case if seed == 0 else f"{case}-s{seed}"
+
+
+def run_dir(profile: str, case: str, seed: int = 0, base: Path | None = None) -> Path:
+    return Path(base or runs_root()) / profile / run_name(case, seed)
+
+
+# ------------------------------------------------------------------------------ writing
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a uniquely named temporary file in the same folder."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)                          # mkstemp's 0600 would make records private
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def round_floats(obj, digits: int = 7):
+    """Floats rounded to ``digits`` significant digits (float32 precision); nan/inf become ``None``."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}") if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: round_floats(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [round_floats(v, digits) for v in obj]
+    return obj
+
+
+def encode_rows(rows: list[dict]) -> bytes:
+    text = "".join(json.dumps(round_floats(r), separators=(",", ":")) + "\n" for r in rows)
+    return gzip.compress(text.encode(), compresslevel=9, mtime=0)
+
+
+def write_json(path: Path, obj) -> None:
+    atomic_write(path, (json.dumps(obj, indent=2) + "\n").encode())
+
+
+def write_rows(d: Path, rows: list[dict]) -> None:
+    atomic_write(d / ROWS_FILE, encode_rows(rows))
+
+
+def file_entry(path: Path) -> dict:
+    data = path.read_bytes()
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def finish(d: Path, rows: list[dict], summary: dict, heads: dict | None = None) -> dict:
+    """Write the rows, the head analysis and, last, the summary (with its file list) of a run."""
+    write_rows(d, rows)
+    names = ["config.json", ROWS_FILE]
+    if heads is not None:
+        write_json(d / "heads.json", round_floats(heads))
+        names.append("heads.json")
+    if (d / "model.pt").exists():
+        names.append("model.pt")
+    summary = {**summary, "format": FORMAT, "files": {n: file_entry(d / n) for n in names}}
+    write_json(d / "summary.json", summary)
+    (d / "checkpoint.pt").unlink(missing_ok=True)
+    return summary
+
+
+# ------------------------------------------------------------------------------ reading
+@dataclass
+class Record:
+    """A finished run: its folder, config and summary dicts, rows and (optional) head analysis."""
+
+    path: Path
+    config: dict
+    summary: dict
+    rows: list[dict]
+    heads: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.config.get('profile')}/{self.path.name}"
+
+
+def _fail(path: Path, what: str) -> RecordError:
+    return RecordError(f"{path}: {what}; rerun with --force to discard and redo the run")
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _fail(path, "missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _fail(path, f"not valid JSON ({e})") from None
+
+
+def read_rows(d: Path) -> list[dict]:
+    """The rows of ``d``: ``metrics.jsonl.gz``, or a format-1 ``metrics.jsonl``."""
+    path = d / ROWS_FILE if (d / ROWS_FILE).exists() or not (d / LEGACY_ROWS_FILE).exists() else d / LEGACY_ROWS_FILE
+    try:
+        raw = path.read_bytes()
+        text = gzip.decompress(raw).decode() if path.suffix == ".gz" else raw.decode()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise _fail(path, "missing") from None
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _fail(path, f"damaged ({type(e).__name__}: {e})") from None
+
+
+def expected_steps(config: dict, metrics: bool = True) -> list[int]:
+    """The steps a run records: every evaluation, the first and the last, and with metrics every
+    ``metric_interval``-th."""
+    n, mi, ei = config["max_iters"], config["metric_interval"], config["eval_interval"]
+    return [it + 1 for it in range(n)
+            if (metrics and it % mi == 0) or (it + 1) % ei == 0 or it == 0 or it == n - 1]
+
+
+def is_finished(d: Path) -> bool:
+    return (d / "summary.json").exists()
+
+
+def load(d: Path, *, verify: bool = True) -> Record:
+    """Read and check a finished run in ``d``; raise :class:`RecordError` naming what is wrong."""
+    d = Path(d)
+    if not (d / "summary.json").exists():
+        raise RecordError(f"{d}: no finished run (summary.json missing); run it with `attnid train` first")
+    summary = read_json(d / "summary.json")
+    config = read_json(d / "config.json")
+    if not isinstance(summary, dict) or not isinstance(config, dict):
+        raise _fail(d / "summary.json", "not a run record")
+    files = summary.get("files")
+    if verify and files is not None:
+        for name, entry in files.items():
+            p = d / name
+            if not p.exists():
+                raise _fail(p, "missing (listed in summary.json)")
+            if p.stat().st_size != entry["bytes"] or file_entry(p)["sha256"] != entry["sha256"]:
+                raise _fail(p, "changed since the run finished (size or sha256 differs from summary.json)")
+    rows = read_rows(d)
+    if verify and "max_iters" in config:
+        if not rows:
+            raise _fail(d / ROWS_FILE, "holds no rows")
+        if rows[-1].get("step") != config["max_iters"]:
+            raise _fail(d / ROWS_FILE, f"ends at step {rows[-1].get('step')}, not max_iters={config['max_iters']}")
+        steps, expected = [r.get("step") for r in rows], expected_steps(config, summary.get("metrics", True))
+        if steps != expected:
+            raise _fail(d / ROWS_FILE, f"holds {len(steps)} rows, expected {len(expected)}")
+    heads = read_json(d / "heads.json") if (d / "heads.json").exists() else None
+    return Record(d, config, summary, rows, heads)
+
+
+def load_run(profile: str, case: str, seed: int = 0, base: Path | None = None) -> Record:
+    """The finished record of ``profile/case`` (seed); :class:`RecordError` if absent or damaged."""
+    d = run_dir(profile, case, seed, base)
+    if not is_finished(d):
+        raise RecordError(
+            f"no finished run in {d}; make it with `attnid train --profile {profile} --case {case}"
+            + (f" --seed {seed}" if seed else "")
+            + "`"
+        )
+    return load(d)
+
+
+def committed_root() -> Path:
+    """The records that ship with the project (``data/runs`` of the checkout), e.g. the paper-scale runs."""
+    return project_root() / "data" / "runs"
+
+
+def find_runs(profile: str, cases: list[str], seed: int = 0, base: Path | None = None) -> dict[str, Record]:
+    """The finished records among ``cases``, from ``base`` (default :func:`runs_root`) or else the
+    committed records; missing runs are left out, damaged ones raise :class:`RecordError`."""
+    found = {}
+    for case in cases:
+        for root in dict.fromkeys([Path(base or runs_root()), committed_root()]):
+            d = run_dir(profile, case, seed, root)
+            if is_finished(d):
+                found[case] = load(d)
+                break
+    return found
+
+
+# ------------------------------------------------------------------------------ reading rows as arrays
+def series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of one metric over the rows that hold it; values ``(n_rows, *shape)`` float."""
+    have = [r for r in rows if r.get(key) is not None and r.get(key) != []]
+    return (np.array([r["step"] for r in have], dtype=int),
+            np.array([r[key] for r in have], dtype=float))
+
+
+def rho_key(rec: Record) -> str:
+    """``"rho"`` (float64 optimizer update), or ``"rho_diff"`` for a format-1 record that only has
+    the float32 weight difference."""
+    return "rho" if any("rho" in r for r in rec.rows[:3]) else "rho_diff"
+
+
+def scale_label(rec: Record) -> str:
+    """E.g. ``"paper scale (6 × 6 × 384, H200)"`` or ``"cpu (2 × 4 × 64, cpu)"``."""
+    c = rec.config
+    device = str(rec.summary.get("device", "?")).replace("NVIDIA ", "")
+    name = "paper scale" if c.get("profile") == "paper" else f"{c.get('profile')} rerun"
+    return f"{name} ({c['n_layer']} × {c['n_head']} × {c['n_embd']}, {device})"

@@ -1,0 +1,154 @@
+"""Run records: a finished run is reused only when complete; every kind of damage is named."""
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from attnid import data as data_mod
+from attnid import records
+from attnid.profiles import make_config
+from attnid.records import RecordError
+from attnid.train import train
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    try:
+        corpus = data_mod.load()
+    except data_mod.DataError as e:
+        pytest.skip(f"corpus not available: {e}")
+    out = tmp_path_factory.mktemp("runs")
+    cfg = make_config("smoke", "sgd", save_model=True)
+    train(cfg, out=out, data=corpus, progress=False)
+    return out, cfg, corpus
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    """A fresh copy of a finished smoke run: ``(base, folder, cfg, corpus)``."""
+    out, cfg, corpus = finished
+    shutil.copytree(out, tmp_path / "runs")
+    return tmp_path / "runs", tmp_path / "runs" / "smoke" / "sgd", cfg, corpus
+
+
+def test_finished_record_is_complete_and_compact(run):
+    base, d, cfg, _ = run
+    rec = records.load(d)
+    assert [r["step"] for r in rec.rows] == records.expected_steps(cfg.as_dict())
+    assert set(rec.summary["files"]) == {"config.json", "metrics.jsonl.gz", "heads.json", "model.pt"}
+    assert rec.summary["format"] == records.FORMAT and not (d / "checkpoint.pt").exists()
+    text = gzip.decompress((d / "metrics.jsonl.gz").read_bytes()).decode()
+    longest = max(len(tok) for tok in text.replace(",", " ").replace("]", " ").replace("[", " ").split()
+                  if tok[:1].isdigit())
+    assert longest <= 14                               # 7 significant digits, e.g. 1.234567e-05
+
+
+@pytest.mark.parametrize("damage, word", [
+    (lambda d: (d / "model.pt").unlink(), "model.pt: missing"),
+    (lambda d: (d / "heads.json").unlink(), "heads.json: missing"),
+    (lambda d: (d / "metrics.jsonl.gz").unlink(), "metrics.jsonl.gz: missing"),
+    (lambda d: (d / "config.json").unlink(), "config.json: missing"),
+    (lambda d: (d / "metrics.jsonl.gz").write_bytes(b""), "metrics.jsonl.gz: changed"),
+    (lambda d: (d / "heads.json").write_text(""), "heads.json: changed"),
+    (lambda d: (d / "summary.json").write_text(""), "summary.json: not valid JSON"),
+])
+def test_damaged_record_is_named_with_the_fix(run, damage, word):
+    base, d, cfg, corpus = run
+    damage(d)
+    for call in (lambda: records.load(d), lambda: train(cfg, out=base, data=corpus, progress=False)):
+        with pytest.raises(RecordError, match=word) as e:
+            call()
+        assert "--force" in str(e.value)
+    train(cfg, out=base, data=corpus, progress=False, force=True)      # --force repairs it
+    assert records.load(d).summary["steps"] == cfg.max_iters
+
+
+def _rewrite_rows(d, keep):
+    text = gzip.decompress((d / "metrics.jsonl.gz").read_bytes()).decode()
+    (d / "metrics.jsonl.gz").write_bytes(gzip.compress(keep(text).encode()))
+
+
+@pytest.mark.parametrize("cut", ["line", "within", "gzip"])
+def test_truncated_rows_are_refused_even_without_the_file_list(run, cut):
+    """Truncation at a line boundary, within a line, or of the gzip stream, with the size check off."""
+    base, d, cfg, corpus = run
+    summary = json.loads((d / "summary.json").read_text())
+    del summary["files"]                                        # as in a format-1 record
+    (d / "summary.json").write_text(json.dumps(summary))
+    if cut == "line":
+        _rewrite_rows(d, lambda t: "".join(t.splitlines(keepends=True)[:3]))
+        word = "holds 3 rows|ends at step"
+    elif cut == "within":
+        _rewrite_rows(d, lambda t: t[: len(t) // 2])
+        word = "damaged"
+    else:
+        raw = (d / "metrics.jsonl.gz").read_bytes()
+        (d / "metrics.jsonl.gz").write_bytes(raw[: len(raw) // 2])
+        word = "damaged"
+    with pytest.raises(RecordError, match=word):
+        records.load(d)
+
+
+def test_stale_checkpoint_next_to_a_summary_is_ignored(run):
+    base, d, cfg, corpus = run
+    (d / "checkpoint.pt").write_bytes(b"stale")
+    again = train(cfg, out=base, data=corpus, progress=False)
+    assert again["steps"] == cfg.max_iters and again["rows"] == records.load(d).rows
+
+
+def test_damaged_checkpoint_and_config_are_named(run):
+    base, d, cfg, corpus = run
+    (d / "summary.json").unlink()                               # an unfinished run ...
+    (d / "checkpoint.pt").write_bytes(b"not a checkpoint")      # ... with a damaged resume point
+    with pytest.raises(RecordError, match="checkpoint.pt: damaged"):
+        train(cfg, out=base, data=corpus, progress=False)
+    (d / "config.json").write_text("{not json")
+    with pytest.raises(RecordError, match="config.json: not valid JSON"):
+        train(cfg, out=base, data=corpus, progress=False)
+    (d / "config.json").write_text(json.dumps({"profile": "smoke", "n_layer": 2}))
+    with pytest.raises(RecordError, match="config.json: not a run config"):
+        train(cfg, out=base, data=corpus, progress=False)
+
+
+def test_another_config_in_the_folder_is_refused(run):
+    base, d, cfg, corpus = run
+    other = make_config("smoke", "sgd", lr=0.1)
+    with pytest.raises(RecordError, match="differs in lr"):
+        train(other, out=base, data=corpus, progress=False)
+    # execution fields (device, precision, compile, save_model) do not change what a run computes
+    same = make_config("smoke", "sgd", precision="fp32", save_model=False)
+    assert train(same, out=base, data=corpus, progress=False)["rows"] == records.load(d).rows
+
+
+def test_failed_start_leaves_no_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNID_DATA", str(tmp_path / "missing.txt"))
+    with pytest.raises(data_mod.DataError):
+        train(make_config("smoke", "sgd"), out=tmp_path, progress=False)
+    assert not (tmp_path / "smoke" / "sgd").exists()
+
+
+def test_rounding_keeps_float32_precision():
+    x = [0.1234567890123, 1.0e-14 / 3, float("nan"), 7, None, {"a": 2.0 / 3}]
+    r = records.round_floats(x)
+    assert r[0] == 0.1234568 and abs(r[1] - 1.0e-14 / 3) < 1e-20 and r[2] is None and r[3] == 7
+    assert r[5]["a"] == 0.6666667
+
+
+def test_committed_paper_records_check_out():
+    """The paper-scale records shipped under data/runs/paper: complete, with provenance, compact."""
+    import subprocess
+
+    root = records.committed_root() / "paper"
+    for case in ("sgd", "sgd_wd", "adamw"):
+        rec = records.load(root / case)
+        assert rec.rows[-1]["step"] == rec.config["max_iters"] == 5000
+        assert rec.config["n_layer"] == rec.config["n_head"] == 6 and rec.config["n_embd"] == 384
+        assert rec.summary["provenance"]["code_commit"] == "360a5c8" and rec.summary["precision"] == "tf32"
+    assert abs(records.load(root / "adamw").summary["best_val_loss"] - 1.4697) < 0.01   # nanoGPT's README
+    tracked = subprocess.run(["git", "ls-files", "data/runs"], cwd=records.project_root(), capture_output=True,
+                             text=True).stdout.split()
+    if tracked:                                       # in a git checkout: what is committed stays small
+        assert not [f for f in tracked if f.endswith(".pt")]
+        assert sum((records.project_root() / f).stat().st_size for f in tracked) <= 25 * 2**20
