@@ -54,7 +54,7 @@ from IPython.display import Markdown, display
 
 from attnid.plotting import set_style
 from attnid.profiles import LR_SWEEP, OPTIMIZER_CASES, SUITES, check_profile, make_config, resolve_device
-from attnid.records import find_runs, load_run, rho_key, scale_label, series
+from attnid.records import RecordError, find_runs, load_run, rho_key, scale_label, series
 from attnid.train import train
 
 check_profile(profile)
@@ -73,9 +73,10 @@ def ran(prof: str) -> dict:
     """The dynamics suite of ``prof``: trained here (reused when finished) or read from its records."""
     if prof == "paper" and not dev.startswith("cuda"):
         found = find_runs("paper", SUITES["dynamics"], seed=seed)
-        missing = [c for c in REQUIRED if c not in found]
+        missing = [c for c in SUITES["dynamics"] if c not in found or rho_key(found[c]) != "rho"]
         if missing:
-            raise RuntimeError(f"paper-scale records missing for {missing}: make them on a GPU with `{PAPER_CMD}`")
+            raise RecordError(f"the paper profile needs every chapter-6 record made by the current probe; missing or "
+                              f"older: {', '.join(missing)}. Make them on a GPU with `{PAPER_CMD} --force`")
         return found
     for case in SUITES["dynamics"]:
         train(make_config(prof, case, seed=seed, device=device), progress=False)
@@ -165,6 +166,8 @@ axes[0, 0].set_ylabel("ρ (share of the update's energy)")
 axes[0, 0].legend(fontsize=8)
 plt.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 rho_table = pd.DataFrame(table)
 rho_table.style.format({k: "{:.2e}" for k in rho_table.columns[3:]}, na_rep="—").hide(axis="index")
 
@@ -219,6 +222,8 @@ bx.set(xlabel="SGD learning rate", ylabel="mean ρ over training", title="the fl
 bx.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 n = len(r_diff)
 late = np.nanmean(r_diff[int(0.9 * n):]) / np.nanmean(r_diff[int(0.4 * n):int(0.6 * n)])
 md(f"Over the last tenth of training the float32-difference ρ of plain SGD is {late:.1f}× its mean in the "
@@ -262,6 +267,8 @@ bx.set(xlabel="training step", ylabel="‖β‖ / (‖G_Q‖ + ‖G_K‖)", titl
 ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 early, rel_early = r_rho[s_rho <= cut], r_rel[s_rel <= cut]
 md(f"SGD + weight decay: ρ = {np.nanmean(early[0]):.3f} at the first recorded step and {np.nanmean(early[-1]):.3f} "
    f"at step {s_rho[s_rho <= cut][-1]}, {np.nanmean(r_rho[-1]):.3f} at the end; the relative imbalance goes from "
@@ -330,6 +337,8 @@ bx.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
 
+# %% tags=["hide-input"]
+
 bias_rows = []
 for label, recs in scales.items():
     for case in REQUIRED:
@@ -370,6 +379,8 @@ for ax, (label, recs) in zip(axes[0], scales.items()):
     ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 spec_table = pd.DataFrame(spectra)
 spec_table.style.format({"smallest σ / largest (any head)": "{:.2e}", "effective rank (mean over heads)": "{:.1f}"}
                         ).hide(axis="index")
@@ -399,7 +410,7 @@ if "adamw_rebalance" in rerun:
 # ## The SGD learning-rate sweep
 #
 # A single SGD step moves $\beta$ by $\eta^2 (g_Q g_Q^\top - g_K g_K^\top)$, second order in the step
-# ({mod}`attnid.dynamics` tests it). Over a whole run the gradients themselves depend on the trajectory,
+# (`tests/test_dynamics.py` checks it). Over a whole run the gradients themselves depend on the trajectory,
 # so the final drift need not scale as $\eta^2$; {numref}`fig-sweep` measures it, and the table gives
 # the slope of $\log(\text{drift})$ against $\log\eta$ per layer.
 
@@ -411,6 +422,8 @@ for layer in range(final.shape[1]):
 ax.set(xlabel="SGD learning rate η", ylabel="final ‖β_T − β_0‖ / ‖β_0‖", title="β drift against the step size")
 ax.legend(fontsize=8)
 plt.show()
+
+# %% tags=["hide-input"]
 slopes = [np.polyfit(np.log(lrs), np.log(final[:, layer]), 1)[0] for layer in range(final.shape[1])]
 sweep = pd.DataFrame({"layer": np.arange(1, final.shape[1] + 1), "slope of log drift vs log η": slopes,
                       **{f"drift at η = {lr}": final[i] for i, lr in enumerate(lrs)}})

@@ -120,6 +120,8 @@ ax.set(xlabel="fraction of heads removed", ylabel="validation loss (nats per cha
        title=f"Pruning the {L * H} heads of the AdamW model")
 ax.legend()
 plt.show()
+
+# %% tags=["hide-input"]
 assert curve[0]["loss"] == baseline and 0 <= f1 <= f5 <= 1
 md(f"Prunable within 1 %: {f1:.0%} of heads; within 5 %: {f5:.0%}.")
 
@@ -183,6 +185,8 @@ ax.set_xticks(list(HEAD_COUNTS), [str(h) for h in HEAD_COUNTS])
 ax.set(xlabel="heads H (D = E/H)", ylabel="mean ρ", title="Unidentified share of AdamW's steps")
 ax.legend(fontsize=8)
 plt.show()
+
+# %% tags=["hide-input"]
 ratio = main.set_index("H")["ρ / isotropic"]
 slope = np.polyfit(np.log(main["H"]), np.log(main["mean ρ (AdamW)"]), 1)[0]
 md(f"AdamW's mean ρ is {ratio.iloc[0]:.2f} of the isotropic share at H = {ratio.index[0]} and "

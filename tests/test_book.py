@@ -163,3 +163,14 @@ def test_every_page_renders_in_chromium(served):
             page.close()
         browser.close()
     assert not problems, "\n".join(problems)
+
+
+def test_a_fork_under_any_name_is_executed_by_make_chapter(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import book as book_tool
+
+    fork = (ROOT / "notebooks" / "my_fork.py").resolve()
+    todo, forced = book_tool.plan("build", [fork], force=False)
+    assert fork in todo and fork in forced and set(book_tool.chapters()) <= set(todo)
+    todo, forced = book_tool.plan("execute", None, force=False)
+    assert todo == book_tool.chapters() and not forced

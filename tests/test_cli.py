@@ -95,3 +95,65 @@ def test_audit_refuses_small_batch_and_bad_threads():
     for threads in ("0", "-1"):
         r = run("audit", "--embed", "8", "--heads", "2", "--threads", threads)
         assert r.returncode == 2 and "threads" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, word", [
+    (["count", "--preset", "gpt2", "--heads", "4"], "--heads cannot be combined with --preset"),
+    (["train", "--profile", "smoke", "--seed", "-1"], "seed"),
+    (["train", "--profile", "smoke", "--device", "mps"], "mps"),
+    (["train", "--profile", "smoke", "--threads", "0"], "threads"),
+    (["train", "--profile", "paper", "--case", "sgd"], "paper profile needs a GPU"),
+])
+def test_more_bad_input_is_one_line(args, word):
+    r = run(*args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and word in lines[0] and "Traceback" not in r.stderr
+
+
+def test_unwritable_runs_folder_is_one_line(tmp_path):
+    import os
+
+    blocker = tmp_path / "runs-file"
+    blocker.write_text("a file, not a folder")
+    env = {**os.environ, "ATTNID_RUNS": str(blocker)}
+    r = subprocess.run([EXE, "train", "--profile", "smoke", "--case", "sgd"], capture_output=True, text=True, env=env)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "ATTNID_RUNS" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_audit_of_a_large_preset_is_refused_before_it_starts():
+    r = run("audit", "--preset", "gpt2")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "GiB" in lines[0] and "attnid count" in lines[0]
+    r = run("audit", "--embed", "16", "--heads", "4", "--max-memory", "0.000001")
+    assert r.returncode == 2 and "GiB" in r.stderr
+
+
+def test_ctrl_c_during_train_says_how_to_resume(tmp_path):
+    import signal
+    import time
+
+    env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
+    p = subprocess.Popen([EXE, "train", "--profile", "cpu", "--case", "sgd", "--threads", "1"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "cpu" / "sgd" / "config.json").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)                                        # inside the training loop
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "interrupted at step" in err and "rerun the same command to resume" in err and "Traceback" not in err
+
+
+def test_two_processes_on_one_run_share_it(tmp_path):
+    env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
+    cmd = [EXE, "train", "--profile", "smoke", "--case", "adamw", "--json", "--threads", "1"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-500:] for o in outs]
+    summaries = [json.loads(o[0]) for o in outs]
+    assert summaries[0]["wall_seconds"] == summaries[1]["wall_seconds"]      # trained once, reused once
+    assert not list((tmp_path / "smoke").glob("**/*.tmp"))

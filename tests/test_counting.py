@@ -62,3 +62,14 @@ def test_equivalent_single_head_width():
     assert single_head_total_over_multi(1, "full_head") == pytest.approx(1.0)
     with pytest.raises(ValueError, match="convention"):
         equivalent_single_head_width(4, "bogus")
+
+
+def test_wrong_argument_types_name_the_argument():
+    import pytest
+
+    from attnid.attention import AttentionConfig
+
+    with pytest.raises(TypeError, match="cfg"):
+        count(None)
+    with pytest.raises(TypeError, match="bias"):
+        AttentionConfig(8, 2, bias=123)

@@ -173,3 +173,33 @@ def test_heads_analysis_is_in_the_record(smoke_runs):
     assert h["pruning_curve"][0]["loss"] == h["baseline"] and len(h["pruning_curve"]) == 9
     assert all(1.0 <= r <= 17 for layer in h["effective_rank"] for r in layer)   # D + 1 with the bias column
     assert not (out / "smoke" / "adamw" / "model.pt").exists()
+
+
+def test_resume_with_another_thread_count_is_identical(corpus, tmp_path):
+    """The checkpoint records the thread count and the resume restores it (CPU reductions depend on it)."""
+    cfg = make_config("smoke", "adamw")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        full = train(cfg, out=tmp_path / "a", data=corpus, progress=False)
+        with pytest.raises(Interrupted):
+            train(cfg, out=tmp_path / "b", data=corpus, progress=False, stop_after=33)
+        torch.set_num_threads(1)
+        resumed = train(cfg, out=tmp_path / "b", data=corpus, progress=False)
+        assert torch.get_num_threads() == 1                 # the caller's setting comes back afterwards
+    finally:
+        torch.set_num_threads(before)
+    assert resumed["rows"] == full["rows"] and resumed["threads"] == 2
+
+
+def test_corpus_errors_give_the_remedy_of_their_source(tmp_path, monkeypatch):
+    bad = tmp_path / "input.txt"
+    bad.write_text("not shakespeare")
+    monkeypatch.setenv("ATTNID_DATA", str(bad))
+    with pytest.raises(data_mod.DataError, match="point ATTNID_DATA at a good copy") as e:
+        data_mod.corpus_path()
+    assert "re-downloaded" not in str(e.value) and "downloaded again" not in str(e.value)
+    monkeypatch.delenv("ATTNID_DATA")
+    with pytest.raises(data_mod.DataError, match="give the path of a good copy") as e:
+        data_mod.corpus_path(bad)
+    assert "ATTNID_DATA" not in str(e.value)

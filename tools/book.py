@@ -170,6 +170,18 @@ def stage_sources(out: Path) -> None:
             shutil.copy2(p, dest)
 
 
+def plan(action: str, only: list[Path] | None, force: bool) -> tuple[list[Path], set[Path]]:
+    """What to execute: ``execute [NB...]`` runs the named chapters (default all); ``build [NB...]``
+    brings every chapter up to date and always re-executes the named ones (``make chapter NB=...``),
+    including a fork under any name; ``force`` re-executes everything run."""
+    if action == "execute":
+        todo = only or chapters()
+        return todo, set(todo) if force else set()
+    todo = chapters()
+    forced = set(todo) if force else set(only or [])
+    return todo + [p for p in only or [] if p not in todo], forced
+
+
 def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced: set[Path]) -> dict:
     """Execute ``todo`` in order (cached unless changed); chapters in ``forced`` always re-execute."""
     src_digest = tree_hash(src_dir)
@@ -229,15 +241,14 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     stage_sources(out)
     print(f"executing chapters (profile={a.profile}, device={a.device}) into {out / '_generated'}")
-    # `execute [NB...]` runs the named chapters (default all); `build [NB...]` brings every chapter up to
-    # date and always re-executes the named ones (`make chapter NB=...`). --force re-executes everything run.
-    if a.action == "execute":
-        todo = only or chapters()
-        forced = set(todo) if a.force else set()
-    else:
-        todo = chapters()
-        forced = set(todo) if a.force else set(only or [])
+    todo, forced = plan(a.action, only, a.force)
     execute_all(out, params, todo, a.src_dir.resolve(), forced)
+    toc = (BOOK_SRC / "_toc.yml").read_text()
+    for p in only or []:
+        target = out / "_generated" / f"{p.stem}.ipynb"
+        print(f"{shown(p)} -> {shown(target)}")
+        if f"_generated/{p.stem}" not in toc:
+            print(f"  not in the book yet: add `- file: _generated/{p.stem}` to book/_toc.yml to publish it")
     reproducibility_page(out, chapters())
     if a.action == "build":
         build_html(out)

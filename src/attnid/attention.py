@@ -32,6 +32,8 @@ def parse_bias(spec: str | None) -> str:
     """``"all"`` -> ``"qkvo"``; ``"none"``/``""`` -> ``""``; ``"q,k"`` or ``"qk"`` -> ``"qk"``."""
     if spec is None:
         return ""
+    if not isinstance(spec, str):
+        raise TypeError(f"bias: expected a string such as 'none', 'all' or 'q,k,v', got {spec!r}")
     s = spec.strip().lower()
     if s in ("", "none"):
         return ""

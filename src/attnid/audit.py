@@ -181,6 +181,27 @@ def qk_product_rank(E: int, D: int, *, orthonormal: bool = False, seed: int = 0)
     return jacobian_rank(fn, theta)
 
 
+def memory_estimate(n_params: int, n_outputs: int, method: str) -> int:
+    """Bytes an audit needs, roughly: dense holds the ``n_outputs x n_params`` float64 Jacobian twice
+    (it and its QR); certify holds an ``n x n`` sketch, a chunk of 128 output-sized vectors and the
+    tangent basis."""
+    if method == "dense":
+        return 16 * n_outputs * n_params
+    return 8 * (2 * n_params * n_params + 3 * 128 * n_outputs)
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (``None`` where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def svd_construction_rank(E: int, D: int, *, seed: int = 0) -> dict:
     """The paper's count of the QK block through its SVD construction (§4.3), checked on the tangent space.
 
@@ -222,7 +243,8 @@ def svd_construction_rank(E: int, D: int, *, seed: int = 0) -> dict:
 
 def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None = None, seed: int = 0,
           method: str = "auto", rtol: float = RTOL, ratio: float | None = None,
-          progress: bool = False, directions: torch.Tensor | None = None) -> AuditResult:
+          progress: bool = False, directions: torch.Tensor | None = None,
+          max_memory: float | None = None) -> AuditResult:
     """Audit our column-form layer with architecture ``cfg`` at a random point.
 
     ``method``: ``"dense"``, ``"certify"`` or ``"auto"`` (certify above 3,000 parameters when
@@ -232,7 +254,8 @@ def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None
     :func:`attnid.symmetry.tangent_basis`); certify raises :class:`CertificateError` if any of them
     is not in the null space to ``rtol`` or if they are not independent, so it cannot overcount.
     Data too small to identify the parameters (fewer informative outputs than parameters) is refused
-    with a ``ValueError`` rather than undercounted.
+    with a ``ValueError`` rather than undercounted; so is an audit whose memory estimate
+    (:func:`memory_estimate`) exceeds ``max_memory`` bytes (default: the machine's available memory).
     """
     if not isinstance(cfg, AttentionConfig):
         raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
@@ -252,6 +275,12 @@ def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None
         raise ValueError(f"batch: {B} sequences of {L} tokens carry at most {informative:,} informative outputs for "
                          f"{n:,} parameters, too few to identify them (the count would be too high); use a batch "
                          f"of at least {math.ceil(n / (L * min(cfg.E, cfg.H * cfg.C)))} or leave it to the default")
+    need = memory_estimate(n, B * cfg.E * L, method)
+    limit = max_memory if max_memory is not None else available_memory()
+    if limit is not None and need > limit:
+        raise ValueError(f"audit: the {method} method needs about {need / 2**30:.1f} GiB for {n:,} parameters, more "
+                         f"than the {limit / 2**30:.1f} GiB available; audit a smaller width (the counts depend on "
+                         "the shape, not the size: try --embed 64) or use `attnid count` (the closed form)")
     X = random_inputs(cfg, B, L, seed)
     if method == "dense":
         res = jacobian_rank(_layer_fn(cfg, p, X), theta, rtol=rtol)

@@ -24,6 +24,11 @@ def _arch_args(p: argparse.ArgumentParser) -> None:
 
 def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
     if a.preset:
+        flags = [f"--{k.replace('_', '-')}" for k in ("embed", "heads", "groups", "head_dim", "value_dim")
+                 if getattr(a, k) is not None] + (["--rope"] if a.rope else []) + \
+            (["--bias"] if a.bias != "none" else [])
+        if flags:
+            raise ValueError(f"preset: {', '.join(flags)} cannot be combined with --preset (the preset fixes them)")
         cfg = preset(a.preset)
         return cfg.with_(causal=causal) if causal else cfg
     if a.embed is None or a.heads is None:
@@ -58,18 +63,14 @@ def cmd_count(a) -> int:
 
 def cmd_audit(a) -> int:
     from .audit import audit  # torch.func is only needed here
-    import torch
-
-    if a.threads is not None:
-        if a.threads < 1:
-            raise ValueError(f"threads must be a positive integer, got {a.threads}")
-        torch.set_num_threads(a.threads)
+    _set_threads(a)
     cfg = _config(a, causal=a.causal)
     if a.seq_len is not None and a.seq_len < 2:
         raise ValueError("seq-len must be at least 2 (L = 1 makes the softmax constant)")
     if a.batch is not None and a.batch < 1:
         raise ValueError("batch must be positive")
-    r = audit(cfg, batch=a.batch, seq_len=a.seq_len, seed=a.seed, method=a.method, progress=not a.json)
+    r = audit(cfg, batch=a.batch, seq_len=a.seq_len, seed=a.seed, method=a.method, progress=not a.json,
+              max_memory=None if a.max_memory is None else a.max_memory * 2**30)
     theory = count(cfg).unidentified if not (cfg.rope and cfg.D > cfg.E) else None
     out = {"architecture": _arch(cfg), "total_params": r.total_params, "rank": r.rank,
            "unidentified": r.unidentified, "theory_unidentified": theory, "sv_gap": r.sv_gap,
@@ -108,11 +109,34 @@ def _run_options(a) -> dict:
     return {"precision": a.precision, "compile": a.compile, "save_model": a.save_model}
 
 
+def _set_threads(a) -> None:
+    """``--threads``, else a default that leaves room for what else the machine is running."""
+    import torch
+
+    from .profiles import default_threads
+
+    if a.threads is not None and a.threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {a.threads}")
+    torch.set_num_threads(a.threads or default_threads())
+
+
+def _check_paper_device(a) -> None:
+    from .profiles import resolve_device
+
+    if a.profile == "paper" and resolve_device(a.device) == "cpu":
+        if a.device == "auto":
+            raise ValueError("device: the paper profile needs a GPU (one run takes about a day on 2 CPU cores); "
+                             "pass --device cpu to run it on the CPU anyway")
+        print("attnid: warning: the paper profile on the CPU takes about a day per run on 2 cores", file=sys.stderr)
+
+
 def cmd_train(a) -> int:
     from .profiles import make_config
     from .train import train
 
     cfg = make_config(a.profile, a.case, seed=a.seed, device=a.device, **_run_options(a))
+    _check_paper_device(a)
+    _set_threads(a)
     s = train(cfg, force=a.force, progress=not a.json)
     s.pop("rows", None)
     s.pop("heads", None)
@@ -144,6 +168,8 @@ def cmd_experiments(a) -> int:
     cfgs = [make_config(a.profile, c, seed=s, device=a.device, **_run_options(a))
             for s in seeds for c in SUITES[a.suite]]
     resolve_device(a.device)
+    _check_paper_device(a)
+    _set_threads(a)
     data = load()
     for i, cfg in enumerate(cfgs, 1):
         s = train(cfg, data=data, force=a.force, progress=True)
@@ -157,6 +183,7 @@ def _exec_args(p: argparse.ArgumentParser) -> None:
                    help="auto: bf16 autocast on CUDA, fp32 on the CPU (the metrics are float64 either way)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
     p.add_argument("--save-model", action="store_true", help="also write model.pt (the book never needs it)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: the cores not busy with other work)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, help="number of random sequences (default: sized from #params)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--method", default="auto", choices=["auto", "dense", "certify"])
-    p.add_argument("--threads", type=int, help="torch/LAPACK threads")
+    p.add_argument("--threads", type=int, help="torch/LAPACK threads (default: the cores not busy with other work)")
+    p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
     p.set_defaults(func=cmd_audit)
     p = sub.add_parser("train", help="train one case of chapter 6 (resumes or reuses its run record)")
     p.add_argument("--profile", default="cpu", help="smoke | cpu | paper")

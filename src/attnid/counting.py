@@ -78,6 +78,8 @@ def _product_fiber(n: int, inner: int, left: int, right: int) -> int:
 
 def count(cfg: AttentionConfig) -> Count:
     """Unidentified dimensions by block for the architecture ``cfg``."""
+    if not isinstance(cfg, AttentionConfig):
+        raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
     E, H, G, D, C = cfg.E, cfg.H, cfg.G, cfg.D, cfg.C
     n = H // G
     pc = param_counts(cfg)

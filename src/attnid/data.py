@@ -32,14 +32,17 @@ def corpus_path(path: str | os.PathLike | None = None, *, download: bool = True)
     """Locate (and if needed download) the corpus; raise ``DataError`` with a fix if impossible."""
     if path is None and os.environ.get(ENV):
         path, source = os.environ[ENV], f"${ENV}"
+        remedy = f"point {ENV} at a good copy of input.txt, or unset it to download from {URL}"
     else:
-        source = "argument"
+        source = "the path given (--path)"
+        remedy = "give the path of a good copy of input.txt"
     if path is not None:
         p = Path(path).expanduser()
         if not p.is_file():
-            raise DataError(f"tiny Shakespeare not found at {p} (from {source}); point {ENV} at a copy of "
-                            f"input.txt or unset it to download from {URL}")
+            raise DataError(f"tiny Shakespeare not found at {p} (from {source}); {remedy}")
     else:
+        source = "the download"
+        remedy = f"delete it (it is downloaded again), or set {ENV} to a good copy"
         p = DEFAULT_PATH
         if not p.is_file():
             if not download:
@@ -47,8 +50,8 @@ def corpus_path(path: str | os.PathLike | None = None, *, download: bool = True)
             _download(p)
     digest = sha256(p)
     if digest != SHA256:
-        raise DataError(f"{p} has sha256 {digest[:12]}…, expected {SHA256[:12]}…: the file is corrupted or "
-                        f"not tiny Shakespeare; delete it (it is re-downloaded) or set {ENV} to a good copy")
+        raise DataError(f"{p} (from {source}) has sha256 {digest[:12]}…, expected {SHA256[:12]}…: the file is "
+                        f"corrupted or not tiny Shakespeare; {remedy}")
     return p
 
 

@@ -45,6 +45,19 @@ OPTIMIZERS = ("sgd", "adamw")
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 
 
+def default_threads() -> int:
+    """CPU threads for one process: the cores not already busy (1-minute load average), at least one,
+    so that several processes on a shared machine do not oversubscribe it."""
+    import os
+
+    cores = os.cpu_count() or 1
+    try:
+        busy = int(os.getloadavg()[0] + 0.5)
+    except OSError:
+        busy = 0
+    return max(1, min(cores, cores - busy))
+
+
 def resolve_precision(precision: str, device: str) -> str:
     """``"auto"`` -> ``"bf16"`` on CUDA, ``"fp32"`` elsewhere; ``"tf32"`` only means something on CUDA."""
     if precision not in PRECISIONS:
@@ -122,6 +135,8 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
     suite_changes = SUITE_OVERRIDES.get(suite_of(case), {}).get(profile, {})
     cfg = RunConfig(profile=profile, case=case, seed=seed, device=device,
                     **{**PROFILES[profile], **suite_changes, **CASES[case], **overrides})
+    if not isinstance(cfg.seed, int) or cfg.seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {cfg.seed!r}")
     if cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: unknown {cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not cfg.lr > 0:
@@ -148,7 +163,9 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} requested but CUDA is not available")
+        raise ValueError(f"device: {device!r} requested but CUDA is not available (use --device cpu)")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device: 'mps' requested but this machine has no Apple GPU (use --device cpu)")
     if not (device == "cpu" or device.startswith("cuda") or device == "mps"):
         raise ValueError(f"device: expected 'auto', 'cpu', 'cuda[:n]' or 'mps', got {device!r}")
     return device

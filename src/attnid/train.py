@@ -17,6 +17,7 @@ import contextlib
 import io
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -104,7 +105,8 @@ def evaluate(model: GPT, data: CharData, cfg: RunConfig, device: str, step: int)
 
 # ------------------------------------------------------------------------------ the loop
 class Interrupted(Exception):
-    """Raised by ``stop_after`` (tests use it to simulate an interruption)."""
+    """A run stopped before its end: on Ctrl-C (the message names the step and the last checkpoint)
+    or by ``stop_after`` (tests use it to simulate an interruption). Rerunning resumes it."""
 
 
 def _check_existing(d: Path, cfg: RunConfig) -> None:
@@ -133,13 +135,16 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
         return _run(cfg, d, device, precision, data, progress, metrics, stop_after, save=False)
     from filelock import FileLock, Timeout
 
-    d.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(d.parent / f".{d.name}.lock"))
     try:
+        d.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire(timeout=0)
-    except Timeout:
-        print(f"waiting for another process that is training {d} ...", flush=True)
+    except Timeout:                                    # (a TimeoutError, so before OSError)
+        print(f"attnid: waiting for another process that is training {d} ...", file=sys.stderr, flush=True)
         lock.acquire()
+    except OSError as e:
+        raise RecordError(f"{d.parent}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a "
+                          "writable folder") from None
     try:
         if not force and ((d / "config.json").exists() or records.is_finished(d)):
             _check_existing(d, cfg)
@@ -154,7 +159,11 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
         d.mkdir(parents=True, exist_ok=True)
         if not (d / "config.json").exists():
             records.write_json(d / "config.json", cfg.as_dict())
-        return _run(cfg, d, device, precision, data, progress, metrics, stop_after, save=True)
+        threads = torch.get_num_threads()
+        try:
+            return _run(cfg, d, device, precision, data, progress, metrics, stop_after, save=True)
+        finally:
+            torch.set_num_threads(threads)             # a resume may have restored the run's own count
     finally:
         lock.release()
 
@@ -182,6 +191,8 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
             torch.cuda.set_rng_state(ck["cuda_rng"])
         rows, rebalances, start, elapsed = ck["rows"], ck["rebalances"], ck["step"], ck["elapsed"]
         beta0 = ck["beta0"].to(device)
+        if ck.get("threads") and ck["threads"] != torch.get_num_threads():
+            torch.set_num_threads(ck["threads"])     # CPU reductions depend on the thread count: resume exactly
     probe = IdentificationProbe(model, opt, beta0=beta0) if metrics else None
     tokens_per_step = cfg.batch_size * cfg.block_size
     bar = None
@@ -202,7 +213,7 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
                     "rng": torch.get_rng_state(),
                     "cuda_rng": torch.cuda.get_rng_state() if device.startswith("cuda") else None,
                     "rows": rows, "rebalances": rebalances, "step": next_step,
-                    "beta0": None if probe is None else probe.beta0.cpu(),
+                    "beta0": None if probe is None else probe.beta0.cpu(), "threads": torch.get_num_threads(),
                     "elapsed": elapsed + time.perf_counter() - t0}, buf)
         records.atomic_write(ckpt_file, buf.getvalue())
 
@@ -281,7 +292,7 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
                "tokens_per_second": tokens_per_step * (cfg.max_iters - start) / max(train_seconds, 1e-9),
                "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
                "precision": precision, "compile": bool(cfg.compile and device.startswith("cuda")),
-               "metrics": metrics, "rho_method": "float64 optimizer update",
+               "metrics": metrics, "rho_method": "float64 optimizer update", "threads": torch.get_num_threads(),
                "torch": torch.__version__, "python": platform.python_version(), "rebalances": rebalances,
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if save:
