@@ -87,7 +87,7 @@ for causal in (False, True):
         compared.append(("attnid.gpt.CausalSelfAttention (nanoGPT)", gpt_attn(x)))
     for name, y in compared:
         rows.append({"causal mask": causal, "compared with": name,
-                     "max |ΔY|": float((y - y_col).abs().max()), "max |Y|": float(y_col.abs().max())})
+                     "max |ΔY|": float((y - y_col).detach().abs().max()), "max |Y|": float(y_col.detach().abs().max())})
 equal = pd.DataFrame(rows)
 assert (equal["max |ΔY|"] <= 1e-10).all()
 equal.style.format({"max |ΔY|": "{:.1e}", "max |Y|": "{:.2f}"}).hide(axis="index")

@@ -277,18 +277,20 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
         if bar is not None:
             bar.close()
     train_seconds = time.perf_counter() - t0
-    heads = None
+    heads, t_heads = None, time.perf_counter()
     if metrics:                                   # chapter 7 reads this, never the weights
         batches = fixed_batches(data, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed, device=device)
         sv = next((r["qk_sv"] for r in reversed(rows) if r.get("qk_sv") is not None), None)
         with precision_context(precision, device):
             heads = analyse(model, batches, sv)
+    t_heads = time.perf_counter() - t_heads
     wall = elapsed + time.perf_counter() - t0
     vals = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
     summary = {"profile": cfg.profile, "case": cfg.case, "seed": cfg.seed, "steps": cfg.max_iters,
                "final_val_loss": vals[-1] if vals else None,
                "best_val_loss": min(vals) if vals else None,
                "final_train_loss": rows[-1]["train_loss"] if rows else loss.item(), "wall_seconds": wall,
+               "head_analysis_seconds": t_heads,
                "tokens_per_second": tokens_per_step * (cfg.max_iters - start) / max(train_seconds, 1e-9),
                "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
                "precision": precision, "compile": bool(cfg.compile and device.startswith("cuda")),
