@@ -121,7 +121,7 @@ status.style.format({"best val loss": "{:.3f}", "steps": "{:,.0f}"}, na_rep="—
 # %% [markdown]
 # ## Loss curves
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-loss", "caption": "Train loss (thin, smoothed) and validation loss (markers) per optimizer, at each scale."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-loss", "caption": "Train loss (thin, smoothed) and validation loss (markers) per optimizer, at each scale: the paper-scale records and this build's rerun (profile and size in the panel titles)."}}
 fig, axes = plt.subplots(1, len(scales), figsize=(6.2 * len(scales), 4.2), squeeze=False)
 for ax, (label, recs) in zip(axes[0], scales.items()):
     for i, case in enumerate(OPTIMIZER_CASES):
@@ -163,7 +163,8 @@ for ax, (label, recs) in zip(axes[0], scales.items()):
     ax.set_yscale("log")
     ax.set(title=label, xlabel="training step")
 axes[0, 0].set_ylabel("ρ (share of the update's energy)")
-axes[0, 0].legend(fontsize=8)
+for ax in axes[0]:
+    ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
 
@@ -198,14 +199,14 @@ assert sgd_live["largest per-head ρ"] < 1e-9, "a plain gradient step is orthogo
 # shrinks: as the learning rate decays along the cosine schedule, and at smaller learning rates.
 # {numref}`fig-floor` shows plain SGD's $\rho$ both ways, with the learning rate.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-floor", "caption": "Plain SGD (rerun): ρ of the float32 weight difference and of the float64 optimizer update (mean over heads), and the learning rate (right axis). Left: over training. Right: mean over training against the learning rate of the SGD sweep."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-floor", "caption": "Plain SGD, this build's rerun (profile in the panel title): ρ of the float32 weight difference and of the float64 optimizer update (mean over heads), and the learning rate (right axis). Left: over training. Right: mean over training against the learning rate of the SGD sweep."}}
 sgd = rerun["sgd"]
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.4, 4.2))
 s_diff, r_diff = series(sgd.rows, "rho_diff")
 s_exact, r_exact = series(sgd.rows, "rho")
 ax.semilogy(s_diff, np.nanmean(r_diff, axis=(1, 2)), color="C3", label="float32 weight difference")
 ax.semilogy(s_exact, np.clip(np.nanmean(r_exact, axis=(1, 2)), 1e-18, None), color="C0", label="float64 update")
-ax.set(xlabel="training step", ylabel="ρ", title="plain SGD: measured ρ")
+ax.set(xlabel="training step", ylabel="ρ", title=f"plain SGD, {live}")
 lr_ax = ax.twinx()
 lr_ax.plot(*series(sgd.rows, "lr"), color="0.5", ls=":", label="learning rate")
 lr_ax.set_ylabel("learning rate")
@@ -218,7 +219,9 @@ floor = [np.nanmean(series(rerun[LR_SWEEP[lr]].rows, "rho_diff")[1]) for lr in l
 exact = [np.nanmean(series(rerun[LR_SWEEP[lr]].rows, "rho")[1]) for lr in lrs]
 bx.loglog(lrs, floor, "o-", color="C3", label="float32 weight difference")
 bx.loglog(lrs, np.clip(exact, 1e-18, None), "s-", color="C0", label="float64 update")
-bx.set(xlabel="SGD learning rate", ylabel="mean ρ over training", title="the floor rises as steps shrink")
+bx.set(xlabel="SGD learning rate", ylabel="mean ρ over training", title="the float32 floor rises as steps shrink")
+bx.set_xticks(lrs, [str(lr) for lr in lrs])
+bx.minorticks_off()
 bx.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
@@ -249,11 +252,12 @@ md(f"Plain SGD, rerun: ρ of the weights alone {w_only.loc['SGD', 'mean ρ, weig
 #
 # The weight-decay part of a step, $-\eta\lambda(W_Q, W_K)$, has the symmetry component with
 # $S G_Q + G_K S = -\eta\lambda(G_Q - G_K) = -\eta\lambda\beta$: it is proportional to $\beta$ and vanishes
-# at a balanced point. At a random initialisation $G_Q$ and $G_K$ are independent, $\beta$ is as large as
-# the Gram matrices themselves, and SGD + weight decay starts with a large $\rho$; as the decay balances
-# the layer, its share falls. {numref}`fig-wd` shows the early steps.
+# at a balanced point. At a random initialisation $G_Q$ and $G_K$ are independent and $\beta$ is of the
+# size of the Gram matrices themselves, so the decay carries a large symmetry component from the
+# start. How much of the *whole* step that is depends on how large the gradient is beside it.
+# {numref}`fig-wd` shows the early steps.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-wd", "caption": "SGD + weight decay (rerun) over the first fifth of training: ρ (mean over heads, per layer) and the relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-wd", "caption": "SGD + weight decay, this build's rerun (profile in the panel title), over the first fifth of training: ρ (mean over heads, per layer) and the relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖)."}}
 wd = rerun["sgd_wd"]
 s_rho, r_rho = series(wd.rows, "rho")
 s_rel, r_rel = series(wd.rows, "beta_rel")
@@ -262,7 +266,7 @@ fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.4, 4.0))
 for layer in range(r_rho.shape[1]):
     ax.plot(s_rho[s_rho <= cut], np.nanmean(r_rho[s_rho <= cut, layer], -1), label=f"layer {layer + 1}")
     bx.plot(s_rel[s_rel <= cut], r_rel[s_rel <= cut, layer], label=f"layer {layer + 1}")
-ax.set(xlabel="training step", ylabel="ρ", title="SGD + weight decay: ρ early on")
+ax.set(xlabel="training step", ylabel="ρ", title=f"SGD + weight decay, {live}")
 bx.set(xlabel="training step", ylabel="‖β‖ / (‖G_Q‖ + ‖G_K‖)", title="relative imbalance")
 ax.legend(fontsize=8)
 plt.tight_layout()
@@ -270,10 +274,17 @@ plt.show()
 
 # %% tags=["hide-input"]
 early, rel_early = r_rho[s_rho <= cut], r_rel[s_rel <= cut]
+s_gq, g_q = series(wd.rows, "grad_bq")
+g_early = np.median(g_q[s_gq <= cut].reshape((s_gq <= cut).sum(), -1), axis=1)
+rho_fall = np.nanmean(early[0]) / max(np.nanmean(early[-1]), 1e-300)
+rel_change = abs(rel_early[-1].mean() / rel_early[0].mean() - 1)
 md(f"SGD + weight decay: ρ = {np.nanmean(early[0]):.3f} at the first recorded step and {np.nanmean(early[-1]):.3f} "
-   f"at step {s_rho[s_rho <= cut][-1]}, {np.nanmean(r_rho[-1]):.3f} at the end; the relative imbalance goes from "
-   f"{rel_early[0].mean():.3f} to {rel_early[-1].mean():.3f} over the first {cut} steps and ends at "
-   f"{r_rel[-1].mean():.3f}.")
+   f"at step {s_rho[s_rho <= cut][-1]} ({rho_fall:.0f}× less), {np.nanmean(r_rho[-1]):.3f} at the end. Over those "
+   f"first {cut} steps the relative imbalance changes by only {rel_change:.0%} ({rel_early[0].mean():.3f} → "
+   f"{rel_early[-1].mean():.3f}), while the median query-bias gradient grows {g_early[-1] / g_early[0]:.0f}× "
+   f"({g_early[0]:.1e} → {g_early[-1]:.1e}). So the early fall of ρ is not the decay balancing the layer: the "
+   "decay's symmetry component stays, and the gradients, small at initialisation, grow to dominate the step. "
+   f"The imbalance ends at {r_rel[-1].mean():.3f}.")
 
 # %% [markdown]
 # ## The conserved quantity: β and τ
@@ -283,7 +294,7 @@ md(f"SGD + weight decay: ρ = {np.nanmean(early[0]):.3f} at the first recorded s
 # of one, and so does a rebalanced run right after each rebalance. The relative imbalance
 # $\|\beta_t\| / (\|G_Q\| + \|G_K\|)$ beside it says how unbalanced the layer is now, on its own scale.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-beta", "caption": "Rerun, mean over layers: left, drift of β = Q Qᵀ − K Kᵀ (augmented) from its initial value; right, relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-beta", "caption": "This build's rerun (profile in the panel title), mean over layers: left, drift of β = Q Qᵀ − K Kᵀ (augmented) from its initial value; right, relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖)."}}
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.4, 4.0))
 for i, case in enumerate(OPTIMIZER_CASES):
     s, drift = series(rerun[case].rows, "beta_drift")
@@ -291,7 +302,7 @@ for i, case in enumerate(OPTIMIZER_CASES):
     s, rel = series(rerun[case].rows, "beta_rel")
     bx.plot(s, rel.mean(1), color=f"C{i}", label=labels[case])
 ax.set_yscale("log")
-ax.set(xlabel="training step", ylabel="‖β_t − β_0‖ / ‖β_0‖", title="β drift")
+ax.set(xlabel="training step", ylabel="‖β_t − β_0‖ / ‖β_0‖", title=f"β drift, {live}")
 bx.set_yscale("log")
 bx.set(xlabel="training step", ylabel="‖β‖ / (‖G_Q‖ + ‖G_K‖)", title="relative imbalance")
 ax.legend(fontsize=8)
@@ -320,7 +331,7 @@ beta_table.style.format({k: "{:.3g}" for k in beta_table.columns[2:]}).hide(axis
 # learning rate, in a direction fixed by the round-off. This is an optimizer moving a parameter the loss
 # does not see.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-bias", "caption": "Rerun: left, median gradient norm per head of the query bias (solid) and key bias (dashed) per optimizer; right, norm of the key bias per head (median over heads)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-bias", "caption": "This build's rerun (profile in the panel title): left, median gradient norm per head of the query bias (solid) and key bias (dashed) per optimizer; right, norm of the key bias per head (median over heads)."}}
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.4, 4.0))
 for i, case in enumerate(OPTIMIZER_CASES):
     recs = rerun[case].rows
@@ -330,7 +341,7 @@ for i, case in enumerate(OPTIMIZER_CASES):
     ax.semilogy(s, np.median(gk.reshape(len(s), -1), 1), color=f"C{i}", ls="--", label=f"{labels[case]}, $b_K$")
     s, nk = series(recs, "norm_bk")
     bx.semilogy(s, np.clip(np.median(nk.reshape(len(s), -1), 1), 1e-12, None), color=f"C{i}", label=labels[case])
-ax.set(xlabel="training step", ylabel="gradient norm per head", title="bias gradients (float32)")
+ax.set(xlabel="training step", ylabel="gradient norm per head", title=f"bias gradients, {live}")
 bx.set(xlabel="training step", ylabel="‖b_K‖ per head", title="the key bias itself")
 ax.legend(fontsize=7, ncol=2)
 bx.legend(fontsize=8)
@@ -414,12 +425,14 @@ if "adamw_rebalance" in rerun:
 # so the final drift need not scale as $\eta^2$; {numref}`fig-sweep` measures it, and the table gives
 # the slope of $\log(\text{drift})$ against $\log\eta$ per layer.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-sweep", "caption": "Final β drift per layer against the SGD learning rate (log–log), rerun."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-sweep", "caption": "Final β drift per layer against the SGD learning rate (log–log), this build's rerun (profile in the title)."}}
 final = np.array([series(rerun[LR_SWEEP[lr]].rows, "beta_drift")[1][-1] for lr in lrs])   # (lrs, layers)
 fig, ax = plt.subplots()
 for layer in range(final.shape[1]):
     ax.loglog(lrs, final[:, layer], "o-", label=f"layer {layer + 1}")
-ax.set(xlabel="SGD learning rate η", ylabel="final ‖β_T − β_0‖ / ‖β_0‖", title="β drift against the step size")
+ax.set(xlabel="SGD learning rate η", ylabel="final ‖β_T − β_0‖ / ‖β_0‖", title=f"β drift against the step size, {live}")
+ax.set_xticks(lrs, [str(lr) for lr in lrs])
+ax.minorticks_off()
 ax.legend(fontsize=8)
 plt.show()
 

@@ -82,7 +82,7 @@ md(f"AdamW model of chapter 6 ({profile} profile): {L} layers × {H} heads, vali
 # training (chapter 6) and the effective rank of each head's final QK product (the exponential of the
 # entropy of its normalised singular values; at most $D$, here of the bias-augmented product).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-grids", "caption": "Per head (layers × heads): loss increase when the head alone is removed, mean ρ over AdamW training, and effective rank of the final QK product."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-grids", "caption": "The chapter-6 AdamW run of this build (profile stated above), per head (layers × heads): loss increase when the head alone is removed, mean ρ over AdamW training, and effective rank of the final QK product."}}
 rho = np.nanmean(series(adamw.rows, rho_key(adamw))[1], axis=0)                 # (L, H)
 erank = np.array(heads["effective_rank"])
 D = adamw.config.get("head_dim") or adamw.config["n_embd"] // adamw.config["n_head"]
@@ -108,7 +108,7 @@ assert importance.max() > 0
 # Heads are removed cumulatively, least important first, and the validation loss is measured after each
 # removal ({numref}`fig-pruning`).
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-pruning", "caption": "Validation loss against the fraction of heads removed (least important first), with the 1 % and 5 % tolerance bands of the unpruned loss."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-pruning", "caption": "The chapter-6 AdamW run of this build (profile stated above): validation loss against the fraction of heads removed (least important first), with the 1 % and 5 % tolerance bands of the unpruned loss."}}
 curve = heads["pruning_curve"]
 f1, f5 = heads["prunable"]["0.01"], heads["prunable"]["0.05"]
 fig, ax = plt.subplots()
@@ -175,14 +175,14 @@ table.drop(columns="case").style.format(
 # AdamW's updates were isotropic, their mean $\rho$ would fall like that share, $D/(2(E+1)) \approx 1/(2H)$.
 # {numref}`fig-rho-vs-h` compares the two.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-rho-vs-h", "caption": "AdamW's mean ρ over training against the number of heads at fixed width (markers: seeds), with the isotropic share D/(2(E+1)) ≈ 1/(2H)."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-rho-vs-h", "caption": "Head-count sweep of this build (profile in the title): AdamW's mean ρ over training against the number of heads at fixed width (markers: seeds), with the isotropic share D/(2(E+1)) ≈ 1/(2H)."}}
 fig, ax = plt.subplots()
 m = sweep[sweep["case"] != "heads_H4_D8"]
 ax.loglog(m["H"], m["mean ρ"], "o", alpha=0.6, label="AdamW mean ρ (each seed)")
 ax.loglog(main["H"], main["mean ρ (AdamW)"], "-", color="C0", label="mean over seeds")
 ax.loglog(main["H"], main["isotropic D/(2(E+1))"], "k--", label="isotropic D/(2(E+1))")
 ax.set_xticks(list(HEAD_COUNTS), [str(h) for h in HEAD_COUNTS])
-ax.set(xlabel="heads H (D = E/H)", ylabel="mean ρ", title="Unidentified share of AdamW's steps")
+ax.set(xlabel="heads H (D = E/H)", ylabel="mean ρ", title=f"Unidentified share of AdamW's steps ({profile})")
 ax.legend(fontsize=8)
 plt.show()
 
@@ -202,7 +202,7 @@ md("Correlation across heads between importance and mean ρ, per run (n = number
                f"(n = {r.H * adamw.config['n_layer']})" for r in corr.itertuples()) + ". "
    f"Over these {len(corr)} runs it ranges from {corr['corr'].min():+.2f} to {corr['corr'].max():+.2f}.")
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-sweep", "caption": "Final validation loss against the number of heads at fixed width (mean and range over seeds), with the identified fraction 1 − 1/(2H) on the right axis; the square is the control with H = 4 and D = 8."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-sweep", "caption": "Head-count sweep of this build (profile in the title): final validation loss against the number of heads at fixed width (mean and range over seeds), with the identified fraction 1 − 1/(2H) on the right axis; the square is the control with H = 4 and D = 8."}}
 fig, ax = plt.subplots()
 err = [main["val loss (mean)"] - main["val loss (min)"], main["val loss (max)"] - main["val loss (mean)"]]
 ax.errorbar(main["H"], main["val loss (mean)"], yerr=err, fmt="o-", capsize=4, label=f"D = E/H ({len(seeds)} seed(s))")
@@ -212,7 +212,7 @@ ax.errorbar(ctrl["H"], ctrl["val loss (mean)"], yerr=[ctrl["val loss (mean)"] - 
             label="control: H = 4, D = 8")
 ax.set_xscale("log", base=2)
 ax.set_xticks(list(HEAD_COUNTS), [str(h) for h in HEAD_COUNTS])
-ax.set(xlabel="heads H", ylabel="final validation loss (nats per character)", title="Head count at fixed width")
+ax.set(xlabel="heads H", ylabel="final validation loss (nats per character)", title=f"Head count at fixed width ({profile})")
 ax2 = ax.twinx()
 ax2.plot(main["H"], main["identified fraction"], "d--", color="0.4", label="identified fraction 1 − 1/(2H)")
 ax2.set_ylabel("identified fraction of attention weights")
