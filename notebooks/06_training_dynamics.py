@@ -69,6 +69,11 @@ def md(text: str) -> None:
     display(Markdown(text))
 
 
+def short(df: pd.DataFrame) -> pd.DataFrame:
+    """For display: the scale column as "paper scale" / "<profile> rerun" (the sizes are in the titles)."""
+    return df.assign(scale=df["scale"].str.split(" (", regex=False).str[0])
+
+
 def ran(prof: str) -> dict:
     """The dynamics suite of ``prof``: trained here (reused when finished) or read from its records."""
     if prof == "paper" and not dev.startswith("cuda"):
@@ -109,7 +114,7 @@ md("**Runs in this chapter.** " + "; ".join(
     f"*{label}*: " + ", ".join(c for c in recs) for label, recs in scales.items())
    + (". **Pending** at paper scale (not yet run on a GPU; make them with "
       f"`{PAPER_CMD}`): " + ", ".join(pending["case"]) if len(pending) else "") + ".")
-status.style.format({"best val loss": "{:.3f}", "steps": "{:,.0f}"}, na_rep="—").hide(axis="index")
+short(status).style.format({"best val loss": "{:.3f}", "steps": "{:,.0f}"}, na_rep="—").hide(axis="index")
 
 # %% [markdown]
 # The paper-scale records (6 layers, 6 heads, $E = 384$, context 256, batch 64, 5,000 steps) were made on
@@ -170,7 +175,7 @@ plt.show()
 
 # %% tags=["hide-input"]
 rho_table = pd.DataFrame(table)
-rho_table.style.format({k: "{:.2e}" for k in rho_table.columns[3:]}, na_rep="—").hide(axis="index")
+short(rho_table).style.format({k: "{:.2e}" for k in rho_table.columns[3:]}, na_rep="—").hide(axis="index")
 
 # %% tags=["hide-input"]
 mean_rho = {(t["scale"], case): t["mean ρ"] for t in table for case in labels if labels[case] == t["optimizer"]}
@@ -282,9 +287,9 @@ md(f"SGD + weight decay: ρ = {np.nanmean(early[0]):.3f} at the first recorded s
    f"at step {s_rho[s_rho <= cut][-1]} ({rho_fall:.0f}× less), {np.nanmean(r_rho[-1]):.3f} at the end. Over those "
    f"first {cut} steps the relative imbalance changes by only {rel_change:.0%} ({rel_early[0].mean():.3f} → "
    f"{rel_early[-1].mean():.3f}), while the median query-bias gradient grows {g_early[-1] / g_early[0]:.0f}× "
-   f"({g_early[0]:.1e} → {g_early[-1]:.1e}). So the early fall of ρ is not the decay balancing the layer: the "
-   "decay's symmetry component stays, and the gradients, small at initialisation, grow to dominate the step. "
-   f"The imbalance ends at {r_rel[-1].mean():.3f}.")
+   f"({g_early[0]:.1e} → {g_early[-1]:.1e}). So the early fall of ρ does not come from the decay balancing the "
+   "layer (the imbalance, to which the decay's symmetry component is proportional, barely moves); it comes with "
+   f"the gradients growing beside the decay. The imbalance ends at {r_rel[-1].mean():.3f}.")
 
 # %% [markdown]
 # ## The conserved quantity: β and τ
@@ -319,7 +324,7 @@ for label, recs in scales.items():
                               "final drift, last layer": drift[-1],
                               "τ spread across heads, start": tau[0].std(), "τ spread, end": tau[-1].std()}
 beta_table = pd.DataFrame(end.values())
-beta_table.style.format({k: "{:.3g}" for k in beta_table.columns[2:]}).hide(axis="index")
+short(beta_table).style.format({k: "{:.3g}" for k in beta_table.columns[2:]}).hide(axis="index")
 
 # %% [markdown]
 # ## The key bias: no gradient, yet AdamW moves it
@@ -364,7 +369,7 @@ md(f"Final key-bias norm per head (rerun, median): AdamW {bk['AdamW']:.1e}, plai
    f"SGD + weight decay {bk['SGD + weight decay']:.1e}.")
 assert bk["AdamW"] > 100 * max(bk["SGD"], 1e-12), "AdamW moves the key bias, SGD does not"
 assert (bias_table["largest ‖∇b_K‖"] < 1e-3 * bias_table["median ‖∇b_Q‖"]).all()
-bias_table.style.format({k: "{:.2e}" for k in bias_table.columns[2:]}, na_rep="—").hide(axis="index")
+short(bias_table).style.format({k: "{:.2e}" for k in bias_table.columns[2:]}, na_rep="—").hide(axis="index")
 
 # %% [markdown]
 # ## QK spectra at the end
@@ -393,7 +398,7 @@ plt.show()
 
 # %% tags=["hide-input"]
 spec_table = pd.DataFrame(spectra)
-spec_table.style.format({"smallest σ / largest (any head)": "{:.2e}", "effective rank (mean over heads)": "{:.1f}"}
+short(spec_table).style.format({"smallest σ / largest (any head)": "{:.2e}", "effective rank (mean over heads)": "{:.1f}"}
                         ).hide(axis="index")
 
 # %% [markdown]
@@ -517,7 +522,7 @@ for claim, f, holds, spec in claims:
         row[f"holds ({label.split(' (')[0]})"] = "pending" if v is None else ("yes" if holds(v) else "no")
     point_rows.append(row)
 points = pd.DataFrame(point_rows)
-points.style.hide(axis="index")
+points.rename(columns={label: label.split(" (")[0] for label in scales}).style.hide(axis="index")
 
 # %% tags=["hide-input"]
 verdicts = {c: {k: v for k, v in r.items() if k.startswith("holds")} for c, r in zip([c[0] for c in claims], point_rows)}

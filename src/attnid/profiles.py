@@ -7,7 +7,7 @@ PROFILES: dict[str, dict] = {
     # seconds: tests and CI
     "smoke": dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=16, dropout=0.0, max_iters=50,
                   warmup_iters=5, eval_interval=25, eval_iters=4, ckpt_interval=20, rebalance_interval=20,
-                head_batches=3),
+                  head_batches=3),
     # about a minute per run on 2 CPU cores
     "cpu": dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=32, dropout=0.0, max_iters=2000,
                 warmup_iters=100, eval_interval=200, eval_iters=20, ckpt_interval=500, rebalance_interval=250),
