@@ -8,11 +8,13 @@ DEVICE ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test bench bench-gpu data book chapter serve clean
+.PHONY: help venv test lint format bench bench-gpu data book chapter serve clean
 
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE)) and build the HTML book"
 	@echo "make test     run the whole test suite"
+	@echo "make lint     ruff check and ruff format --check (configured in pyproject.toml)"
+	@echo "make format   apply ruff's fixes and formatting"
 	@echo "make chapter NB=notebooks/03_biases.py   re-execute one chapter and rebuild"
 	@echo "make serve    serve the built book on http://127.0.0.1:8000"
 	@echo "make bench    audit timing ladder and training throughput (needs the corpus)"
@@ -31,6 +33,14 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 bench: $(STAMP)
 	$(PY) tools/bench.py

@@ -36,7 +36,7 @@
 # $$ (eq-one-over-2h)
 
 # %% tags=["parameters"]
-profile = "cpu"   # "smoke" (seconds), "cpu" (the book's default), "paper" (paper scale, GPU)
+profile = "cpu"  # "smoke" (seconds), "cpu" (the book's default), "paper" (paper scale, GPU)
 seed = 0
 device = "auto"
 
@@ -50,13 +50,19 @@ check_profile(profile)
 rows = []
 for H in (1, 2, 4, 6, 8, 12, 16):
     c = count(AttentionConfig(384, H))
-    rows.append({"heads H": H, "head dim D": 384 // H, "weights": c.total_params,
-                 "unidentified": c.unidentified, "unidentified share": c.unidentified / c.total_params,
-                 "1/(2H)": 1 / (2 * H)})
+    rows.append(
+        {
+            "heads H": H,
+            "head dim D": 384 // H,
+            "weights": c.total_params,
+            "unidentified": c.unidentified,
+            "unidentified share": c.unidentified / c.total_params,
+            "1/(2H)": 1 / (2 * H),
+        }
+    )
 table = pd.DataFrame(rows).set_index("heads H")
 assert all(abs(r["unidentified share"] - r["1/(2H)"]) < 1e-15 for r in rows)
-table.style.format({"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}", "weights": "{:,}",
-                    "unidentified": "{:,}"})
+table.style.format({"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}", "weights": "{:,}", "unidentified": "{:,}"})
 
 # %% [markdown]
 # The table counts the weights of one attention layer with embedding size $E = 384$ (the size of the

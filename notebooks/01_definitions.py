@@ -45,8 +45,15 @@ import pandas as pd
 import torch
 from torch import nn
 
-from attnid.attention import (AttentionConfig, attention, attention_steps, concat_project_attention,
-                              from_torch_mha, init_params, to_fused)
+from attnid.attention import (
+    AttentionConfig,
+    attention,
+    attention_steps,
+    concat_project_attention,
+    from_torch_mha,
+    init_params,
+    to_fused,
+)
 from attnid.counting import multi_head_params, single_head_params
 from attnid.gpt import CausalSelfAttention, GPTConfig
 from attnid.profiles import check_profile
@@ -70,7 +77,7 @@ for causal in (False, True):
     mha = nn.MultiheadAttention(E, H, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         for prm in mha.parameters():
-            prm.add_(0.2 * torch.randn_like(prm))   # torch starts biases at zero; make them matter
+            prm.add_(0.2 * torch.randn_like(prm))  # torch starts biases at zero; make them matter
     cfg, p = from_torch_mha(mha, causal=causal)
     x = torch.randn(B, L, E, dtype=torch.float64)
     y_col = attention(x.transpose(1, 2), p, cfg).transpose(1, 2)
@@ -78,16 +85,24 @@ for causal in (False, True):
     y_torch = mha(x, x, x, need_weights=False, attn_mask=mask)[0]
     y_cat = concat_project_attention(x, p, cfg)
     compared = [("concatenate-and-project", y_cat), ("torch.nn.MultiheadAttention", y_torch)]
-    if causal:       # nanoGPT's attention is causal: its own module, weights copied in, float64
+    if causal:  # nanoGPT's attention is causal: its own module, weights copied in, float64
         gpt_attn = CausalSelfAttention(GPTConfig(n_embd=E, n_head=H, bias=True)).double().eval()
         with torch.no_grad():
-            for prm, value in zip((gpt_attn.c_attn.weight, gpt_attn.c_attn.bias, gpt_attn.c_proj.weight,
-                                   gpt_attn.c_proj.bias), to_fused(cfg, p)):
+            for prm, value in zip(
+                (gpt_attn.c_attn.weight, gpt_attn.c_attn.bias, gpt_attn.c_proj.weight, gpt_attn.c_proj.bias),
+                to_fused(cfg, p),
+            ):
                 prm.copy_(value)
         compared.append(("attnid.gpt.CausalSelfAttention (nanoGPT)", gpt_attn(x)))
     for name, y in compared:
-        rows.append({"causal mask": causal, "compared with": name,
-                     "max |ΔY|": float((y - y_col).detach().abs().max()), "max |Y|": float(y_col.detach().abs().max())})
+        rows.append(
+            {
+                "causal mask": causal,
+                "compared with": name,
+                "max |ΔY|": float((y - y_col).detach().abs().max()),
+                "max |Y|": float(y_col.detach().abs().max()),
+            }
+        )
 equal = pd.DataFrame(rows)
 assert (equal["max |ΔY|"] <= 1e-10).all()
 equal.style.format({"max |ΔY|": "{:.1e}", "max |Y|": "{:.2f}"}).hide(axis="index")
@@ -106,9 +121,16 @@ equal.style.format({"max |ΔY|": "{:.1e}", "max |Y|": "{:.2f}"}).hide(axis="inde
 rows = []
 for E_, H_ in [(64, 8), (384, 6), (768, 12), (1024, 16), (12288, 96)]:
     D = E_ // H_
-    rows.append({"E": E_, "H": H_, "D = C = E/H": D,
-                 "single head 2DE+E² (D=E)": single_head_params(E_, E_),
-                 "multi-head 2HE(D+C)": multi_head_params(E_, H_, D, D), "4E²": 4 * E_ * E_})
+    rows.append(
+        {
+            "E": E_,
+            "H": H_,
+            "D = C = E/H": D,
+            "single head 2DE+E² (D=E)": single_head_params(E_, E_),
+            "multi-head 2HE(D+C)": multi_head_params(E_, H_, D, D),
+            "4E²": 4 * E_ * E_,
+        }
+    )
     assert multi_head_params(E_, H_, D, D) == 4 * E_ * E_
 counts = pd.DataFrame(rows)
 counts.style.format("{:,}").hide(axis="index")

@@ -75,17 +75,24 @@ kappas = [1, 1e2, 1e4, 1e6, 1e8] if not small else [1, 1e4]
 rows = []
 for kappa in kappas:
     S = torch.stack([conditioned(cfg.D, kappa) for _ in range(cfg.G)])
-    rows.append({"κ(S)": kappa,
-                 "QK: max |ΔY|": float((attention(X, transform_qk(p, cfg, S), cfg) - Y).abs().max()),
-                 "VO: max |ΔY|": float((attention(X, transform_vo(p, cfg, S), cfg) - Y).abs().max())})
+    rows.append(
+        {
+            "κ(S)": kappa,
+            "QK: max |ΔY|": float((attention(X, transform_qk(p, cfg, S), cfg) - Y).abs().max()),
+            "VO: max |ΔY|": float((attention(X, transform_vo(p, cfg, S), cfg) - Y).abs().max()),
+        }
+    )
 inv = pd.DataFrame(rows)
 eps = np.finfo(np.float64).eps
 fig, ax = plt.subplots()
 ax.loglog(inv["κ(S)"], inv["QK: max |ΔY|"], "o-", label=r"$(S W_Q,\ S^{-\top} W_K)$")
 ax.loglog(inv["κ(S)"], inv["VO: max |ΔY|"], "s-", label=r"$(W_O S^{-1},\ S W_V)$")
 ax.loglog(inv["κ(S)"], eps * inv["κ(S)"] * float(Y.abs().max()), "k--", label=r"$\varepsilon_{64}\,\kappa(S)\,\max|Y|$")
-ax.set(xlabel="condition number κ(S)", ylabel="max |ΔY| (output units)",
-       title="Transformed weights, same outputs (float64)")
+ax.set(
+    xlabel="condition number κ(S)",
+    ylabel="max |ΔY| (output units)",
+    title="Transformed weights, same outputs (float64)",
+)
 ax.legend()
 plt.show()
 assert (inv.loc[inv["κ(S)"] <= 1e4, ["QK: max |ΔY|", "VO: max |ΔY|"]] <= 1e-10).all().all()
@@ -96,6 +103,7 @@ assert (inv[["QK: max |ΔY|", "VO: max |ΔY|"]].to_numpy() <= 100 * roundoff).al
 # The paper names three familiar special cases of $S$: a permutation of a head's query/key dimensions
 # (relabelling them), an orthogonal $S$ (a rotation, $S^{-\top} = S$), and a compensating scaling
 # $S = \operatorname{diag}(c)$, which multiplies query row $i$ by $c_i$ and key row $i$ by $1/c_i$:
+
 
 # %%
 def special(kind: str) -> torch.Tensor:
@@ -111,8 +119,13 @@ rows = []
 for kind in ("permutation", "orthogonal", "compensating scaling"):
     S = torch.stack([special(kind) for _ in range(cfg.G)])
     q = transform_qk(p, cfg, S)
-    rows.append({"S": kind, "max |ΔW_Q|": float((q["W_Q"] - p["W_Q"]).abs().max()),
-                 "max |ΔY|": float((attention(X, q, cfg) - Y).abs().max())})
+    rows.append(
+        {
+            "S": kind,
+            "max |ΔW_Q|": float((q["W_Q"] - p["W_Q"]).abs().max()),
+            "max |ΔY|": float((attention(X, q, cfg) - Y).abs().max()),
+        }
+    )
 special_table = pd.DataFrame(rows)
 assert (special_table["max |ΔY|"] <= 1e-10).all() and (special_table["max |ΔW_Q|"] > 1e-2).all()
 special_table.style.format({"max |ΔW_Q|": "{:.2f}", "max |ΔY|": "{:.1e}"}).hide(axis="index")
@@ -124,9 +137,18 @@ special_table.style.format({"max |ΔW_Q|": "{:.2f}", "max |ΔY|": "{:.1e}"}).hid
 # rank of the product map's Jacobian says the same:
 
 # %%
-rank_one = pd.DataFrame([{"D": D_, "weights 2D": 2 * D_, "rank of (w_Q, w_K) ↦ w_Kᵀw_Q": qk_product_rank(1, D_).rank,
-                          "unidentified (2D − rank)": 2 * D_ - qk_product_rank(1, D_).rank, "2D − 1": 2 * D_ - 1}
-                         for D_ in (1, 2, 3, 4, 8)])
+rank_one = pd.DataFrame(
+    [
+        {
+            "D": D_,
+            "weights 2D": 2 * D_,
+            "rank of (w_Q, w_K) ↦ w_Kᵀw_Q": qk_product_rank(1, D_).rank,
+            "unidentified (2D − rank)": 2 * D_ - qk_product_rank(1, D_).rank,
+            "2D − 1": 2 * D_ - 1,
+        }
+        for D_ in (1, 2, 3, 4, 8)
+    ]
+)
 assert (rank_one["unidentified (2D − rank)"] == rank_one["2D − 1"]).all()
 rank_one.style.hide(axis="index")
 
@@ -175,11 +197,19 @@ assert abs(slope_t - 2) < 0.1 and abs(slope_g - 1) < 0.1
 rows = []
 for E_, D_ in [(6, 2), (8, 3), (10, 10), (12, 5)]:
     svd = svd_construction_rank(E_, D_, seed=seed)
-    rows.append({"E": E_, "D": D_, "2DE − D²": orthonormal_qk_dof(E_, D_),
-                 "rank, free factors": qk_product_rank(E_, D_, seed=seed).rank,
-                 "SVD: parameters": svd["parameters"], "SVD: independent constraints": svd["constraints"],
-                 "SVD: tangent dimension": svd["tangent_dim"], "SVD: rank on the tangent": svd["rank_on_tangent"],
-                 "identified share 1 − D/(2E)": qk_identified_fraction(E_, D_)})
+    rows.append(
+        {
+            "E": E_,
+            "D": D_,
+            "2DE − D²": orthonormal_qk_dof(E_, D_),
+            "rank, free factors": qk_product_rank(E_, D_, seed=seed).rank,
+            "SVD: parameters": svd["parameters"],
+            "SVD: independent constraints": svd["constraints"],
+            "SVD: tangent dimension": svd["tangent_dim"],
+            "SVD: rank on the tangent": svd["rank_on_tangent"],
+            "identified share 1 − D/(2E)": qk_identified_fraction(E_, D_),
+        }
+    )
 prod = pd.DataFrame(rows)
 assert (prod["2DE − D²"] == prod["rank, free factors"]).all()
 assert (prod["SVD: independent constraints"] == prod["D"] * (prod["D"] + 1)).all()
@@ -200,8 +230,11 @@ prod.style.format({"identified share 1 − D/(2E)": "{:.3f}"}).hide(axis="index"
 E0 = 384
 Hs = [1, 2, 3, 4, 6, 8, 12, 16]
 Ds = [16, 32, 48, 64, 96, 128, 192, 384]
-frac = pd.DataFrame([[count(AttentionConfig(E0, H_, head_dim=D_)).identified_fraction for D_ in Ds] for H_ in Hs],
-                    index=pd.Index(Hs, name="heads H"), columns=pd.Index(Ds, name="head dim D"))
+frac = pd.DataFrame(
+    [[count(AttentionConfig(E0, H_, head_dim=D_)).identified_fraction for D_ in Ds] for H_ in Hs],
+    index=pd.Index(Hs, name="heads H"),
+    columns=pd.Index(Ds, name="head dim D"),
+)
 fig, ax = plt.subplots(figsize=(7.5, 4.8))
 sns.heatmap(frac, annot=True, fmt=".3f", cmap="viridis", cbar_kws={"label": "identified fraction"}, ax=ax)
 for i, H_ in enumerate(Hs):
@@ -210,7 +243,7 @@ for i, H_ in enumerate(Hs):
 ax.set_title(f"Identified fraction of attention weights, E = {E0} (red: D = E/H)")
 plt.show()
 assert all(abs(frac.loc[H_, E0 // H_] - (1 - 1 / (2 * H_))) < 1e-12 for H_ in Hs if E0 // H_ in Ds)
-assert np.allclose(frac.to_numpy(), 1 - np.array(Ds)[None, :] / (2 * E0))      # a function of D/E alone
+assert np.allclose(frac.to_numpy(), 1 - np.array(Ds)[None, :] / (2 * E0))  # a function of D/E alone
 
 # %% [markdown]
 # ## Theory against the Jacobian
@@ -221,22 +254,45 @@ assert np.allclose(frac.to_numpy(), 1 - np.array(Ds)[None, :] / (2 * E0))      #
 # `attnid.counting` and gives the singular-value gap that justified the rank decision.
 
 # %%
-grid = [AttentionConfig(8, 1), AttentionConfig(8, 2), AttentionConfig(8, 4), AttentionConfig(8, 8),
-        AttentionConfig(12, 3, head_dim=2, value_dim=5), AttentionConfig(12, 2, head_dim=3, value_dim=3, causal=True)]
+grid = [
+    AttentionConfig(8, 1),
+    AttentionConfig(8, 2),
+    AttentionConfig(8, 4),
+    AttentionConfig(8, 8),
+    AttentionConfig(12, 3, head_dim=2, value_dim=5),
+    AttentionConfig(12, 2, head_dim=3, value_dim=3, causal=True),
+]
 if not small:
-    grid += [AttentionConfig(16, 4, causal=True), AttentionConfig(16, 2, head_dim=4, value_dim=6),
-             AttentionConfig(12, 6, causal=True), AttentionConfig(16, 8)]
+    grid += [
+        AttentionConfig(16, 4, causal=True),
+        AttentionConfig(16, 2, head_dim=4, value_dim=6),
+        AttentionConfig(12, 6, causal=True),
+        AttentionConfig(16, 8),
+    ]
 rows = []
 for c in grid:
     r = audit(c, seed=seed, method="dense")
     th = count(c)
-    rows.append({"E": c.E, "H": c.H, "D": c.D, "C": c.C, "causal": c.causal, "params": r.total_params,
-                 "theory": th.unidentified, "Jacobian": r.unidentified, "sv gap": r.sv_gap,
-                 "unidentified share": r.unidentified / r.total_params, "1/(2H) (if D=C=E/H)":
-                 1 / (2 * c.H) if c.D == c.C == c.E // c.H else np.nan})
+    rows.append(
+        {
+            "E": c.E,
+            "H": c.H,
+            "D": c.D,
+            "C": c.C,
+            "causal": c.causal,
+            "params": r.total_params,
+            "theory": th.unidentified,
+            "Jacobian": r.unidentified,
+            "sv gap": r.sv_gap,
+            "unidentified share": r.unidentified / r.total_params,
+            "1/(2H) (if D=C=E/H)": 1 / (2 * c.H) if c.D == c.C == c.E // c.H else np.nan,
+        }
+    )
 jac = pd.DataFrame(rows)
 assert (jac["theory"] == jac["Jacobian"]).all() and (jac["sv gap"] > 1e6).all()
-jac.style.format({"sv gap": "{:.1e}", "unidentified share": "{:.4f}", "1/(2H) (if D=C=E/H)": "{:.4f}"}).hide(axis="index")
+jac.style.format({"sv gap": "{:.1e}", "unidentified share": "{:.4f}", "1/(2H) (if D=C=E/H)": "{:.4f}"}).hide(
+    axis="index"
+)
 
 # %%
 mh = jac[~jac["1/(2H) (if D=C=E/H)"].isna()]

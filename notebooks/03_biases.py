@@ -45,8 +45,7 @@ from attnid.audit import audit
 from attnid.counting import count
 from attnid.plotting import set_style
 from attnid.profiles import check_profile
-from attnid.symmetry import (absorb_value_bias, bias_gradient_norms, bias_gradients, shift_key_bias,
-                             value_bias_direction)
+from attnid.symmetry import absorb_value_bias, bias_gradient_norms, bias_gradients, shift_key_bias, value_bias_direction
 
 check_profile(profile)
 set_style()
@@ -64,14 +63,20 @@ Y = attention(X, p, cfg)
 rows = []
 for size in (1e-2, 1.0, 1e2):
     delta = size * torch.randn(cfg.G, cfg.D, generator=gen, dtype=torch.float64)
-    rows.append({"change": f"key bias + shift of size {size:g}",
-                 "max |ΔY|": float((attention(X, shift_key_bias(p, delta), cfg) - Y).abs().max())})
+    rows.append(
+        {
+            "change": f"key bias + shift of size {size:g}",
+            "max |ΔY|": float((attention(X, shift_key_bias(p, delta), cfg) - Y).abs().max()),
+        }
+    )
 absorbed = absorb_value_bias(p, cfg)
-rows.append({"change": "value bias moved into b_O (b_V = 0)",
-             "max |ΔY|": float((attention(X, absorbed, cfg) - Y).abs().max())})
+rows.append(
+    {"change": "value bias moved into b_O (b_V = 0)", "max |ΔY|": float((attention(X, absorbed, cfg) - Y).abs().max())}
+)
 q = dict(p, b_Q=p["b_Q"] + 1e-2 * torch.randn(p["b_Q"].shape, generator=gen, dtype=torch.float64))
-rows.append({"change": "query bias + shift of size 0.01 (control)",
-             "max |ΔY|": float((attention(X, q, cfg) - Y).abs().max())})
+rows.append(
+    {"change": "query bias + shift of size 0.01 (control)", "max |ΔY|": float((attention(X, q, cfg) - Y).abs().max())}
+)
 bias_table = pd.DataFrame(rows)
 assert (bias_table["max |ΔY|"][:4] <= 1e-10).all() and bias_table["max |ΔY|"].iloc[4] > 1e-4
 bias_table.style.format({"max |ΔY|": "{:.1e}"}).hide(axis="index")
@@ -118,13 +123,22 @@ rows = []
 for trial in range(3):
     d = value_bias_direction(p, cfg, torch.randn(cfg.G, cfg.C, generator=gen, dtype=torch.float64))
     along = sum(float((grads[k] * d[k]).sum()) for k in d)
-    scale = float(torch.cat([grads[k].reshape(-1) for k in d]).norm() * torch.cat([v.reshape(-1) for v in d.values()]).norm())
-    rows.append({"random δ": trial + 1, "‖∇b_V‖": float(grads["b_V"].norm()),
-                 "⟨∇, combined direction⟩": along, "relative to ‖∇‖‖d‖": abs(along) / scale})
+    scale = float(
+        torch.cat([grads[k].reshape(-1) for k in d]).norm() * torch.cat([v.reshape(-1) for v in d.values()]).norm()
+    )
+    rows.append(
+        {
+            "random δ": trial + 1,
+            "‖∇b_V‖": float(grads["b_V"].norm()),
+            "⟨∇, combined direction⟩": along,
+            "relative to ‖∇‖‖d‖": abs(along) / scale,
+        }
+    )
 vdir = pd.DataFrame(rows)
 assert (vdir["relative to ‖∇‖‖d‖"] < 1e-12).all()
-vdir.style.format({"‖∇b_V‖": "{:.2f}", "⟨∇, combined direction⟩": "{:.1e}", "relative to ‖∇‖‖d‖": "{:.1e}"}
-                  ).hide(axis="index")
+vdir.style.format({"‖∇b_V‖": "{:.2f}", "⟨∇, combined direction⟩": "{:.1e}", "relative to ‖∇‖‖d‖": "{:.1e}"}).hide(
+    axis="index"
+)
 
 # %% [markdown]
 # ## Counting with biases
@@ -144,8 +158,17 @@ for b in combos:
     for rope in (False, True):
         c = AttentionConfig(12, 3, bias=b, rope=rope, causal=True)
         th, r = count(c), audit(c, seed=seed, method="dense")
-        rows.append({"biases": b, "RoPE": rope, "params": th.total_params, **{f"theory {k}": v for k, v in th.unidentified_by_block.items()},
-                     "theory total": th.unidentified, "Jacobian": r.unidentified, "sv gap": r.sv_gap})
+        rows.append(
+            {
+                "biases": b,
+                "RoPE": rope,
+                "params": th.total_params,
+                **{f"theory {k}": v for k, v in th.unidentified_by_block.items()},
+                "theory total": th.unidentified,
+                "Jacobian": r.unidentified,
+                "sv gap": r.sv_gap,
+            }
+        )
 bias_counts = pd.DataFrame(rows)
 assert (bias_counts["theory total"] == bias_counts["Jacobian"]).all()
 bias_counts.style.format({"sv gap": "{:.1e}"}).hide(axis="index")

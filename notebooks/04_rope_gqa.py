@@ -35,17 +35,17 @@ device = "auto"
 
 # %%
 import matplotlib.pyplot as plt
-from IPython.display import Markdown, display
 import numpy as np
 import pandas as pd
 import torch
+from IPython.display import Markdown, display
 
 from attnid.attention import AttentionConfig, attention, init_params
 from attnid.audit import audit_block
 from attnid.counting import count
 from attnid.plotting import set_style
-from attnid.profiles import check_profile
 from attnid.presets import PRESETS, preset
+from attnid.profiles import check_profile
 from attnid.rope import random_commutant
 from attnid.symmetry import transform_qk
 
@@ -64,10 +64,18 @@ X = torch.randn(3, cfg.E, 24, generator=gen, dtype=torch.float64)
 Y = attention(X, p, cfg)
 S_comm = torch.stack([random_commutant(cfg.D, gen) for _ in range(cfg.G)])
 S_gen = torch.randn(cfg.G, cfg.D, cfg.D, generator=gen, dtype=torch.float64)
-rope_table = pd.DataFrame([
-    {"S": "random element of the RoPE commutant", "max |ΔY|": float((attention(X, transform_qk(p, cfg, S_comm), cfg) - Y).abs().max())},
-    {"S": "generic random matrix", "max |ΔY|": float((attention(X, transform_qk(p, cfg, S_gen), cfg) - Y).abs().max())},
-])
+rope_table = pd.DataFrame(
+    [
+        {
+            "S": "random element of the RoPE commutant",
+            "max |ΔY|": float((attention(X, transform_qk(p, cfg, S_comm), cfg) - Y).abs().max()),
+        },
+        {
+            "S": "generic random matrix",
+            "max |ΔY|": float((attention(X, transform_qk(p, cfg, S_gen), cfg) - Y).abs().max()),
+        },
+    ]
+)
 assert rope_table["max |ΔY|"][0] <= 1e-10 and rope_table["max |ΔY|"][1] > 1e-2
 rope_table.style.format({"max |ΔY|": "{:.1e}"}).hide(axis="index")
 
@@ -83,15 +91,24 @@ rope_table.style.format({"max |ΔY|": "{:.1e}"}).hide(axis="index")
 # %%
 E, H, D = (16, 4, 4) if small else (24, 6, 4)
 rows = []
-for G in ([H, 2, 1] if not small else [H, 1]):
+for G in [H, 2, 1] if not small else [H, 1]:
     for rope in (False, True):
         c = AttentionConfig(E, H, groups=G, head_dim=D, rope=rope, causal=True)
         th = count(c).unidentified_by_block
         qk = audit_block(c, ("W_Q", "W_K"), seed=seed, seq_len=24)
         vo = audit_block(c, ("W_V", "W_O"), seed=seed)
-        rows.append({"G": G, "RoPE": rope, "QK theory": th["qk"], "QK Jacobian": qk.unidentified,
-                     "QK sv gap": qk.sv_gap, "VO theory": th["vo"], "VO Jacobian": vo.unidentified,
-                     "VO sv gap": vo.sv_gap})
+        rows.append(
+            {
+                "G": G,
+                "RoPE": rope,
+                "QK theory": th["qk"],
+                "QK Jacobian": qk.unidentified,
+                "QK sv gap": qk.sv_gap,
+                "VO theory": th["vo"],
+                "VO Jacobian": vo.unidentified,
+                "VO sv gap": vo.sv_gap,
+            }
+        )
 blocks = pd.DataFrame(rows)
 assert (blocks["QK theory"] == blocks["QK Jacobian"]).all() and (blocks["VO theory"] == blocks["VO Jacobian"]).all()
 blocks.style.format({"QK sv gap": "{:.1e}", "VO sv gap": "{:.1e}"}).hide(axis="index")
@@ -111,23 +128,39 @@ blocks.style.format({"QK sv gap": "{:.1e}", "VO sv gap": "{:.1e}"}).hide(axis="i
 rows = []
 for name, (desc, c) in PRESETS.items():
     th = count(c)
-    rows.append({"model": desc, "E": c.E, "H": c.H, "G": c.G, "D": c.D, "RoPE": "yes" if c.rope else "no",
-                 "biases": c.bias or "none", "params / layer": th.total_params,
-                 "unidentified / layer": th.unidentified, "identified fraction": th.identified_fraction})
+    rows.append(
+        {
+            "model": desc,
+            "E": c.E,
+            "H": c.H,
+            "G": c.G,
+            "D": c.D,
+            "RoPE": "yes" if c.rope else "no",
+            "biases": c.bias or "none",
+            "params / layer": th.total_params,
+            "unidentified / layer": th.unidentified,
+            "identified fraction": th.identified_fraction,
+        }
+    )
 models = pd.DataFrame(rows)
 assert (models["identified fraction"] > 0.9).all()
 lo, hi = models["identified fraction"].min(), models["identified fraction"].max()
-display(Markdown(
-    f"**Against the paper's summary figures.** The paper's conclusion describes published architectures as "
-    f"80–90 % identified. Counted exactly, layer by layer, the models in this table are {lo:.1%} to {hi:.2%} "
-    f"identified: every one is above 90 %, and the ones with GQA and RoPE are within "
-    f"{1 - models.loc[models['G'] < models['H'], 'identified fraction'].min():.2%} of fully identified. The paper "
-    f"also sets its figure against the Lottery Ticket result {{cite:p}}`frankle2019lottery`, that subnetworks "
-    f"of 10–20 % of the weights train as well. The two measure different things: the unidentified share here, "
-    f"{1 - hi:.2%} to {1 - lo:.1%}, is the part of the weights that no data can pin down, a fixed property of "
-    f"the architecture; a lottery ticket's 80–90 % of removable weights are identified but unnecessary for "
-    f"one task. That most weights are identified says nothing against most of them being prunable."))
-models.style.format({"params / layer": "{:,}", "unidentified / layer": "{:,}", "identified fraction": "{:.5f}"}).hide(axis="index")
+display(
+    Markdown(
+        f"**Against the paper's summary figures.** The paper's conclusion describes published architectures as "
+        f"80–90 % identified. Counted exactly, layer by layer, the models in this table are {lo:.1%} to {hi:.2%} "
+        f"identified: every one is above 90 %, and the ones with GQA and RoPE are within "
+        f"{1 - models.loc[models['G'] < models['H'], 'identified fraction'].min():.2%} of fully identified. The paper "
+        f"also sets its figure against the Lottery Ticket result {{cite:p}}`frankle2019lottery`, that subnetworks "
+        f"of 10–20 % of the weights train as well. The two measure different things: the unidentified share here, "
+        f"{1 - hi:.2%} to {1 - lo:.1%}, is the part of the weights that no data can pin down, a fixed property of "
+        f"the architecture; a lottery ticket's 80–90 % of removable weights are identified but unnecessary for "
+        f"one task. That most weights are identified says nothing against most of them being prunable."
+    )
+)
+models.style.format({"params / layer": "{:,}", "unidentified / layer": "{:,}", "identified fraction": "{:.5f}"}).hide(
+    axis="index"
+)
 
 # %% [markdown]
 # ## Llama-2-70B, worked through
@@ -137,20 +170,29 @@ models.style.format({"params / layer": "{:,}", "unidentified / layer": "{:,}", "
 # %%
 llama = preset("llama-2-70b")
 H, G, D = llama.H, llama.G, llama.D
-cases = {"multi-head, no RoPE (H·D²)": llama.with_(groups=H, rope=False),
-         "multi-head + RoPE (H·D)": llama.with_(groups=H),
-         "GQA, no RoPE (G·D²)": llama.with_(rope=False),
-         "GQA + RoPE (G·D)": llama}
+cases = {
+    "multi-head, no RoPE (H·D²)": llama.with_(groups=H, rope=False),
+    "multi-head + RoPE (H·D)": llama.with_(groups=H),
+    "GQA, no RoPE (G·D²)": llama.with_(rope=False),
+    "GQA + RoPE (G·D)": llama,
+}
 rows = []
 for label, c in cases.items():
     th = count(c)
-    rows.append({"case": label, "QK unidentified": th.unidentified_by_block["qk"],
-                 "VO unidentified": th.unidentified_by_block["vo"], "params / layer": th.total_params,
-                 "identified fraction": th.identified_fraction})
+    rows.append(
+        {
+            "case": label,
+            "QK unidentified": th.unidentified_by_block["qk"],
+            "VO unidentified": th.unidentified_by_block["vo"],
+            "params / layer": th.total_params,
+            "identified fraction": th.identified_fraction,
+        }
+    )
 llama_table = pd.DataFrame(rows)
 assert list(llama_table["QK unidentified"]) == [H * D**2, H * D, G * D**2, G * D] == [1_048_576, 8_192, 131_072, 1_024]
-llama_table.style.format({"QK unidentified": "{:,}", "VO unidentified": "{:,}", "params / layer": "{:,}",
-                          "identified fraction": "{:.5f}"}).hide(axis="index")
+llama_table.style.format(
+    {"QK unidentified": "{:,}", "VO unidentified": "{:,}", "params / layer": "{:,}", "identified fraction": "{:.5f}"}
+).hide(axis="index")
 
 # %% [markdown]
 # :::{important}
@@ -169,7 +211,9 @@ ax.bar(x - 0.2, llama_table["QK unidentified"], 0.4, label="QK block")
 ax.bar(x + 0.2, llama_table["VO unidentified"], 0.4, label="VO block")
 ax.set_yscale("log")
 ax.set_xticks(x, ["MHA", "MHA + RoPE", "GQA", "GQA + RoPE"])
-ax.set(ylabel="unidentified dimensions per layer", title="Llama-2-70B attention layer (E = 8192, H = 64, G = 8, D = 128)")
+ax.set(
+    ylabel="unidentified dimensions per layer", title="Llama-2-70B attention layer (E = 8192, H = 64, G = 8, D = 128)"
+)
 ax.legend()
 plt.show()
 
@@ -196,16 +240,29 @@ for name, fn in (("full rebalance (chapter 6)", rebalance_qk), ("commutant-only 
     W_Q, b_Q, W_K, b_K = fn(p_r["W_Q"], p_r["b_Q"], p_r["W_K"], p_r["b_K"])
     q = dict(p_r, W_Q=W_Q, b_Q=b_Q, W_K=W_K, b_K=b_K)
     Qa, Ka = augment(W_Q, b_Q), augment(W_K, b_K)
-    rows.append({"transform": name, "max |ΔY| on the RoPE layer": float((attention(X_r, q, cfg_r) - Y_r).abs().max()),
-                 "max |β|": float(beta(Qa, Ka).abs().max()),
-                 "‖Q‖² + ‖K‖²": float((Qa ** 2).sum() + (Ka ** 2).sum())})
+    rows.append(
+        {
+            "transform": name,
+            "max |ΔY| on the RoPE layer": float((attention(X_r, q, cfg_r) - Y_r).abs().max()),
+            "max |β|": float(beta(Qa, Ka).abs().max()),
+            "‖Q‖² + ‖K‖²": float((Qa**2).sum() + (Ka**2).sum()),
+        }
+    )
 Qa, Ka = augment(p_r["W_Q"], p_r["b_Q"]), augment(p_r["W_K"], p_r["b_K"])
-rows.append({"transform": "none", "max |ΔY| on the RoPE layer": 0.0, "max |β|": float(beta(Qa, Ka).abs().max()),
-             "‖Q‖² + ‖K‖²": float((Qa ** 2).sum() + (Ka ** 2).sum())})
+rows.append(
+    {
+        "transform": "none",
+        "max |ΔY| on the RoPE layer": 0.0,
+        "max |β|": float(beta(Qa, Ka).abs().max()),
+        "‖Q‖² + ‖K‖²": float((Qa**2).sum() + (Ka**2).sum()),
+    }
+)
 rebal = pd.DataFrame(rows)
 assert rebal["max |ΔY| on the RoPE layer"][0] > 1e-3 and rebal["max |ΔY| on the RoPE layer"][1] <= 1e-10
 assert rebal["‖Q‖² + ‖K‖²"][1] < rebal["‖Q‖² + ‖K‖²"][2]
-rebal.style.format({"max |ΔY| on the RoPE layer": "{:.1e}", "max |β|": "{:.3f}", "‖Q‖² + ‖K‖²": "{:.2f}"}).hide(axis="index")
+rebal.style.format({"max |ΔY| on the RoPE layer": "{:.1e}", "max |β|": "{:.3f}", "‖Q‖² + ‖K‖²": "{:.2f}"}).hide(
+    axis="index"
+)
 
 # %% [markdown]
 # ## What this chapter checked

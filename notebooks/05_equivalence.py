@@ -68,13 +68,20 @@ set_style()
 
 # %%
 rows = []
-for Ep in ([4, 6] if profile == "smoke" else [4, 6, 8]):
+for Ep in [4, 6] if profile == "smoke" else [4, 6, 8]:
     c = AttentionConfig(Ep, 1, head_dim=Ep, value_dim=Ep)
     qkv = audit_block(c, ("W_Q", "W_K", "W_V"), seed=seed)
     full = audit(c, seed=seed, method="dense")
-    rows.append({"E'": Ep, "conv. 1 weights 3E'²": qkv.total_params, "conv. 1 Jacobian unidentified": qkv.unidentified,
-                 "conv. 3 claims": qkv.total_params // 2,
-                 "conv. 2 weights 4E'²": full.total_params, "conv. 2 Jacobian unidentified": full.unidentified})
+    rows.append(
+        {
+            "E'": Ep,
+            "conv. 1 weights 3E'²": qkv.total_params,
+            "conv. 1 Jacobian unidentified": qkv.unidentified,
+            "conv. 3 claims": qkv.total_params // 2,
+            "conv. 2 weights 4E'²": full.total_params,
+            "conv. 2 Jacobian unidentified": full.unidentified,
+        }
+    )
 single = pd.DataFrame(rows)
 assert (single["conv. 1 Jacobian unidentified"] == single["E'"] ** 2).all()
 assert (single["conv. 2 Jacobian unidentified"] == 2 * single["E'"] ** 2).all()
@@ -89,8 +96,11 @@ single.style.hide(axis="index")
 # %% mystnb={"figure": {"name": "fig-equivalence", "caption": "Left: width E'/E of a single head with as many identified parameters as an H-head layer of width E, for each counting convention. Right: its total weights relative to the multi-head layer's 4E². The marker is the paper's 'roughly 60% larger for 12 heads'."}}
 Hs = np.arange(1, 33)
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-labels = {"qk_square_v": "1: Q, K, square V (correct)", "full_head": "2: full head Q, K, V, O (correct)",
-          "half_of_all": "3: half of all weights (paper's 60%)"}
+labels = {
+    "qk_square_v": "1: Q, K, square V (correct)",
+    "full_head": "2: full head Q, K, V, O (correct)",
+    "half_of_all": "3: half of all weights (paper's 60%)",
+}
 styles = {"qk_square_v": "-", "full_head": "--", "half_of_all": ":"}
 for conv in CONVENTIONS:
     axes[0].plot(Hs, [equivalent_single_head_width(h, conv) for h in Hs], styles[conv], lw=2, label=labels[conv])
@@ -105,10 +115,16 @@ plt.tight_layout()
 plt.show()
 
 # %%
-rows = [{"convention": CONVENTIONS[c], "E'/E at H = 12": equivalent_single_head_width(12, c),
-         "weights relative to 4E²": single_head_total_over_multi(12, c)} for c in CONVENTIONS]
+rows = [
+    {
+        "convention": CONVENTIONS[c],
+        "E'/E at H = 12": equivalent_single_head_width(12, c),
+        "weights relative to 4E²": single_head_total_over_multi(12, c),
+    }
+    for c in CONVENTIONS
+]
 eq12 = pd.DataFrame(rows)
-assert abs(equivalent_single_head_width(12, "half_of_all") - 1.60) < 0.01          # the paper's 60%
+assert abs(equivalent_single_head_width(12, "half_of_all") - 1.60) < 0.01  # the paper's 60%
 assert abs(equivalent_single_head_width(12, "qk_square_v") - np.sqrt(2 - 1 / 12)) < 1e-12  # ≈ 1.38
 eq12.style.format({"E'/E at H = 12": "{:.3f}", "weights relative to 4E²": "{:.3f}"}).hide(axis="index")
 

@@ -42,7 +42,7 @@
 # floor can be seen below.
 
 # %% tags=["parameters"]
-profile = "cpu"   # "smoke": seconds; "cpu": ~30 s per run on 2 cores; "paper": nanoGPT scale (GPU or records)
+profile = "cpu"  # "smoke": seconds; "cpu": ~30 s per run on 2 cores; "paper": nanoGPT scale (GPU or records)
 seed = 0
 device = "auto"
 
@@ -80,15 +80,17 @@ def ran(prof: str) -> dict:
         found = find_runs("paper", SUITES["dynamics"], seed=seed)
         missing = [c for c in SUITES["dynamics"] if c not in found or rho_key(found[c]) != "rho"]
         if missing:
-            raise RecordError(f"the paper profile needs every chapter-6 record made by the current probe; missing or "
-                              f"older: {', '.join(missing)}. Make them on a GPU with `{PAPER_CMD} --force`")
+            raise RecordError(
+                f"the paper profile needs every chapter-6 record made by the current probe; missing or "
+                f"older: {', '.join(missing)}. Make them on a GPU with `{PAPER_CMD} --force`"
+            )
         return found
     for case in SUITES["dynamics"]:
         train(make_config(prof, case, seed=seed, device=device), progress=False)
     return {case: load_run(prof, case, seed=seed) for case in SUITES["dynamics"]}
 
 
-scales = {}                                     # label -> {case: Record}; the paper scale first
+scales = {}  # label -> {case: Record}; the paper scale first
 if profile != "paper":
     paper = find_runs("paper", SUITES["dynamics"], seed=seed)
     if all(c in paper for c in REQUIRED):
@@ -102,18 +104,31 @@ for label, recs in scales.items():
     for case in SUITES["dynamics"]:
         r = recs.get(case)
         prov = r.summary.get("provenance", {}) if r else {}
-        rows.append({"scale": label, "case": case, "status": "finished" if r else "pending",
-                     "steps": r.config["max_iters"] if r else None,
-                     "best val loss": r.summary.get("best_val_loss") if r else None,
-                     "precision": r.summary.get("precision", "?") if r else "",
-                     "ρ measured from": r.summary.get("rho_method", "") if r else "",
-                     "code": prov.get("code_commit", "this build") if r else ""})
+        rows.append(
+            {
+                "scale": label,
+                "case": case,
+                "status": "finished" if r else "pending",
+                "steps": r.config["max_iters"] if r else None,
+                "best val loss": r.summary.get("best_val_loss") if r else None,
+                "precision": r.summary.get("precision", "?") if r else "",
+                "ρ measured from": r.summary.get("rho_method", "") if r else "",
+                "code": prov.get("code_commit", "this build") if r else "",
+            }
+        )
 status = pd.DataFrame(rows)
 pending = status[status["status"] == "pending"]
-md("**Runs in this chapter.** " + "; ".join(
-    f"*{label}*: " + ", ".join(c for c in recs) for label, recs in scales.items())
-   + (". **Pending** at paper scale (not yet run on a GPU; make them with "
-      f"`{PAPER_CMD}`): " + ", ".join(pending["case"]) if len(pending) else "") + ".")
+md(
+    "**Runs in this chapter.** "
+    + "; ".join(f"*{label}*: " + ", ".join(c for c in recs) for label, recs in scales.items())
+    + (
+        ". **Pending** at paper scale (not yet run on a GPU; make them with "
+        f"`{PAPER_CMD}`): " + ", ".join(pending["case"])
+        if len(pending)
+        else ""
+    )
+    + "."
+)
 short(status).style.format({"best val loss": "{:.3f}", "steps": "{:,.0f}"}, na_rep="—").hide(axis="index")
 
 # %% [markdown]
@@ -157,9 +172,15 @@ for ax, (label, recs) in zip(axes[0], scales.items()):
             continue
         steps, rho = series(recs[case].rows, key)
         ax.plot(steps, np.nanmean(rho, axis=(1, 2)), color=f"C{i}", lw=1, label=labels[case])
-        entry = {"scale": label, "optimizer": labels[case], "ρ measured from": "float64 update" if key == "rho" else
-                 "float32 difference", "mean ρ": np.nanmean(rho), "median ρ": np.nanmedian(rho),
-                 "largest per-head ρ": np.nanmax(rho), "isotropic D/(2(E+1))": iso}
+        entry = {
+            "scale": label,
+            "optimizer": labels[case],
+            "ρ measured from": "float64 update" if key == "rho" else "float32 difference",
+            "mean ρ": np.nanmean(rho),
+            "median ρ": np.nanmedian(rho),
+            "largest per-head ρ": np.nanmax(rho),
+            "isotropic D/(2(E+1))": iso,
+        }
         if key == "rho":
             entry["mean ρ, float32 difference"] = np.nanmean(series(recs[case].rows, "rho_diff")[1])
             entry["mean ρ, weights only"] = np.nanmean(series(recs[case].rows, "rho_w")[1])
@@ -185,15 +206,22 @@ def order_sentence(label: str) -> str:
     m = {c: mean_rho[(label, c)] for c in REQUIRED if (label, c) in mean_rho}
     ranked = sorted(m, key=m.get, reverse=True)
     iso = rho_table[rho_table["scale"] == label]["isotropic D/(2(E+1))"].iloc[0]
-    return (f"*{label}*: " + " > ".join(f"{labels[c]} ({m[c]:.2g})" for c in ranked)
-            + f"; the isotropic share is {iso:.3g}, and AdamW's mean is {m['adamw'] / iso:.2f} of it")
+    return (
+        f"*{label}*: "
+        + " > ".join(f"{labels[c]} ({m[c]:.2g})" for c in ranked)
+        + f"; the isotropic share is {iso:.3g}, and AdamW's mean is {m['adamw'] / iso:.2f} of it"
+    )
 
 
 sgd_live = rho_table[(rho_table["scale"] == live) & (rho_table["optimizer"] == "SGD")].iloc[0]
-md("Mean ρ, largest first: " + "; ".join(order_sentence(label) for label in scales) + ". "
-   + f"Plain SGD's ρ in the rerun is at most {sgd_live['largest per-head ρ']:.1e}: zero up to the float64 "
-   "round-off of a float32 gradient, as a gradient step must be. What the paper-scale records show for SGD "
-   "is the float32 rounding floor of the weight difference (next section), not motion along the symmetry.")
+md(
+    "Mean ρ, largest first: "
+    + "; ".join(order_sentence(label) for label in scales)
+    + ". "
+    + f"Plain SGD's ρ in the rerun is at most {sgd_live['largest per-head ρ']:.1e}: zero up to the float64 "
+    "round-off of a float32 gradient, as a gradient step must be. What the paper-scale records show for SGD "
+    "is the float32 rounding floor of the weight difference (next section), not motion along the symmetry."
+)
 assert sgd_live["largest per-head ρ"] < 1e-9, "a plain gradient step is orthogonal to the symmetry"
 
 # %% [markdown]
@@ -233,11 +261,13 @@ plt.show()
 
 # %% tags=["hide-input"]
 n = len(r_diff)
-late = np.nanmean(r_diff[int(0.9 * n):]) / np.nanmean(r_diff[int(0.4 * n):int(0.6 * n)])
-md(f"Over the last tenth of training the float32-difference ρ of plain SGD is {late:.1f}× its mean in the "
-   f"middle, and across the sweep it is {floor[0] / floor[-1]:.1f}× higher at η = {lrs[0]} than at η = {lrs[-1]}; "
-   f"the float64 update stays below {np.nanmax(r_exact):.0e} throughout. Spikes of ρ at the end of training "
-   "(the paper's §5.3) are this precision effect, not dynamics.")
+late = np.nanmean(r_diff[int(0.9 * n) :]) / np.nanmean(r_diff[int(0.4 * n) : int(0.6 * n)])
+md(
+    f"Over the last tenth of training the float32-difference ρ of plain SGD is {late:.1f}× its mean in the "
+    f"middle, and across the sweep it is {floor[0] / floor[-1]:.1f}× higher at η = {lrs[0]} than at η = {lrs[-1]}; "
+    f"the float64 update stays below {np.nanmax(r_exact):.0e} throughout. Spikes of ρ at the end of training "
+    "(the paper's §5.3) are this precision effect, not dynamics."
+)
 assert floor[0] > floor[-1], "the float32 floor is higher for smaller steps"
 
 # %% [markdown]
@@ -248,9 +278,11 @@ assert floor[0] > floor[-1], "the float32 floor is higher for smaller steps"
 
 # %% tags=["hide-input"]
 w_only = rho_table[rho_table["scale"] == live].set_index("optimizer")
-md(f"Plain SGD, rerun: ρ of the weights alone {w_only.loc['SGD', 'mean ρ, weights only']:.1e} against "
-   f"{w_only.loc['SGD', 'mean ρ']:.1e} with the bias column; AdamW: {w_only.loc['AdamW', 'mean ρ, weights only']:.3f} "
-   f"against {w_only.loc['AdamW', 'mean ρ']:.3f}.")
+md(
+    f"Plain SGD, rerun: ρ of the weights alone {w_only.loc['SGD', 'mean ρ, weights only']:.1e} against "
+    f"{w_only.loc['SGD', 'mean ρ']:.1e} with the bias column; AdamW: {w_only.loc['AdamW', 'mean ρ, weights only']:.3f} "
+    f"against {w_only.loc['AdamW', 'mean ρ']:.3f}."
+)
 
 # %% [markdown]
 # ## Weight decay: a pull towards balance
@@ -283,13 +315,15 @@ s_gq, g_q = series(wd.rows, "grad_bq")
 g_early = np.median(g_q[s_gq <= cut].reshape((s_gq <= cut).sum(), -1), axis=1)
 rho_fall = np.nanmean(early[0]) / max(np.nanmean(early[-1]), 1e-300)
 rel_change = abs(rel_early[-1].mean() / rel_early[0].mean() - 1)
-md(f"SGD + weight decay: ρ = {np.nanmean(early[0]):.3f} at the first recorded step and {np.nanmean(early[-1]):.3f} "
-   f"at step {s_rho[s_rho <= cut][-1]} ({rho_fall:.0f}× less), {np.nanmean(r_rho[-1]):.3f} at the end. Over those "
-   f"first {cut} steps the relative imbalance changes by only {rel_change:.0%} ({rel_early[0].mean():.3f} → "
-   f"{rel_early[-1].mean():.3f}), while the median query-bias gradient grows {g_early[-1] / g_early[0]:.0f}× "
-   f"({g_early[0]:.1e} → {g_early[-1]:.1e}). So the early fall of ρ does not come from the decay balancing the "
-   "layer (the imbalance, to which the decay's symmetry component is proportional, barely moves); it comes with "
-   f"the gradients growing beside the decay. The imbalance ends at {r_rel[-1].mean():.3f}.")
+md(
+    f"SGD + weight decay: ρ = {np.nanmean(early[0]):.3f} at the first recorded step and {np.nanmean(early[-1]):.3f} "
+    f"at step {s_rho[s_rho <= cut][-1]} ({rho_fall:.0f}× less), {np.nanmean(r_rho[-1]):.3f} at the end. Over those "
+    f"first {cut} steps the relative imbalance changes by only {rel_change:.0%} ({rel_early[0].mean():.3f} → "
+    f"{rel_early[-1].mean():.3f}), while the median query-bias gradient grows {g_early[-1] / g_early[0]:.0f}× "
+    f"({g_early[0]:.1e} → {g_early[-1]:.1e}). So the early fall of ρ does not come from the decay balancing the "
+    "layer (the imbalance, to which the decay's symmetry component is proportional, barely moves); it comes with "
+    f"the gradients growing beside the decay. The imbalance ends at {r_rel[-1].mean():.3f}."
+)
 
 # %% [markdown]
 # ## The conserved quantity: β and τ
@@ -320,9 +354,14 @@ for label, recs in scales.items():
     for case in REQUIRED:
         drift = series(recs[case].rows, "beta_drift")[1][-1]
         tau = np.array(series(recs[case].rows, "tau")[1])
-        end[(label, case)] = {"scale": label, "optimizer": labels[case], "final drift, layer 1": drift[0],
-                              "final drift, last layer": drift[-1],
-                              "τ spread across heads, start": tau[0].std(), "τ spread, end": tau[-1].std()}
+        end[(label, case)] = {
+            "scale": label,
+            "optimizer": labels[case],
+            "final drift, layer 1": drift[0],
+            "final drift, last layer": drift[-1],
+            "τ spread across heads, start": tau[0].std(),
+            "τ spread, end": tau[-1].std(),
+        }
 beta_table = pd.DataFrame(end.values())
 short(beta_table).style.format({k: "{:.3g}" for k in beta_table.columns[2:]}).hide(axis="index")
 
@@ -360,13 +399,22 @@ for label, recs in scales.items():
     for case in REQUIRED:
         gq, gk = series(recs[case].rows, "grad_bq")[1], series(recs[case].rows, "grad_bk")[1]
         nk = series(recs[case].rows, "norm_bk")[1]
-        bias_rows.append({"scale": label, "optimizer": labels[case], "median ‖∇b_Q‖": np.median(gq),
-                          "median ‖∇b_K‖": np.median(gk), "largest ‖∇b_K‖": gk.max(),
-                          "final ‖b_K‖ (median head)": np.median(nk[-1]) if nk.size else np.nan})
+        bias_rows.append(
+            {
+                "scale": label,
+                "optimizer": labels[case],
+                "median ‖∇b_Q‖": np.median(gq),
+                "median ‖∇b_K‖": np.median(gk),
+                "largest ‖∇b_K‖": gk.max(),
+                "final ‖b_K‖ (median head)": np.median(nk[-1]) if nk.size else np.nan,
+            }
+        )
 bias_table = pd.DataFrame(bias_rows)
 bk = bias_table[bias_table["scale"] == live].set_index("optimizer")["final ‖b_K‖ (median head)"]
-md(f"Final key-bias norm per head (rerun, median): AdamW {bk['AdamW']:.1e}, plain SGD {bk['SGD']:.1e}, "
-   f"SGD + weight decay {bk['SGD + weight decay']:.1e}.")
+md(
+    f"Final key-bias norm per head (rerun, median): AdamW {bk['AdamW']:.1e}, plain SGD {bk['SGD']:.1e}, "
+    f"SGD + weight decay {bk['SGD + weight decay']:.1e}."
+)
 assert bk["AdamW"] > 100 * max(bk["SGD"], 1e-12), "AdamW moves the key bias, SGD does not"
 assert (bias_table["largest ‖∇b_K‖"] < 1e-3 * bias_table["median ‖∇b_Q‖"]).all()
 short(bias_table).style.format({k: "{:.2e}" for k in bias_table.columns[2:]}, na_rep="—").hide(axis="index")
@@ -382,15 +430,25 @@ fig, axes = plt.subplots(1, len(scales), figsize=(6.2 * len(scales), 4.0), squee
 spectra = []
 for ax, (label, recs) in zip(axes[0], scales.items()):
     for i, case in enumerate(REQUIRED):
-        sv = series(recs[case].rows, "qk_sv")[1][-1]                      # (L, H, D)
+        sv = series(recs[case].rows, "qk_sv")[1][-1]  # (L, H, D)
         for h in range(sv.shape[1]):
-            ax.semilogy(np.arange(1, sv.shape[-1] + 1), sv[0, h] / sv[0, h, 0], color=f"C{i}", lw=0.8,
-                        label=labels[case] if h == 0 else None)
+            ax.semilogy(
+                np.arange(1, sv.shape[-1] + 1),
+                sv[0, h] / sv[0, h, 0],
+                color=f"C{i}",
+                lw=0.8,
+                label=labels[case] if h == 0 else None,
+            )
         p = sv / sv.sum(-1, keepdims=True)
-        spectra.append({"scale": label, "optimizer": labels[case],
-                        "smallest σ / largest (any head)": float((sv[..., -1] / sv[..., 0]).min()),
-                        "effective rank (mean over heads)": float(np.exp(-(p * np.log(p)).sum(-1)).mean()),
-                        "D": sv.shape[-1]})
+        spectra.append(
+            {
+                "scale": label,
+                "optimizer": labels[case],
+                "smallest σ / largest (any head)": float((sv[..., -1] / sv[..., 0]).min()),
+                "effective rank (mean over heads)": float(np.exp(-(p * np.log(p)).sum(-1)).mean()),
+                "D": sv.shape[-1],
+            }
+        )
     ax.set(title=label, xlabel="index", ylabel="σ / σ_max")
     ax.legend(fontsize=8)
 plt.tight_layout()
@@ -398,8 +456,9 @@ plt.show()
 
 # %% tags=["hide-input"]
 spec_table = pd.DataFrame(spectra)
-short(spec_table).style.format({"smallest σ / largest (any head)": "{:.2e}", "effective rank (mean over heads)": "{:.1f}"}
-                        ).hide(axis="index")
+short(spec_table).style.format(
+    {"smallest σ / largest (any head)": "{:.2e}", "effective rank (mean over heads)": "{:.1f}"}
+).hide(axis="index")
 
 # %% [markdown]
 # ## Rebalancing
@@ -417,10 +476,13 @@ if "adamw_rebalance" in rerun:
     events["|Δ loss|"] = (events["loss_after"] - events["loss_before"]).abs()
     assert (events["|Δ loss|"] <= 1e-5).all()
     val_end = {c: series(rerun[c].rows, "val_loss")[1][-1] for c in ("adamw", "adamw_rebalance")}
-    md(f"Largest loss change at a rebalance: {events['|Δ loss|'].max():.1e}. Final validation loss: AdamW "
-       f"{val_end['adamw']:.4f}, AdamW + rebalancing {val_end['adamw_rebalance']:.4f} (one seed each).")
-    display(events.style.format({"loss_before": "{:.6f}", "loss_after": "{:.6f}", "|Δ loss|": "{:.1e}"})
-            .hide(axis="index"))
+    md(
+        f"Largest loss change at a rebalance: {events['|Δ loss|'].max():.1e}. Final validation loss: AdamW "
+        f"{val_end['adamw']:.4f}, AdamW + rebalancing {val_end['adamw_rebalance']:.4f} (one seed each)."
+    )
+    display(
+        events.style.format({"loss_before": "{:.6f}", "loss_after": "{:.6f}", "|Δ loss|": "{:.1e}"}).hide(axis="index")
+    )
 
 # %% [markdown]
 # ## The SGD learning-rate sweep
@@ -431,7 +493,7 @@ if "adamw_rebalance" in rerun:
 # the slope of $\log(\text{drift})$ against $\log\eta$ per layer.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-sweep", "caption": "Final β drift per layer against the SGD learning rate (log–log), this build's rerun (profile in the title)."}}
-final = np.array([series(rerun[LR_SWEEP[lr]].rows, "beta_drift")[1][-1] for lr in lrs])   # (lrs, layers)
+final = np.array([series(rerun[LR_SWEEP[lr]].rows, "beta_drift")[1][-1] for lr in lrs])  # (lrs, layers)
 fig, ax = plt.subplots()
 for layer in range(final.shape[1]):
     ax.loglog(lrs, final[:, layer], "o-", label=f"layer {layer + 1}")
@@ -443,18 +505,28 @@ plt.show()
 
 # %% tags=["hide-input"]
 slopes = [np.polyfit(np.log(lrs), np.log(final[:, layer]), 1)[0] for layer in range(final.shape[1])]
-sweep = pd.DataFrame({"layer": np.arange(1, final.shape[1] + 1), "slope of log drift vs log η": slopes,
-                      **{f"drift at η = {lr}": final[i] for i, lr in enumerate(lrs)}})
-md("Slopes per layer: " + ", ".join(f"layer {i + 1}: {s:.2f}" for i, s in enumerate(slopes))
-   + f". The largest final drift at η = {lrs[-1]} is in layer {int(final[-1].argmax()) + 1}.")
-sweep.style.format({c: "{:.2e}" for c in sweep.columns[2:]} | {"slope of log drift vs log η": "{:.2f}"}
-                   ).hide(axis="index")
+sweep = pd.DataFrame(
+    {
+        "layer": np.arange(1, final.shape[1] + 1),
+        "slope of log drift vs log η": slopes,
+        **{f"drift at η = {lr}": final[i] for i, lr in enumerate(lrs)},
+    }
+)
+md(
+    "Slopes per layer: "
+    + ", ".join(f"layer {i + 1}: {s:.2f}" for i, s in enumerate(slopes))
+    + f". The largest final drift at η = {lrs[-1]} is in layer {int(final[-1].argmax()) + 1}."
+)
+sweep.style.format({c: "{:.2e}" for c in sweep.columns[2:]} | {"slope of log drift vs log η": "{:.2f}"}).hide(
+    axis="index"
+)
 
 # %% [markdown]
 # ## The paper's §5, point by point
 #
 # Each row states one reading of the paper's experiments, the number that tests it at each scale, and
 # whether it holds there. Every verdict is computed from the numbers beside it.
+
 
 # %% tags=["hide-input"]
 def num(label: str, f):
@@ -479,7 +551,7 @@ def iso_of(recs):
 
 def late_ratio(recs):
     r = np.nanmean(series(recs["sgd"].rows, "rho_diff")[1], axis=(1, 2))
-    return np.nanmean(r[int(0.9 * len(r)):]) / np.nanmean(r[int(0.4 * len(r)):int(0.6 * len(r))])
+    return np.nanmean(r[int(0.9 * len(r)) :]) / np.nanmean(r[int(0.4 * len(r)) : int(0.6 * len(r))])
 
 
 def sweep_slope(recs):
@@ -488,30 +560,72 @@ def sweep_slope(recs):
 
 
 claims = [
-    ("SGD stays far from the unidentified directions (mean ρ / isotropic)",
-     lambda r: rho_mean(r, "sgd") / iso_of(r), lambda v: v < 1e-3, ".1e"),
-    ("weight decay moves closer (mean ρ, SGD + wd / SGD)",
-     lambda r: rho_mean(r, "sgd_wd") / max(rho_mean(r, "sgd"), 1e-300), lambda v: v > 100, ".1e"),
-    ("AdamW comes closest (mean ρ, AdamW / SGD + wd)",
-     lambda r: rho_mean(r, "adamw") / rho_mean(r, "sgd_wd"), lambda v: v > 1, ".2f"),
-    ("some AdamW updates cover the invariant space (largest per-head ρ)",
-     lambda r: np.nanmax(series(r["adamw"].rows, rho_key(r["adamw"]))[1]), lambda v: v > 0.5, ".2f"),
+    (
+        "SGD stays far from the unidentified directions (mean ρ / isotropic)",
+        lambda r: rho_mean(r, "sgd") / iso_of(r),
+        lambda v: v < 1e-3,
+        ".1e",
+    ),
+    (
+        "weight decay moves closer (mean ρ, SGD + wd / SGD)",
+        lambda r: rho_mean(r, "sgd_wd") / max(rho_mean(r, "sgd"), 1e-300),
+        lambda v: v > 100,
+        ".1e",
+    ),
+    (
+        "AdamW comes closest (mean ρ, AdamW / SGD + wd)",
+        lambda r: rho_mean(r, "adamw") / rho_mean(r, "sgd_wd"),
+        lambda v: v > 1,
+        ".2f",
+    ),
+    (
+        "some AdamW updates cover the invariant space (largest per-head ρ)",
+        lambda r: np.nanmax(series(r["adamw"].rows, rho_key(r["adamw"]))[1]),
+        lambda v: v > 0.5,
+        ".2f",
+    ),
     ("ρ spikes near the end (SGD, float32 difference: last tenth / middle)", late_ratio, lambda v: v > 2, ".1f"),
-    ("SGD approximately conserves β (largest final drift over layers)",
-     lambda r: series(r["sgd"].rows, "beta_drift")[1][-1].max(), lambda v: v < 0.1, ".2f"),
-    ("drift falls with the learning rate (slope of log drift vs log η, mean over layers)",
-     sweep_slope, lambda v: v > 1, ".2f"),
-    ("drift is larger in earlier layers (layer of the largest final SGD drift)",
-     lambda r: int(series(r["sgd"].rows, "beta_drift")[1][-1].argmax()) + 1, lambda v: v == 1, "d"),
-    ("AdamW changes β (final drift AdamW / SGD, mean over layers)",
-     lambda r: series(r["adamw"].rows, "beta_drift")[1][-1].mean() / series(r["sgd"].rows, "beta_drift")[1][-1].mean(),
-     lambda v: v > 2, ".1f"),
-    ("AdamW spreads τ (spread of τ over heads, end / start)",
-     lambda r: np.std(series(r["adamw"].rows, "tau")[1][-1]) / np.std(series(r["adamw"].rows, "tau")[1][0]),
-     lambda v: v > 2, ".1f"),
-    ("QK spectra show no rank deficiency (smallest σ / largest, any head, any optimizer)",
-     lambda r: min(float((series(r[c].rows, "qk_sv")[1][-1][..., -1] / series(r[c].rows, "qk_sv")[1][-1][..., 0]).min())
-                   for c in REQUIRED), lambda v: v > 1e-4, ".1e"),
+    (
+        "SGD approximately conserves β (largest final drift over layers)",
+        lambda r: series(r["sgd"].rows, "beta_drift")[1][-1].max(),
+        lambda v: v < 0.1,
+        ".2f",
+    ),
+    (
+        "drift falls with the learning rate (slope of log drift vs log η, mean over layers)",
+        sweep_slope,
+        lambda v: v > 1,
+        ".2f",
+    ),
+    (
+        "drift is larger in earlier layers (layer of the largest final SGD drift)",
+        lambda r: int(series(r["sgd"].rows, "beta_drift")[1][-1].argmax()) + 1,
+        lambda v: v == 1,
+        "d",
+    ),
+    (
+        "AdamW changes β (final drift AdamW / SGD, mean over layers)",
+        lambda r: (
+            series(r["adamw"].rows, "beta_drift")[1][-1].mean() / series(r["sgd"].rows, "beta_drift")[1][-1].mean()
+        ),
+        lambda v: v > 2,
+        ".1f",
+    ),
+    (
+        "AdamW spreads τ (spread of τ over heads, end / start)",
+        lambda r: np.std(series(r["adamw"].rows, "tau")[1][-1]) / np.std(series(r["adamw"].rows, "tau")[1][0]),
+        lambda v: v > 2,
+        ".1f",
+    ),
+    (
+        "QK spectra show no rank deficiency (smallest σ / largest, any head, any optimizer)",
+        lambda r: min(
+            float((series(r[c].rows, "qk_sv")[1][-1][..., -1] / series(r[c].rows, "qk_sv")[1][-1][..., 0]).min())
+            for c in REQUIRED
+        ),
+        lambda v: v > 1e-4,
+        ".1e",
+    ),
 ]
 point_rows = []
 for claim, f, holds, spec in claims:
@@ -525,13 +639,19 @@ points = pd.DataFrame(point_rows)
 points.rename(columns={label: label.split(" (")[0] for label in scales}).style.hide(axis="index")
 
 # %% tags=["hide-input"]
-verdicts = {c: {k: v for k, v in r.items() if k.startswith("holds")} for c, r in zip([c[0] for c in claims], point_rows)}
-disagree = [f"{c} ({', '.join(k[7:-1] + ': ' + v for k, v in vs.items())})" for c, vs in verdicts.items()
-            if "no" in vs.values()]
-md("Where these numbers disagree with the paper's reading: "
-   + ("; ".join(disagree) if disagree else "nowhere at these scales") + ". "
-   "The ρ rows of the paper-scale column come from the float32 weight difference (see above): SGD's value is its "
-   "rounding floor, and so is the late spike.")
+verdicts = {
+    c: {k: v for k, v in r.items() if k.startswith("holds")} for c, r in zip([c[0] for c in claims], point_rows)
+}
+disagree = [
+    f"{c} ({', '.join(k[7:-1] + ': ' + v for k, v in vs.items())})" for c, vs in verdicts.items() if "no" in vs.values()
+]
+md(
+    "Where these numbers disagree with the paper's reading: "
+    + ("; ".join(disagree) if disagree else "nowhere at these scales")
+    + ". "
+    "The ρ rows of the paper-scale column come from the float32 weight difference (see above): SGD's value is its "
+    "rounding floor, and so is the late spike."
+)
 
 # %% [markdown]
 # ## What this chapter checked

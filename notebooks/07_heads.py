@@ -37,8 +37,8 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from attnid import AttentionConfig, count
-from attnid.profiles import HEAD_COUNTS, SUITE_SEEDS, SUITES, check_profile, make_config, resolve_device
 from attnid.plotting import set_style
+from attnid.profiles import HEAD_COUNTS, SUITE_SEEDS, SUITES, check_profile, make_config, resolve_device
 from attnid.records import RecordError, find_runs, load_run, rho_key, series
 from attnid.train import train
 
@@ -56,24 +56,33 @@ def run_record(case: str, s: int):
     if profile == "paper" and not dev.startswith("cuda"):
         found = find_runs("paper", [case], seed=s)
         if case not in found or found[case].heads is None:
-            raise RecordError(f"no paper-scale record with a head analysis for {case} (seed {s}): make the "
-                              "chapter-6 and chapter-7 runs on a GPU with `attnid experiments --profile paper "
-                              "--device cuda` and `attnid experiments --profile paper --suite heads --device cuda`")
+            raise RecordError(
+                f"no paper-scale record with a head analysis for {case} (seed {s}): make the "
+                "chapter-6 and chapter-7 runs on a GPU with `attnid experiments --profile paper "
+                "--device cuda` and `attnid experiments --profile paper --suite heads --device cuda`"
+            )
         return found[case]
     train(make_config(profile, case, seed=s, device=device), progress=False)
     return load_run(profile, case, seed=s)
 
 
-adamw = run_record("adamw", seed)          # the chapter-6 run: its record holds the head analysis
+adamw = run_record("adamw", seed)  # the chapter-6 run: its record holds the head analysis
 heads = adamw.heads
 importance, baseline = np.array(heads["importance"]), heads["baseline"]
 L, H = importance.shape
 paper = find_runs("paper", ["adamw"], seed=seed).get("adamw") if profile != "paper" else None
-md(f"AdamW model of chapter 6 ({profile} profile): {L} layers × {H} heads, validation loss "
-   f"{baseline:.4f} on {heads['n_batches']} fixed batches. Head analysis at paper scale: "
-   + ("in this build's records." if profile == "paper" else
-      "pending (the paper-scale records predate the head analysis; `attnid experiments --profile paper "
-      "--device cuda` on a GPU makes it)." if paper is None or paper.heads is None else "available."))
+md(
+    f"AdamW model of chapter 6 ({profile} profile): {L} layers × {H} heads, validation loss "
+    f"{baseline:.4f} on {heads['n_batches']} fixed batches. Head analysis at paper scale: "
+    + (
+        "in this build's records."
+        if profile == "paper"
+        else "pending (the paper-scale records predate the head analysis; `attnid experiments --profile paper "
+        "--device cuda` on a GPU makes it)."
+        if paper is None or paper.heads is None
+        else "available."
+    )
+)
 
 # %% [markdown]
 # ## Importance, ρ and effective rank, head by head
@@ -83,13 +92,15 @@ md(f"AdamW model of chapter 6 ({profile} profile): {L} layers × {H} heads, vali
 # entropy of its normalised singular values; at most $D$, here of the bias-augmented product).
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-grids", "caption": "The chapter-6 AdamW run of this build (profile stated above), per head (layers × heads): loss increase when the head alone is removed, mean ρ over AdamW training, and effective rank of the final QK product."}}
-rho = np.nanmean(series(adamw.rows, rho_key(adamw))[1], axis=0)                 # (L, H)
+rho = np.nanmean(series(adamw.rows, rho_key(adamw))[1], axis=0)  # (L, H)
 erank = np.array(heads["effective_rank"])
 D = adamw.config.get("head_dim") or adamw.config["n_embd"] // adamw.config["n_head"]
 fig, axes = plt.subplots(1, 3, figsize=(14, 2.2 + 0.6 * L))
-for ax, grid, title, cmap, fmt in ((axes[0], importance, "importance (Δ val loss)", "magma", "{:.3f}"),
-                                   (axes[1], rho, "mean ρ (AdamW)", "viridis", "{:.3f}"),
-                                   (axes[2], erank, f"QK effective rank (D = {D})", "cividis", "{:.1f}")):
+for ax, grid, title, cmap, fmt in (
+    (axes[0], importance, "importance (Δ val loss)", "magma", "{:.3f}"),
+    (axes[1], rho, "mean ρ (AdamW)", "viridis", "{:.3f}"),
+    (axes[2], erank, f"QK effective rank (D = {D})", "cividis", "{:.1f}"),
+):
     im = ax.imshow(grid, cmap=cmap, aspect="auto")
     for (i, j), v in np.ndenumerate(grid):
         ax.text(j, i, fmt.format(v), ha="center", va="center", color="w" if v < grid.mean() else "k", fontsize=8)
@@ -116,8 +127,11 @@ ax.plot([c["fraction"] for c in curve], [c["loss"] for c in curve], "o-", label=
 for tol, f, c in ((0.01, f1, "C2"), (0.05, f5, "C1")):
     ax.axhline(baseline * (1 + tol), color=c, ls="--", lw=1, label=f"+{tol:.0%}: up to {f:.0%} of heads prunable")
     ax.axvline(f, color=c, ls=":", lw=1)
-ax.set(xlabel="fraction of heads removed", ylabel="validation loss (nats per character)",
-       title=f"Pruning the {L * H} heads of the AdamW model")
+ax.set(
+    xlabel="fraction of heads removed",
+    ylabel="validation loss (nats per character)",
+    title=f"Pruning the {L * H} heads of the AdamW model",
+)
 ax.legend()
 plt.show()
 
@@ -142,31 +156,57 @@ for case in SUITES["heads"]:
         cfg = make_config(profile, case, seed=s)
         D = cfg.head_dim or cfg.n_embd // cfg.n_head
         arch = AttentionConfig(cfg.n_embd, cfg.n_head, head_dim=D)
-        rho_heads = np.nanmean(series(rec.rows, rho_key(rec))[1], axis=0)           # (L, H)
+        rho_heads = np.nanmean(series(rec.rows, rho_key(rec))[1], axis=0)  # (L, H)
         imp = np.array(rec.heads["importance"])
-        records.append({"case": case, "H": cfg.n_head, "D": D, "seed": s, "val loss": rec.summary["final_val_loss"],
-                        "weights / layer": count(arch).total_params,
-                        "identified fraction": count(arch).identified_fraction,
-                        "mean ρ": float(rho_heads.mean()),
-                        "isotropic": D / (2 * (cfg.n_embd + 1)),
-                        "corr": float(np.corrcoef(imp.ravel(), rho_heads.ravel())[0, 1])
-                        if cfg.n_head > 1 else np.nan,
-                        "QK effective rank": float(np.mean(rec.heads["effective_rank"]))})
+        records.append(
+            {
+                "case": case,
+                "H": cfg.n_head,
+                "D": D,
+                "seed": s,
+                "val loss": rec.summary["final_val_loss"],
+                "weights / layer": count(arch).total_params,
+                "identified fraction": count(arch).identified_fraction,
+                "mean ρ": float(rho_heads.mean()),
+                "isotropic": D / (2 * (cfg.n_embd + 1)),
+                "corr": float(np.corrcoef(imp.ravel(), rho_heads.ravel())[0, 1]) if cfg.n_head > 1 else np.nan,
+                "QK effective rank": float(np.mean(rec.heads["effective_rank"])),
+            }
+        )
 sweep = pd.DataFrame(records)
-table = sweep.groupby(["case", "H", "D"], sort=False).agg(
-    **{"val loss (mean)": ("val loss", "mean"), "val loss (min)": ("val loss", "min"),
-       "val loss (max)": ("val loss", "max"), "weights / layer": ("weights / layer", "first"),
-       "identified fraction": ("identified fraction", "first"), "mean ρ (AdamW)": ("mean ρ", "mean"),
-       "isotropic D/(2(E+1))": ("isotropic", "first"), "QK effective rank": ("QK effective rank", "mean")}
-).reset_index()
+table = (
+    sweep.groupby(["case", "H", "D"], sort=False)
+    .agg(
+        **{
+            "val loss (mean)": ("val loss", "mean"),
+            "val loss (min)": ("val loss", "min"),
+            "val loss (max)": ("val loss", "max"),
+            "weights / layer": ("weights / layer", "first"),
+            "identified fraction": ("identified fraction", "first"),
+            "mean ρ (AdamW)": ("mean ρ", "mean"),
+            "isotropic D/(2(E+1))": ("isotropic", "first"),
+            "QK effective rank": ("QK effective rank", "mean"),
+        }
+    )
+    .reset_index()
+)
 table["ρ / isotropic"] = table["mean ρ (AdamW)"] / table["isotropic D/(2(E+1))"]
 main = table[table["case"] != "heads_H4_D8"]
 assert np.allclose(main["identified fraction"], 1 - 1 / (2 * main["H"]))
 assert (table["val loss (mean)"] < np.log(65)).all()
 table.drop(columns="case").style.format(
-    {"val loss (mean)": "{:.4f}", "val loss (min)": "{:.4f}", "val loss (max)": "{:.4f}", "weights / layer": "{:,}",
-     "identified fraction": "{:.4f}", "mean ρ (AdamW)": "{:.4f}", "isotropic D/(2(E+1))": "{:.4f}",
-     "QK effective rank": "{:.2f}", "ρ / isotropic": "{:.2f}"}).hide(axis="index")
+    {
+        "val loss (mean)": "{:.4f}",
+        "val loss (min)": "{:.4f}",
+        "val loss (max)": "{:.4f}",
+        "weights / layer": "{:,}",
+        "identified fraction": "{:.4f}",
+        "mean ρ (AdamW)": "{:.4f}",
+        "isotropic D/(2(E+1))": "{:.4f}",
+        "QK effective rank": "{:.2f}",
+        "ρ / isotropic": "{:.2f}",
+    }
+).hide(axis="index")
 
 # %% [markdown]
 # ### Does AdamW's unidentified share follow $1/(2H)$?
@@ -189,30 +229,54 @@ plt.show()
 # %% tags=["hide-input"]
 ratio = main.set_index("H")["ρ / isotropic"]
 slope = np.polyfit(np.log(main["H"]), np.log(main["mean ρ (AdamW)"]), 1)[0]
-md(f"AdamW's mean ρ is {ratio.iloc[0]:.2f} of the isotropic share at H = {ratio.index[0]} and "
-   f"{ratio.iloc[-1]:.2f} of it at H = {ratio.index[-1]}; its log–log slope against H is {slope:.2f} "
-   f"(the isotropic share has slope −1). "
-   + ("It falls more slowly than 1/(2H)." if slope > -0.9 else "It falls about as fast as 1/(2H)."
-      if slope > -1.1 else "It falls faster than 1/(2H)."))
+md(
+    f"AdamW's mean ρ is {ratio.iloc[0]:.2f} of the isotropic share at H = {ratio.index[0]} and "
+    f"{ratio.iloc[-1]:.2f} of it at H = {ratio.index[-1]}; its log–log slope against H is {slope:.2f} "
+    f"(the isotropic share has slope −1). "
+    + (
+        "It falls more slowly than 1/(2H)."
+        if slope > -0.9
+        else "It falls about as fast as 1/(2H)."
+        if slope > -1.1
+        else "It falls faster than 1/(2H)."
+    )
+)
 
 # %% tags=["hide-input"]
 corr = sweep.dropna(subset=["corr"])
-md("Correlation across heads between importance and mean ρ, per run (n = number of heads): "
-   + "; ".join(f"H = {r.H}{'' if r.case != 'heads_H4_D8' else ' (D = 8)'}, seed {r.seed}: {r.corr:+.2f} "
-               f"(n = {r.H * adamw.config['n_layer']})" for r in corr.itertuples()) + ". "
-   f"Over these {len(corr)} runs it ranges from {corr['corr'].min():+.2f} to {corr['corr'].max():+.2f}.")
+md(
+    "Correlation across heads between importance and mean ρ, per run (n = number of heads): "
+    + "; ".join(
+        f"H = {r.H}{'' if r.case != 'heads_H4_D8' else ' (D = 8)'}, seed {r.seed}: {r.corr:+.2f} "
+        f"(n = {r.H * adamw.config['n_layer']})"
+        for r in corr.itertuples()
+    )
+    + ". "
+    f"Over these {len(corr)} runs it ranges from {corr['corr'].min():+.2f} to {corr['corr'].max():+.2f}."
+)
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-sweep", "caption": "Head-count sweep of this build (profile in the title): final validation loss against the number of heads at fixed width (mean and range over seeds), with the identified fraction 1 − 1/(2H) on the right axis; the square is the control with H = 4 and D = 8."}}
 fig, ax = plt.subplots()
 err = [main["val loss (mean)"] - main["val loss (min)"], main["val loss (max)"] - main["val loss (mean)"]]
 ax.errorbar(main["H"], main["val loss (mean)"], yerr=err, fmt="o-", capsize=4, label=f"D = E/H ({len(seeds)} seed(s))")
 ctrl = table[table["case"] == "heads_H4_D8"]
-ax.errorbar(ctrl["H"], ctrl["val loss (mean)"], yerr=[ctrl["val loss (mean)"] - ctrl["val loss (min)"],
-            ctrl["val loss (max)"] - ctrl["val loss (mean)"]], fmt="s", color="C3", capsize=4, ms=8,
-            label="control: H = 4, D = 8")
+ax.errorbar(
+    ctrl["H"],
+    ctrl["val loss (mean)"],
+    yerr=[ctrl["val loss (mean)"] - ctrl["val loss (min)"], ctrl["val loss (max)"] - ctrl["val loss (mean)"]],
+    fmt="s",
+    color="C3",
+    capsize=4,
+    ms=8,
+    label="control: H = 4, D = 8",
+)
 ax.set_xscale("log", base=2)
 ax.set_xticks(list(HEAD_COUNTS), [str(h) for h in HEAD_COUNTS])
-ax.set(xlabel="heads H", ylabel="final validation loss (nats per character)", title=f"Head count at fixed width ({profile})")
+ax.set(
+    xlabel="heads H",
+    ylabel="final validation loss (nats per character)",
+    title=f"Head count at fixed width ({profile})",
+)
 ax2 = ax.twinx()
 ax2.plot(main["H"], main["identified fraction"], "d--", color="0.4", label="identified fraction 1 − 1/(2H)")
 ax2.set_ylabel("identified fraction of attention weights")
@@ -226,13 +290,20 @@ plt.show()
 by_h = main.set_index("H")["val loss (mean)"]
 spread = float((main["val loss (max)"] - main["val loss (min)"]).max())
 gain = by_h.loc[1] - by_h.min()
-md(f"Validation loss: H = 1 → {by_h.loc[1]:.4f}, best at H = {by_h.idxmin()} ({by_h.min():.4f}), a difference of "
-   f"{gain:.4f} against a largest seed-to-seed range of {spread:.4f} over {len(seeds)} seed(s): "
-   + ("one seed gives no noise estimate, so no conclusion." if len(seeds) < 2 else
-      "within seed noise." if gain <= spread else "larger than the seed noise.")
-   + f" Control (H = 4, D = 8): {float(ctrl['val loss (mean)'].iloc[0]):.4f} with "
-   f"{int(ctrl['weights / layer'].iloc[0]):,} weights per layer, against {by_h.loc[4]:.4f} with "
-   f"{int(main.set_index('H').loc[4, 'weights / layer']):,} for H = 4, D = {int(main.set_index('H').loc[4, 'D'])}.")
+md(
+    f"Validation loss: H = 1 → {by_h.loc[1]:.4f}, best at H = {by_h.idxmin()} ({by_h.min():.4f}), a difference of "
+    f"{gain:.4f} against a largest seed-to-seed range of {spread:.4f} over {len(seeds)} seed(s): "
+    + (
+        "one seed gives no noise estimate, so no conclusion."
+        if len(seeds) < 2
+        else "within seed noise."
+        if gain <= spread
+        else "larger than the seed noise."
+    )
+    + f" Control (H = 4, D = 8): {float(ctrl['val loss (mean)'].iloc[0]):.4f} with "
+    f"{int(ctrl['weights / layer'].iloc[0]):,} weights per layer, against {by_h.loc[4]:.4f} with "
+    f"{int(main.set_index('H').loc[4, 'weights / layer']):,} for H = 4, D = {int(main.set_index('H').loc[4, 'D'])}."
+)
 
 # %% [markdown]
 # ## What the numbers support, and what they do not

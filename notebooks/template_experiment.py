@@ -24,9 +24,9 @@
 profile = "cpu"
 seed = 0
 device = "auto"
-embed = 16        # E
-heads = 4         # H
-bias = "all"      # "none", "all" or letters from q,k,v,o
+embed = 16  # E
+heads = 4  # H
+bias = "all"  # "none", "all" or letters from q,k,v,o
 rope = False
 
 # %%
@@ -43,8 +43,10 @@ set_style()
 cfg = AttentionConfig(embed, heads, bias=bias, rope=rope, causal=True)
 theory = count(cfg)
 result = audit(cfg, seed=seed, method="dense")
-print(f"{theory.total_params} parameters: closed form {theory.unidentified} unidentified, "
-      f"Jacobian {result.unidentified} (singular-value gap {result.sv_gap:.1e})")
+print(
+    f"{theory.total_params} parameters: closed form {theory.unidentified} unidentified, "
+    f"Jacobian {result.unidentified} (singular-value gap {result.sv_gap:.1e})"
+)
 assert result.unidentified == theory.unidentified
 
 # %%

@@ -2,9 +2,19 @@ import pytest
 import torch
 from torch import nn
 
-from attnid.attention import (AttentionConfig, ColumnAttention, attention, concat_project_attention,
-                              from_fused, from_torch_mha, fused_qk_views, init_params, parse_bias,
-                              to_fused, to_torch_mha)
+from attnid.attention import (
+    AttentionConfig,
+    ColumnAttention,
+    attention,
+    concat_project_attention,
+    from_fused,
+    from_torch_mha,
+    fused_qk_views,
+    init_params,
+    parse_bias,
+    to_fused,
+    to_torch_mha,
+)
 
 CONFIGS = [
     AttentionConfig(12, 3, bias="all"),
@@ -67,15 +77,18 @@ def test_module_wrapper_matches_function():
     assert torch.equal(m(X), attention(X, init_params(cfg, seed=2), cfg))
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    (dict(embed=10, heads=3), "heads"),
-    (dict(embed=12, heads=4, groups=3), "groups"),
-    (dict(embed=12, heads=4, head_dim=3, rope=True), "head_dim"),
-    (dict(embed=0, heads=1), "embed"),
-    (dict(embed=8, heads=-2), "heads"),
-    (dict(embed=8, heads=2, value_dim=0), "value_dim"),
-    (dict(embed=8, heads=2, bias="qx"), "bias"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(embed=10, heads=3), "heads"),
+        (dict(embed=12, heads=4, groups=3), "groups"),
+        (dict(embed=12, heads=4, head_dim=3, rope=True), "head_dim"),
+        (dict(embed=0, heads=1), "embed"),
+        (dict(embed=8, heads=-2), "heads"),
+        (dict(embed=8, heads=2, value_dim=0), "value_dim"),
+        (dict(embed=8, heads=2, bias="qx"), "bias"),
+    ],
+)
 def test_bad_architecture_raises_named_error(kwargs, word):
     with pytest.raises(ValueError, match=word):
         AttentionConfig(**kwargs)

@@ -9,8 +9,17 @@ from attnid.audit import audit, audit_torch_mha
 from attnid.counting import count, total_params
 
 # (E, H, G, D, C): D != E/H, C != D, G in {1, 2, H}, D or C above E
-SHAPES = [(8, 2, 2, 4, 4), (8, 2, 1, 4, 4), (8, 4, 2, 2, 2), (8, 4, 4, 2, 3), (6, 2, 2, 3, 2),
-          (12, 3, 1, 4, 2), (8, 4, 4, 2, 1), (4, 2, 2, 6, 5), (8, 2, 2, 2, 4)]
+SHAPES = [
+    (8, 2, 2, 4, 4),
+    (8, 2, 1, 4, 4),
+    (8, 4, 2, 2, 2),
+    (8, 4, 4, 2, 3),
+    (6, 2, 2, 3, 2),
+    (12, 3, 1, 4, 2),
+    (8, 4, 4, 2, 1),
+    (4, 2, 2, 6, 5),
+    (8, 2, 2, 2, 4),
+]
 BIASES = ["none", "all", "qkv", "k", "v"]
 
 
@@ -18,8 +27,7 @@ def _grid():
     out = []
     for i, ((E, H, G, D, C), bias) in enumerate(itertools.product(SHAPES, BIASES)):
         rope = (i % 3 == 1) and D % 2 == 0 and D <= E
-        out.append(AttentionConfig(E, H, groups=G, head_dim=D, value_dim=C, bias=bias, rope=rope,
-                                   causal=bool(i % 2)))
+        out.append(AttentionConfig(E, H, groups=G, head_dim=D, value_dim=C, bias=bias, rope=rope, causal=bool(i % 2)))
     return out
 
 
@@ -41,9 +49,15 @@ def test_jacobian_rank_equals_closed_form(cfg):
     assert r.sv_gap > 1e6  # the rank decision is clear-cut
 
 
-@pytest.mark.parametrize("cfg", [AttentionConfig(16, 4, bias="all", causal=True),
-                                 AttentionConfig(16, 4, groups=2, bias="qkv", rope=True),
-                                 AttentionConfig(12, 3, head_dim=2, value_dim=3, bias="kvo")], ids=str)
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AttentionConfig(16, 4, bias="all", causal=True),
+        AttentionConfig(16, 4, groups=2, bias="qkv", rope=True),
+        AttentionConfig(12, 3, head_dim=2, value_dim=3, bias="kvo"),
+    ],
+    ids=str,
+)
 def test_certify_agrees_with_dense(cfg):
     dense, cert = audit(cfg, method="dense"), audit(cfg, method="certify")
     assert cert.method == "certify"
@@ -71,9 +85,10 @@ def test_too_short_sequence_is_refused():
 def test_block_audits_and_qk_product():
     from attnid.audit import audit_block, qk_product_rank
     from attnid.counting import orthonormal_qk_dof
+
     cfg = AttentionConfig(16, 4, groups=2, rope=True, causal=True)
-    assert audit_block(cfg, ("W_Q", "W_K")).unidentified == 2 * 4          # G·D with RoPE
-    assert audit_block(cfg, ("W_V", "W_O")).unidentified == 2 * 4 * 4      # G·C²
+    assert audit_block(cfg, ("W_Q", "W_K")).unidentified == 2 * 4  # G·D with RoPE
+    assert audit_block(cfg, ("W_V", "W_O")).unidentified == 2 * 4 * 4  # G·C²
     assert audit_block(cfg.with_(rope=False), ("W_Q", "W_K")).unidentified == 2 * 16
     # single head, square V, no output map: only the QK block is unidentified
     single = AttentionConfig(6, 1, head_dim=6, value_dim=6)
@@ -104,14 +119,15 @@ def test_certify_refuses_planted_bad_directions():
         audit(cfg, method="certify", directions=bad)
     with pytest.raises(CertificateError, match="not independent"):
         audit(cfg, method="certify", directions=torch.cat([T, T[:, :1]], 1))
-    with pytest.raises(CertificateError, match="beyond the 79 supplied"):      # one symmetry left out
+    with pytest.raises(CertificateError, match="beyond the 79 supplied"):  # one symmetry left out
         audit(cfg, method="certify", directions=T[:, 1:])
 
 
 def test_certify_uses_the_given_rtol():
     cfg = AttentionConfig(8, 2, bias="all")
     assert audit(cfg, method="certify", rtol=1e-6).tol == pytest.approx(
-        1e-6 / 1e-9 * audit(cfg, method="certify").tol, rel=1e-6)
+        1e-6 / 1e-9 * audit(cfg, method="certify").tol, rel=1e-6
+    )
 
 
 def test_too_little_data_is_refused_not_undercounted():

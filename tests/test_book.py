@@ -1,5 +1,6 @@
 """The book pipeline: execute every chapter (profile smoke) with papermill, build the book
 strictly, check the execution cache, and open every page in headless Chromium."""
+
 from __future__ import annotations
 
 import functools
@@ -21,13 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 
 
-RUNS = tempfile.mkdtemp(prefix="attnid-runs-")   # smoke training records stay out of data/runs
+RUNS = tempfile.mkdtemp(prefix="attnid-runs-")  # smoke training records stay out of data/runs
 
 
 def book(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
     env = {**os.environ, "ATTNID_RUNS": RUNS}
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "book.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "book.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def statuses(stdout: str) -> dict[str, str]:
@@ -90,8 +97,10 @@ def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path)
 
 def test_failing_chapter_is_named_with_its_cell(tmp_path):
     bad = tmp_path / "zz_failing_for_test.py"
-    bad.write_text('# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n'
-                   '# %%\nx = 1\n\n# %%\nraise RuntimeError("deliberate failure")\n')
+    bad.write_text(
+        '# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n'
+        '# %%\nx = 1\n\n# %%\nraise RuntimeError("deliberate failure")\n'
+    )
     r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(bad))
     assert r.returncode == 1
     assert "zz_failing_for_test.py failed in cell" in r.stderr and "deliberate failure" in r.stderr
@@ -129,9 +138,18 @@ def test_every_page_renders_in_chromium(served):
     assert len(pages) >= 4
     problems: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         for rel in pages:
             page = browser.new_page()
             errors, outside = [], []
@@ -144,6 +162,7 @@ def test_every_page_renders_in_chromium(served):
                 else:
                     outside.append(r.request.url)
                     r.abort()
+
             page.route("**/*", route)
             page.goto(f"{base}/{rel}", wait_until="load")
             page.wait_for_load_state("networkidle")  # index.html redirects to the first chapter
@@ -153,9 +172,14 @@ def test_every_page_renders_in_chromium(served):
             })); }""")
             broken = page.evaluate("[...document.images].filter(i => !(i.naturalWidth > 0)).map(i => i.src)")
             text = page.evaluate("document.body.innerText")
-            untypeset = page.evaluate("[...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container')).length")
-            for what, bad in (("broken images", broken), ("console errors", errors),
-                              ("requests leaving 127.0.0.1", outside)):
+            untypeset = page.evaluate(
+                "[...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container')).length"
+            )
+            for what, bad in (
+                ("broken images", broken),
+                ("console errors", errors),
+                ("requests leaving 127.0.0.1", outside),
+            ):
                 if bad:
                     problems.append(f"{rel}: {what}: {bad[:3]}")
             if "$$" in text or "\\[" in text or untypeset:

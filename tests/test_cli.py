@@ -46,14 +46,17 @@ def test_presets_lists_models():
     assert {"gpt2", "llama-2-70b", "mistral-7b", "qwen2-7b"} <= names
 
 
-@pytest.mark.parametrize("args, word", [
-    (["count", "--embed", "10", "--heads", "3"], "heads"),
-    (["count", "--embed", "12", "--heads", "4", "--groups", "3"], "groups"),
-    (["count", "--embed", "12", "--heads", "4", "--head-dim", "3", "--rope"], "head_dim"),
-    (["count", "--preset", "nope"], "preset"),
-    (["count", "--embed", "8", "--heads", "2", "--bias", "z"], "bias"),
-    (["audit", "--embed", "8", "--heads", "2", "--seq-len", "1"], "seq"),
-])
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (["count", "--embed", "10", "--heads", "3"], "heads"),
+        (["count", "--embed", "12", "--heads", "4", "--groups", "3"], "groups"),
+        (["count", "--embed", "12", "--heads", "4", "--head-dim", "3", "--rope"], "head_dim"),
+        (["count", "--preset", "nope"], "preset"),
+        (["count", "--embed", "8", "--heads", "2", "--bias", "z"], "bias"),
+        (["audit", "--embed", "8", "--heads", "2", "--seq-len", "1"], "seq"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, word):
     r = run(*args)
     assert r.returncode == 2
@@ -97,13 +100,16 @@ def test_audit_refuses_small_batch_and_bad_threads():
         assert r.returncode == 2 and "threads" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("args, word", [
-    (["count", "--preset", "gpt2", "--heads", "4"], "--heads cannot be combined with --preset"),
-    (["train", "--profile", "smoke", "--seed", "-1"], "seed"),
-    (["train", "--profile", "smoke", "--device", "mps"], "mps"),
-    (["train", "--profile", "smoke", "--threads", "0"], "threads"),
-    (["train", "--profile", "paper", "--case", "sgd"], "paper profile needs a GPU"),
-])
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (["count", "--preset", "gpt2", "--heads", "4"], "--heads cannot be combined with --preset"),
+        (["train", "--profile", "smoke", "--seed", "-1"], "seed"),
+        (["train", "--profile", "smoke", "--device", "mps"], "mps"),
+        (["train", "--profile", "smoke", "--threads", "0"], "threads"),
+        (["train", "--profile", "paper", "--case", "sgd"], "paper profile needs a GPU"),
+    ],
+)
 def test_more_bad_input_is_one_line(args, word):
     r = run(*args)
     assert r.returncode == 2, r.stderr
@@ -135,12 +141,17 @@ def test_ctrl_c_during_train_says_how_to_resume(tmp_path):
     import time
 
     env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
-    p = subprocess.Popen([EXE, "train", "--profile", "cpu", "--case", "sgd", "--threads", "1"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [EXE, "train", "--profile", "cpu", "--case", "sgd", "--threads", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not (tmp_path / "cpu" / "sgd" / "config.json").exists() and time.time() < deadline:
         time.sleep(0.2)
-    time.sleep(2)                                        # inside the training loop
+    time.sleep(2)  # inside the training loop
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
@@ -150,10 +161,11 @@ def test_ctrl_c_during_train_says_how_to_resume(tmp_path):
 def test_two_processes_on_one_run_share_it(tmp_path):
     env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
     cmd = [EXE, "train", "--profile", "smoke", "--case", "adamw", "--json", "--threads", "1"]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-500:] for o in outs]
     summaries = [json.loads(o[0]) for o in outs]
-    assert summaries[0]["wall_seconds"] == summaries[1]["wall_seconds"]      # trained once, reused once
+    assert summaries[0]["wall_seconds"] == summaries[1]["wall_seconds"]  # trained once, reused once
     assert not list((tmp_path / "smoke").glob("**/*.tmp"))

@@ -1,17 +1,23 @@
 import pytest
 
 from attnid.attention import AttentionConfig
-from attnid.counting import (count, multi_head_params, orthonormal_qk_dof, qk_identified_fraction,
-                             single_head_params, total_params)
+from attnid.counting import (
+    count,
+    multi_head_params,
+    orthonormal_qk_dof,
+    qk_identified_fraction,
+    single_head_params,
+    total_params,
+)
 from attnid.presets import PRESETS, preset
 
 
 def test_textbook_formulas():
     assert single_head_params(6, 2) == 2 * 2 * 6 + 36
-    assert multi_head_params(384, 6, 64, 64) == 4 * 384 ** 2
+    assert multi_head_params(384, 6, 64, 64) == 4 * 384**2
     assert qk_identified_fraction(384, 384) == 0.5
     assert qk_identified_fraction(384, 64) == 1 - 1 / 12
-    assert orthonormal_qk_dof(384, 64) == 2 * 64 * 384 - 64 ** 2
+    assert orthonormal_qk_dof(384, 64) == 2 * 64 * 384 - 64**2
 
 
 @pytest.mark.parametrize("E,H", [(64, 8), (384, 6), (768, 12)])
@@ -25,10 +31,10 @@ def test_multi_head_unidentified_share_is_one_over_2H(E, H):
 def test_llama_2_70b_qk_counts():
     cfg = preset("llama-2-70b")
     assert (cfg.E, cfg.H, cfg.G, cfg.D) == (8192, 64, 8, 128)
-    assert count(cfg.with_(groups=64, rope=False)).unidentified_by_block["qk"] == 1_048_576   # H·D²
-    assert count(cfg.with_(rope=False)).unidentified_by_block["qk"] == 131_072               # G·D²
-    assert count(cfg).unidentified_by_block["qk"] == 1_024                                   # G·D
-    assert count(cfg).unidentified_by_block["vo"] == 131_072                                 # G·C²
+    assert count(cfg.with_(groups=64, rope=False)).unidentified_by_block["qk"] == 1_048_576  # H·D²
+    assert count(cfg.with_(rope=False)).unidentified_by_block["qk"] == 131_072  # G·D²
+    assert count(cfg).unidentified_by_block["qk"] == 1_024  # G·D
+    assert count(cfg).unidentified_by_block["vo"] == 131_072  # G·C²
 
 
 def test_bias_blocks():
@@ -43,7 +49,7 @@ def test_bias_blocks():
 def test_presets_are_real_configs():
     assert len(PRESETS) >= 8
     gpt2 = preset("gpt2")
-    assert total_params(gpt2) == 4 * 768 ** 2 + 4 * 768
+    assert total_params(gpt2) == 4 * 768**2 + 4 * 768
     assert preset("qwen2-7b").bias == "qkv" and preset("qwen2-7b").G == 4
     with pytest.raises(ValueError, match="preset"):
         preset("gpt-5")
@@ -56,6 +62,7 @@ def test_rope_with_large_head_dim_is_refused():
 
 def test_equivalent_single_head_width():
     from attnid.counting import equivalent_single_head_width, single_head_total_over_multi
+
     assert equivalent_single_head_width(12, "half_of_all") == pytest.approx(1.5986, abs=1e-4)  # "60% larger"
     assert equivalent_single_head_width(12, "qk_square_v") == pytest.approx((2 - 1 / 12) ** 0.5)
     assert equivalent_single_head_width(1, "full_head") == pytest.approx(1.0)

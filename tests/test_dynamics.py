@@ -1,14 +1,24 @@
 import torch
 
 from attnid.attention import AttentionConfig, attention, init_params
-from attnid.dynamics import (augment, beta, beta_drift, qk_singular_values, rebalance_qk,
-                             solve_sylvester, tau, unidentified_step_fraction)
+from attnid.dynamics import (
+    augment,
+    beta,
+    beta_drift,
+    qk_singular_values,
+    rebalance_qk,
+    solve_sylvester,
+    tau,
+    unidentified_step_fraction,
+)
 
 
 def _qk(D=4, E=12, heads=(), seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*heads, D, E, generator=g, dtype=torch.float64),
-            torch.randn(*heads, D, E, generator=g, dtype=torch.float64))
+    return (
+        torch.randn(*heads, D, E, generator=g, dtype=torch.float64),
+        torch.randn(*heads, D, E, generator=g, dtype=torch.float64),
+    )
 
 
 def test_sylvester_residual():
@@ -22,7 +32,7 @@ def test_sylvester_residual():
 def _loss_grad(Q, K, M):
     """Gradient of 0.5‖Kᵀ Q − M‖², a loss that sees (Q, K) only through Kᵀ Q."""
     R = K.mT @ Q - M
-    return K @ R, Q @ R.mT   # dL/dQ, dL/dK
+    return K @ R, Q @ R.mT  # dL/dQ, dL/dK
 
 
 def test_gradient_step_is_orthogonal_to_invariant_subspace():
@@ -58,7 +68,7 @@ def test_zero_update_gives_nan_not_a_spike():
 def test_rebalance_keeps_outputs_and_zeroes_beta():
     cfg = AttentionConfig(12, 3, bias="all", causal=True)
     p = init_params(cfg, seed=0)
-    p["W_Q"] = p["W_Q"] * 3.0          # unbalance the heads
+    p["W_Q"] = p["W_Q"] * 3.0  # unbalance the heads
     p["b_K"] = p["b_K"] * 0.2
     X = torch.randn(2, 12, 7, dtype=torch.float64)
     W_Q, b_Q, W_K, b_K = rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])
@@ -67,7 +77,7 @@ def test_rebalance_keeps_outputs_and_zeroes_beta():
     Qa, Ka = augment(W_Q, b_Q), augment(W_K, b_K)
     assert beta(Qa, Ka).abs().max() <= 1e-10
     # the balanced point has the smallest norm on the orbit: ‖Q‖² + ‖K‖² = 2 ‖Kᵀ Q‖_*
-    norm2 = (Qa ** 2).sum((-1, -2)) + (Ka ** 2).sum((-1, -2))
+    norm2 = (Qa**2).sum((-1, -2)) + (Ka**2).sum((-1, -2))
     nuclear = qk_singular_values(Qa, Ka).sum(-1)
     assert (norm2 - 2 * nuclear).abs().max() <= 1e-9
     before = augment(p["W_Q"], p["b_Q"]), augment(p["W_K"], p["b_K"])
@@ -94,6 +104,7 @@ def test_beta_drift_of_gradient_steps_is_second_order():
 
 def test_rebalancing_under_rope_uses_the_commutant_only():
     from attnid.dynamics import rebalance_qk_rope
+
     cfg = AttentionConfig(12, 3, bias="all", rope=True, causal=True)
     p = init_params(cfg, seed=1)
     p["W_Q"] = p["W_Q"] * 3.0
@@ -103,9 +114,12 @@ def test_rebalancing_under_rope_uses_the_commutant_only():
     q = dict(p, W_Q=W_Q, b_Q=b_Q, W_K=W_K, b_K=b_K)
     assert (attention(X, q, cfg) - Y).abs().max() <= 1e-10
     Qa, Ka = augment(W_Q, b_Q), augment(W_K, b_K)
-    pair = lambda M: (M * M).sum(-1).reshape(3, 2, 2).sum(-1)
-    assert (pair(Qa) - pair(Ka)).abs().max() <= 1e-10          # every frequency pair balanced
-    assert beta(Qa, Ka).abs().max() > 1e-3                      # but beta is not zero
+
+    def pair(M):
+        return (M * M).sum(-1).reshape(3, 2, 2).sum(-1)
+
+    assert (pair(Qa) - pair(Ka)).abs().max() <= 1e-10  # every frequency pair balanced
+    assert beta(Qa, Ka).abs().max() > 1e-3  # but beta is not zero
     # the unrestricted rebalance is not a symmetry of a RoPE layer
     full = rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])
     q = dict(p, W_Q=full[0], b_Q=full[1], W_K=full[2], b_K=full[3])
@@ -114,6 +128,7 @@ def test_rebalancing_under_rope_uses_the_commutant_only():
 
 def test_several_updates_share_one_solve():
     from attnid import dynamics
+
     g = torch.Generator().manual_seed(5)
     Q, K = torch.randn(3, 4, 4, 9, generator=g), torch.randn(3, 4, 4, 9, generator=g)
     A, B = torch.randn(2, 3, 4, 4, 9, generator=g), torch.randn(2, 3, 4, 4, 9, generator=g)
@@ -138,6 +153,6 @@ def test_rope_layers_are_refused_or_rebalanced_on_the_commutant():
         q = init_params(c, seed=0)
         out = attention(X, dynamics.rebalance_params(q, c), c)
         assert (out - attention(X, q, c)).abs().max() < 1e-10
-    full = dynamics.rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])      # what the refusal prevents
+    full = dynamics.rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])  # what the refusal prevents
     bad = dict(p, W_Q=full[0], b_Q=full[1], W_K=full[2], b_K=full[3])
     assert (attention(X, bad, cfg) - attention(X, p, cfg)).abs().max() > 1e-3

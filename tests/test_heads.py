@@ -4,12 +4,12 @@ import torch
 
 from attnid.attention import attention_steps, from_fused
 from attnid.gpt import GPT, GPTConfig
-from attnid.heads import (effective_rank, head_importance, masked_loss, max_prunable_fraction,
-                          pruning_curve)
+from attnid.heads import effective_rank, head_importance, masked_loss, max_prunable_fraction, pruning_curve
 
 
 class _Data:
     """A tiny random corpus with the CharData batch interface."""
+
     def __init__(self):
         g = torch.Generator().manual_seed(0)
         self.val = torch.randint(0, 20, (2000,), generator=g)
@@ -25,7 +25,7 @@ class _Data:
 def model():
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=4, n_embd=32))
-    with torch.no_grad():          # nanoGPT zero-inits biases and uses tiny weights: make heads matter
+    with torch.no_grad():  # nanoGPT zero-inits biases and uses tiny weights: make heads matter
         for p in m.parameters():
             p.add_(0.1 * torch.randn_like(p))
     return m
@@ -33,6 +33,7 @@ def model():
 
 def _batches(n=3):
     from attnid.heads import fixed_batches
+
     return fixed_batches(_Data(), 4, 16, n, seed=1)
 
 
@@ -74,8 +75,12 @@ def test_importance_and_pruning_curve(model):
 
 
 def test_max_prunable_fraction_stops_at_first_crossing():
-    curve = [{"loss": 1.0, "fraction": 0.0}, {"loss": 1.005, "fraction": 0.25}, {"loss": 1.2, "fraction": 0.5},
-             {"loss": 1.001, "fraction": 0.75}]
+    curve = [
+        {"loss": 1.0, "fraction": 0.0},
+        {"loss": 1.005, "fraction": 0.25},
+        {"loss": 1.2, "fraction": 0.5},
+        {"loss": 1.001, "fraction": 0.75},
+    ]
     assert max_prunable_fraction(curve, 0.01) == 0.25
 
 

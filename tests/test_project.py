@@ -1,4 +1,5 @@
 """Project files: workflows lint clean, environment.yml agrees with pyproject.toml."""
+
 import re
 import shutil
 import subprocess

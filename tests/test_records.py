@@ -40,20 +40,24 @@ def test_finished_record_is_complete_and_compact(run):
     assert set(rec.summary["files"]) == {"config.json", "metrics.jsonl.gz", "heads.json", "model.pt"}
     assert rec.summary["format"] == records.FORMAT and not (d / "checkpoint.pt").exists()
     text = gzip.decompress((d / "metrics.jsonl.gz").read_bytes()).decode()
-    longest = max(len(tok) for tok in text.replace(",", " ").replace("]", " ").replace("[", " ").split()
-                  if tok[:1].isdigit())
-    assert longest <= 14                               # 7 significant digits, e.g. 1.234567e-05
+    longest = max(
+        len(tok) for tok in text.replace(",", " ").replace("]", " ").replace("[", " ").split() if tok[:1].isdigit()
+    )
+    assert longest <= 14  # 7 significant digits, e.g. 1.234567e-05
 
 
-@pytest.mark.parametrize("damage, word", [
-    (lambda d: (d / "model.pt").unlink(), "model.pt: missing"),
-    (lambda d: (d / "heads.json").unlink(), "heads.json: missing"),
-    (lambda d: (d / "metrics.jsonl.gz").unlink(), "metrics.jsonl.gz: missing"),
-    (lambda d: (d / "config.json").unlink(), "config.json: missing"),
-    (lambda d: (d / "metrics.jsonl.gz").write_bytes(b""), "metrics.jsonl.gz: changed"),
-    (lambda d: (d / "heads.json").write_text(""), "heads.json: changed"),
-    (lambda d: (d / "summary.json").write_text(""), "summary.json: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "damage, word",
+    [
+        (lambda d: (d / "model.pt").unlink(), "model.pt: missing"),
+        (lambda d: (d / "heads.json").unlink(), "heads.json: missing"),
+        (lambda d: (d / "metrics.jsonl.gz").unlink(), "metrics.jsonl.gz: missing"),
+        (lambda d: (d / "config.json").unlink(), "config.json: missing"),
+        (lambda d: (d / "metrics.jsonl.gz").write_bytes(b""), "metrics.jsonl.gz: changed"),
+        (lambda d: (d / "heads.json").write_text(""), "heads.json: changed"),
+        (lambda d: (d / "summary.json").write_text(""), "summary.json: not valid JSON"),
+    ],
+)
 def test_damaged_record_is_named_with_the_fix(run, damage, word):
     base, d, cfg, corpus = run
     damage(d)
@@ -61,7 +65,7 @@ def test_damaged_record_is_named_with_the_fix(run, damage, word):
         with pytest.raises(RecordError, match=word) as e:
             call()
         assert "--force" in str(e.value)
-    train(cfg, out=base, data=corpus, progress=False, force=True)      # --force repairs it
+    train(cfg, out=base, data=corpus, progress=False, force=True)  # --force repairs it
     assert records.load(d).summary["steps"] == cfg.max_iters
 
 
@@ -75,7 +79,7 @@ def test_truncated_rows_are_refused_even_without_the_file_list(run, cut):
     """Truncation at a line boundary, within a line, or of the gzip stream, with the size check off."""
     base, d, cfg, corpus = run
     summary = json.loads((d / "summary.json").read_text())
-    del summary["files"]                                        # as in a format-1 record
+    del summary["files"]  # as in a format-1 record
     (d / "summary.json").write_text(json.dumps(summary))
     if cut == "line":
         _rewrite_rows(d, lambda t: "".join(t.splitlines(keepends=True)[:3]))
@@ -100,8 +104,8 @@ def test_stale_checkpoint_next_to_a_summary_is_ignored(run):
 
 def test_damaged_checkpoint_and_config_are_named(run):
     base, d, cfg, corpus = run
-    (d / "summary.json").unlink()                               # an unfinished run ...
-    (d / "checkpoint.pt").write_bytes(b"not a checkpoint")      # ... with a damaged resume point
+    (d / "summary.json").unlink()  # an unfinished run ...
+    (d / "checkpoint.pt").write_bytes(b"not a checkpoint")  # ... with a damaged resume point
     with pytest.raises(RecordError, match="checkpoint.pt: damaged"):
         train(cfg, out=base, data=corpus, progress=False)
     (d / "config.json").write_text("{not json")
@@ -146,9 +150,21 @@ def test_committed_paper_records_check_out():
         assert rec.rows[-1]["step"] == rec.config["max_iters"] == 5000
         assert rec.config["n_layer"] == rec.config["n_head"] == 6 and rec.config["n_embd"] == 384
         assert rec.summary["provenance"]["code_commit"] == "360a5c8" and rec.summary["precision"] == "tf32"
-    assert abs(records.load(root / "adamw").summary["best_val_loss"] - 1.4697) < 0.01   # nanoGPT's README
-    tracked = subprocess.run(["git", "ls-files", "data/runs"], cwd=records.project_root(), capture_output=True,
-                             text=True).stdout.split()
-    if tracked:                                       # in a git checkout: what is committed stays small
+    assert abs(records.load(root / "adamw").summary["best_val_loss"] - 1.4697) < 0.01  # nanoGPT's README
+    tracked = subprocess.run(
+        ["git", "ls-files", "data/runs"], cwd=records.project_root(), capture_output=True, text=True
+    ).stdout.split()
+    if tracked:  # in a git checkout: what is committed stays small
         assert not [f for f in tracked if f.endswith(".pt")]
         assert sum((records.project_root() / f).stat().st_size for f in tracked) <= 25 * 2**20
+
+
+def test_a_record_of_an_older_format_is_not_reused(run):
+    base, d, cfg, corpus = run
+    summary = json.loads((d / "summary.json").read_text())
+    summary["format"] = 1
+    del summary["files"]
+    (d / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(RecordError, match="older attnid .* --force"):
+        train(cfg, out=base, data=corpus, progress=False)
+    assert train(cfg, out=base, data=corpus, progress=False, force=True)["format"] == records.FORMAT

@@ -2,8 +2,16 @@ import torch
 
 from attnid.attention import AttentionConfig, attention, init_params
 from attnid.rope import random_commutant
-from attnid.symmetry import (absorb_value_bias, flatten, qk_direction, shift_key_bias, tangent_basis,
-                             transform_qk, transform_vo, unflatten)
+from attnid.symmetry import (
+    absorb_value_bias,
+    flatten,
+    qk_direction,
+    shift_key_bias,
+    tangent_basis,
+    transform_qk,
+    transform_vo,
+    unflatten,
+)
 
 CFG = AttentionConfig(12, 3, bias="all", causal=True)
 
@@ -23,8 +31,10 @@ def test_qk_and_vo_transforms_leave_outputs_unchanged():
     p, X = init_params(CFG, seed=0), _X(CFG)
     Y = attention(X, p, CFG)
     g = torch.Generator().manual_seed(3)
-    for S in (torch.randn(3, 4, 4, generator=g, dtype=torch.float64),
-              torch.stack([_ill_conditioned(4, 1e4, s) for s in range(3)])):
+    for S in (
+        torch.randn(3, 4, 4, generator=g, dtype=torch.float64),
+        torch.stack([_ill_conditioned(4, 1e4, s) for s in range(3)]),
+    ):
         assert (attention(X, transform_qk(p, CFG, S), CFG) - Y).abs().max() <= 1e-10
         assert (attention(X, transform_vo(p, CFG, S), CFG) - Y).abs().max() <= 1e-10
     # a generic perturbation of W_Q does change the output
@@ -64,7 +74,10 @@ def test_tangents_have_zero_derivative_and_second_order_change():
     cfg = AttentionConfig(8, 2, groups=1, bias="all", causal=True)
     p, X = init_params(cfg, seed=0), _X(cfg)
     theta = flatten(p)
-    f = lambda v: attention(X, unflatten(v, p), cfg)
+
+    def f(v):
+        return attention(X, unflatten(v, p), cfg)
+
     T = torch.cat(list(tangent_basis(p, cfg).values()), dim=1)
     assert T.shape[1] == 16 + 16 + 4 + 4
     assert torch.linalg.matrix_rank(T) == T.shape[1]
@@ -80,7 +93,9 @@ def test_tangents_have_zero_derivative_and_second_order_change():
 
 def test_step_response_slopes():
     import numpy as np
+
     from attnid.symmetry import step_response
+
     cfg = AttentionConfig(8, 2, bias="qk")
     p, X = init_params(cfg, seed=0), _X(cfg)
     S = torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
@@ -88,12 +103,16 @@ def test_step_response_slopes():
     tangent = step_response(p, cfg, X, qk_direction(p, cfg, S), steps).numpy()
     generic = {k: torch.randn_like(v) for k, v in p.items()}
     other = step_response(p, cfg, X, generic, steps).numpy()
-    slope = lambda y: np.polyfit(np.log(steps), np.log(y), 1)[0]
+
+    def slope(y):
+        return np.polyfit(np.log(steps), np.log(y), 1)[0]
+
     assert abs(slope(tangent) - 2) < 0.05 and abs(slope(other) - 1) < 0.05
 
 
 def test_bias_gradients_key_bias_is_zero():
     from attnid.symmetry import bias_gradient_norms
+
     p, X = init_params(CFG, seed=0), _X(CFG)
     g = bias_gradient_norms(p, CFG, X)
     assert g["b_K"] <= 1e-12 and g["b_Q"] > 1e-3 and g["b_V"] > 1e-3 and g["b_O"] > 1e-3

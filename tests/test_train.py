@@ -1,4 +1,5 @@
 """Training loop of chapter 6 (smoke size)."""
+
 import pytest
 import torch
 
@@ -26,7 +27,7 @@ def test_every_case_runs_and_learns(smoke_runs):
     out, runs = smoke_runs
     for case, s in runs.items():
         assert (out / "smoke" / case / "summary.json").exists()
-        assert s["final_val_loss"] < 4.17   # below ln(65) ≈ 4.17, the uniform guess
+        assert s["final_val_loss"] < 4.17  # below ln(65) ≈ 4.17, the uniform guess
 
 
 def _max(rows, key):
@@ -41,7 +42,7 @@ def test_sgd_step_is_orthogonal_to_the_symmetry(smoke_runs):
     assert _max(rows, "rho") < 1e-12
     assert _max(rows, "rho_diff") > 1e4 * _max(rows, "rho")
     adamw = runs["adamw"]["rows"]
-    assert _max(adamw, "rho") > 0.02                      # AdamW's steps do enter the symmetry
+    assert _max(adamw, "rho") > 0.02  # AdamW's steps do enter the symmetry
 
 
 def test_key_bias_gradients_at_round_off(smoke_runs):
@@ -60,6 +61,7 @@ def test_rebalancing_leaves_loss_unchanged(smoke_runs, corpus):
     # and it zeroes the augmented beta of every head
     from attnid.probe import IdentificationProbe
     from attnid.train import build
+
     model, opt = build(make_config("smoke", "adamw"), corpus.vocab_size, "cpu")
     with torch.no_grad():
         for layer in model.attention_layers():
@@ -73,7 +75,7 @@ def test_interrupted_run_resumes_to_identical_metrics(corpus, tmp_path):
     cfg = make_config("smoke", "adamw_rebalance")
     full = train(cfg, out=tmp_path / "a", data=corpus, progress=False)
     with pytest.raises(Interrupted):
-        train(cfg, out=tmp_path / "b", data=corpus, progress=False, stop_after=33)   # checkpoint at 20
+        train(cfg, out=tmp_path / "b", data=corpus, progress=False, stop_after=33)  # checkpoint at 20
     ck = tmp_path / "b" / "smoke" / "adamw_rebalance" / "checkpoint.pt"
     assert ck.exists() and not (ck.parent / "summary.json").exists()
     resumed = train(cfg, out=tmp_path / "b", data=corpus, progress=False)
@@ -87,21 +89,34 @@ def test_interrupted_run_resumes_to_identical_metrics(corpus, tmp_path):
 
 def test_paper_profile_code_path_in_smoke_size(corpus, tmp_path):
     p = PROFILES["paper"]
-    cfg = make_config("paper", "adamw", max_iters=3, batch_size=2, block_size=16, n_embd=48, n_head=6, n_layer=2,
-                      eval_iters=1, eval_interval=2)
+    cfg = make_config(
+        "paper",
+        "adamw",
+        max_iters=3,
+        batch_size=2,
+        block_size=16,
+        n_embd=48,
+        n_head=6,
+        n_layer=2,
+        eval_iters=1,
+        eval_interval=2,
+    )
     assert cfg.dropout == p["dropout"] == 0.2 and cfg.bias
     s = train(cfg, out=tmp_path, data=corpus, progress=False)
     assert len(s["rows"][0]["rho"][0]) == 6
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    (dict(profile="huge", case="sgd"), "profile"),
-    (dict(profile="cpu", case="lion"), "case"),
-    (dict(profile="cpu", case="sgd", lr=0.0), "lr"),
-    (dict(profile="cpu", case="sgd", lr=-1.0), "lr"),
-    (dict(profile="cpu", case="sgd", n_head=5), "n_head"),
-    (dict(profile="cpu", case="sgd", optimizer="lion"), "optimizer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(profile="huge", case="sgd"), "profile"),
+        (dict(profile="cpu", case="lion"), "case"),
+        (dict(profile="cpu", case="sgd", lr=0.0), "lr"),
+        (dict(profile="cpu", case="sgd", lr=-1.0), "lr"),
+        (dict(profile="cpu", case="sgd", n_head=5), "n_head"),
+        (dict(profile="cpu", case="sgd", optimizer="lion"), "optimizer"),
+    ],
+)
 def test_bad_parameters_fail_before_training(kwargs, word):
     with pytest.raises(ValueError, match=word):
         make_config(**kwargs)
@@ -127,6 +142,7 @@ def test_batches_are_seeded(corpus):
 
 def test_profile_and_device_checks():
     from attnid.profiles import check_profile, resolve_device
+
     assert check_profile("smoke") == "smoke" and resolve_device("cpu") == "cpu"
     with pytest.raises(ValueError, match="profile"):
         check_profile("large")
@@ -158,8 +174,10 @@ def test_optimizer_update_is_the_applied_step(corpus):
 
 def test_bf16_keeps_sgd_at_round_off(corpus):
     """bf16 autocast raises the floor of ρ and of the key-bias gradients, but keeps them at round-off."""
-    rows = {c: train(make_config("smoke", c, precision="bf16"), data=corpus, save=False, progress=False)["rows"]
-            for c in ("sgd", "adamw")}
+    rows = {
+        c: train(make_config("smoke", c, precision="bf16"), data=corpus, save=False, progress=False)["rows"]
+        for c in ("sgd", "adamw")
+    }
     assert _max(rows["sgd"], "rho") < 1e-4 < _max(rows["adamw"], "rho")
     gq = sorted(v for r in rows["sgd"] if "grad_bq" in r for layer in r["grad_bq"] for v in layer)
     assert _max(rows["sgd"], "grad_bk") < 1e-2 * gq[len(gq) // 2]
@@ -171,7 +189,7 @@ def test_heads_analysis_is_in_the_record(smoke_runs):
     h = rec.heads
     assert len(h["importance"]) == 2 and len(h["importance"][0]) == 4
     assert h["pruning_curve"][0]["loss"] == h["baseline"] and len(h["pruning_curve"]) == 9
-    assert all(1.0 <= r <= 17 for layer in h["effective_rank"] for r in layer)   # D + 1 with the bias column
+    assert all(1.0 <= r <= 17 for layer in h["effective_rank"] for r in layer)  # D + 1 with the bias column
     assert not (out / "smoke" / "adamw" / "model.pt").exists()
 
 
@@ -186,7 +204,7 @@ def test_resume_with_another_thread_count_is_identical(corpus, tmp_path):
             train(cfg, out=tmp_path / "b", data=corpus, progress=False, stop_after=33)
         torch.set_num_threads(1)
         resumed = train(cfg, out=tmp_path / "b", data=corpus, progress=False)
-        assert torch.get_num_threads() == 1                 # the caller's setting comes back afterwards
+        assert torch.get_num_threads() == 1  # the caller's setting comes back afterwards
     finally:
         torch.set_num_threads(before)
     assert resumed["rows"] == full["rows"] and resumed["threads"] == 2

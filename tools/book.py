@@ -9,6 +9,7 @@ Chapter sources are jupytext percent files ``notebooks/*.py``. Each is converted
 ``.ipynb`` and executed into ``<out>/_generated/``; a chapter is re-executed only when the hash
 of its source, its parameters and every file under ``src/`` changes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,12 @@ def chapters() -> list[Path]:
 def tree_hash(src_dir: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(src_dir.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith(".egg-info") \
-                and ".egg-info" not in str(p):
+        if (
+            p.is_file()
+            and "__pycache__" not in p.parts
+            and not p.name.endswith(".egg-info")
+            and ".egg-info" not in str(p)
+        ):
             h.update(str(p.relative_to(src_dir)).encode())
             h.update(p.read_bytes())
     return h.hexdigest()
@@ -65,10 +70,12 @@ def shown(p: Path) -> str:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         return out + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -76,6 +83,7 @@ def git_commit() -> str:
 
 def resolved_device(device: str) -> str:
     import torch
+
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
@@ -102,23 +110,35 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
     stamp.unlink(missing_ok=True)
     t0 = time.perf_counter()
     try:
-        pm.execute_notebook(str(source_nb), str(target), parameters=params, kernel_name="python3",
-                            cwd=str(ROOT), progress_bar=False, log_output=False)
+        pm.execute_notebook(
+            str(source_nb),
+            str(target),
+            parameters=params,
+            kernel_name="python3",
+            cwd=str(ROOT),
+            progress_bar=False,
+            log_output=False,
+        )
     except pm.PapermillExecutionError as e:
         raise ChapterFailed(nb, e.exec_count, f"{e.ename}: {e.evalue}", cell_index=e.cell_index) from None
     finally:
         source_nb.unlink(missing_ok=True)
     wall = time.perf_counter() - t0
     import torch
+
     executed = nbformat.read(target, as_version=4)
-    for cell in executed.cells:            # hide the parameters and the injected parameters
+    for cell in executed.cells:  # hide the parameters and the injected parameters
         tags = cell.metadata.get("tags", [])
         if HIDDEN_TAGS & set(tags) and "remove-cell" not in tags:
             cell.metadata["tags"] = tags + ["remove-cell"]
     executed.metadata["attnid"] = {
-        "source": shown(nb), "parameters": params,
-        "device": resolved_device(params.get("device", "auto")), "wall_seconds": round(wall, 1),
-        "torch": torch.__version__, "python": platform.python_version(), "git_commit": git_commit(),
+        "source": shown(nb),
+        "parameters": params,
+        "device": resolved_device(params.get("device", "auto")),
+        "wall_seconds": round(wall, 1),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "git_commit": git_commit(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
     }
@@ -136,6 +156,7 @@ class ChapterFailed(Exception):
 
 def reproducibility_page(out: Path, order: list[Path]) -> None:
     import nbformat
+
     rows = []
     for nb in order:
         path = out / "_generated" / f"{nb.stem}.ipynb"
@@ -144,16 +165,25 @@ def reproducibility_page(out: Path, order: list[Path]) -> None:
         meta = nbformat.read(path, as_version=4).metadata.get("attnid", {})
         p = meta.get("parameters", {})
         extra = ", ".join(f"{k}={v}" for k, v in p.items() if k not in ("profile", "seed", "device"))
-        rows.append(f"| {{doc}}`{nb.stem} <{nb.stem}>` | `{p.get('profile', '?')}` | {p.get('seed', '?')} "
-                    f"| {meta.get('device', '?')} | {meta.get('wall_seconds', '?')} | {meta.get('torch', '?')} "
-                    f"| `{meta.get('git_commit', '?')}` | {meta.get('date', '?')} | {extra or '—'} |")
-    text = ["# Reproducibility", "",
-            "Every chapter of this book is a notebook executed by papermill. This page is generated at build",
-            "time from the metadata of the executed notebooks: which profile and parameters each chapter ran",
-            "with, on which device, how long it took, and from which commit.", "",
-            "| chapter | profile | seed | device | wall time (s) | torch | commit | executed | other parameters |",
-            "|---|---|---|---|---|---|---|---|---|", *rows, "",
-            "To rerun one chapter yourself, see {doc}`00_introduction`.", ""]
+        rows.append(
+            f"| {{doc}}`{nb.stem} <{nb.stem}>` | `{p.get('profile', '?')}` | {p.get('seed', '?')} "
+            f"| {meta.get('device', '?')} | {meta.get('wall_seconds', '?')} | {meta.get('torch', '?')} "
+            f"| `{meta.get('git_commit', '?')}` | {meta.get('date', '?')} | {extra or '—'} |"
+        )
+    text = [
+        "# Reproducibility",
+        "",
+        "Every chapter of this book is a notebook executed by papermill. This page is generated at build",
+        "time from the metadata of the executed notebooks: which profile and parameters each chapter ran",
+        "with, on which device, how long it took, and from which commit.",
+        "",
+        "| chapter | profile | seed | device | wall time (s) | torch | commit | executed | other parameters |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "To rerun one chapter yourself, see {doc}`00_introduction`.",
+        "",
+    ]
     (out / "_generated" / "reproducibility.md").write_text("\n".join(text))
 
 
@@ -230,8 +260,9 @@ def main(argv: list[str] | None = None) -> None:
         if not html.exists():
             ap.error(f"{html} does not exist: run `make book` first")
         print(f"serving {html} on http://127.0.0.1:{a.port}/")
-        subprocess.run([sys.executable, "-m", "http.server", str(a.port), "--bind", "127.0.0.1",
-                        "--directory", str(html)])
+        subprocess.run(
+            [sys.executable, "-m", "http.server", str(a.port), "--bind", "127.0.0.1", "--directory", str(html)]
+        )
         return
     only = [p.resolve() for p in a.notebooks] or None
     for p in only or []:

@@ -29,13 +29,17 @@ def convert(src: Path, dest: Path, provenance: dict) -> dict:
     config.setdefault("precision", provenance["precision"])
     vals = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
     summary.update(
-        seed=config.get("seed", 0), best_val_loss=min(vals), precision=provenance["precision"], metrics=True,
-        rho_method="float32 weight difference", provenance=provenance,
+        seed=config.get("seed", 0),
+        best_val_loss=min(vals),
+        precision=provenance["precision"],
+        metrics=True,
+        rho_method="float32 weight difference",
+        provenance=provenance,
     )
     dest.mkdir(parents=True, exist_ok=True)
     records.write_json(dest / "config.json", config)
     out = records.finish(dest, rows, summary)
-    records.load(dest)                                         # the converted record checks out
+    records.load(dest)  # the converted record checks out
     return out
 
 
@@ -49,8 +53,14 @@ def main() -> None:
     ap.add_argument("--commit", required=True, help="commit of the attnid code that made the runs")
     ap.add_argument("--note", default="")
     a = ap.parse_args()
-    provenance = {"device": a.device, "precision": a.precision, "torch": a.torch, "code_commit": a.commit,
-                  "record_format": 1, "note": a.note}
+    provenance = {
+        "device": a.device,
+        "precision": a.precision,
+        "torch": a.torch,
+        "code_commit": a.commit,
+        "record_format": 1,
+        "note": a.note,
+    }
     for src in sorted(p for p in a.src.iterdir() if (p / "summary.json").exists()):
         s = convert(src, a.dest / src.name, provenance)
         size = sum(v["bytes"] for v in s["files"].values())

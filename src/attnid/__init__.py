@@ -1,6 +1,7 @@
 """attnid: the parameter-identification math of multi-head attention (arXiv 2609.01231)."""
+
 from .attention import AttentionConfig, ColumnAttention, attention, init_params, parse_bias
 from .counting import count
 
 __all__ = ["AttentionConfig", "ColumnAttention", "attention", "init_params", "parse_bias", "count"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,4 +1,4 @@
-"""Multi-head attention in the paper's column form (SPEC §1).
+"""Multi-head attention in the paper's column form (the paper's notation; chapter 1).
 
 Tokens are columns: ``X`` has shape ``(B, E, L)``. For head ``h`` in group ``g`` (GQA),
 
@@ -11,6 +11,7 @@ through them:  ``W_Q (H, D, E)``, ``W_K (G, D, E)``, ``W_V (G, C, E)``, ``W_O (H
 ``b_Q (H, D)``, ``b_K (G, D)``, ``b_V (G, C)``, ``b_O (E,)`` (biases optional).
 Heads ``h`` belong to group ``h // (H / G)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,8 +76,7 @@ class AttentionConfig:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.head_dim is None:
             if self.embed % self.heads:
-                raise ValueError(
-                    f"heads must divide embed when head_dim is not given (E={self.embed}, H={self.heads})")
+                raise ValueError(f"heads must divide embed when head_dim is not given (E={self.embed}, H={self.heads})")
             object.__setattr__(self, "head_dim", self.embed // self.heads)
         if self.value_dim is None:
             object.__setattr__(self, "value_dim", self.head_dim)
@@ -101,14 +101,23 @@ class AttentionConfig:
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every parameter of this architecture, in ``PARAM_ORDER``."""
         E, H, G, D, C = self.E, self.H, self.G, self.D, self.C
-        full = {"W_Q": (H, D, E), "b_Q": (H, D), "W_K": (G, D, E), "b_K": (G, D),
-                "W_V": (G, C, E), "b_V": (G, C), "W_O": (H, E, C), "b_O": (E,)}
+        full = {
+            "W_Q": (H, D, E),
+            "b_Q": (H, D),
+            "W_K": (G, D, E),
+            "b_K": (G, D),
+            "W_V": (G, C, E),
+            "b_V": (G, C),
+            "W_O": (H, E, C),
+            "b_O": (E,),
+        }
         keep = {"b_Q": "q", "b_K": "k", "b_V": "v", "b_O": "o"}
         return {k: s for k, s in full.items() if k not in keep or keep[k] in self.bias}
 
 
-def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = torch.float64,
-                bias_scale: float = 0.5) -> AttentionParams:
+def init_params(
+    cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = torch.float64, bias_scale: float = 0.5
+) -> AttentionParams:
     """Random parameters with weights ~ N(0, 1/fan_in) (scores of order one)."""
     g = torch.Generator().manual_seed(seed)
     out: AttentionParams = {}
@@ -141,8 +150,9 @@ def check_inputs(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> N
             raise ValueError(f"{name}: dtype {t.dtype} differs from X's {X.dtype}")
 
 
-def attention_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *,
-                    scale: bool = True, per_head_outputs: bool = True) -> dict[str, torch.Tensor]:
+def attention_steps(
+    X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, scale: bool = True, per_head_outputs: bool = True
+) -> dict[str, torch.Tensor]:
     """Every intermediate of the column-form layer for ``X`` of shape ``(B, E, L)``:
 
     ``Q (B, H, D, L)``, ``K, V`` per head (``(B, H, D|C, L)``, groups repeated), ``A`` scores and
@@ -164,14 +174,14 @@ def attention_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *
         Q, K = apply_rope(Q, cfg.rope_base), apply_rope(K, cfg.rope_base)
     if n > 1:
         K, V = K.repeat_interleave(n, dim=1), V.repeat_interleave(n, dim=1)
-    A = torch.einsum("bhdk,bhdq->bhkq", K, Q)           # scores: keys x queries
+    A = torch.einsum("bhdk,bhdq->bhkq", K, Q)  # scores: keys x queries
     if scale:
         A = A / math.sqrt(cfg.D)
     if cfg.causal:
         L = X.shape[-1]
         future = torch.ones(L, L, dtype=torch.bool, device=X.device).tril(-1)  # key > query
         A = A.masked_fill(future, float("-inf"))
-    P = torch.softmax(A, dim=-2)                         # each column sums to one
+    P = torch.softmax(A, dim=-2)  # each column sums to one
     Z = torch.einsum("bhck,bhkq->bhcq", V, P)
     steps = {"Q": Q, "K": K, "V": V, "A": A, "P": P, "Z": Z}
     if per_head_outputs:
@@ -185,8 +195,9 @@ def attention_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *
     return steps
 
 
-def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *,
-              scale: bool = True, return_heads: bool = False):
+def attention(
+    X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, scale: bool = True, return_heads: bool = False
+):
     """Column-form multi-head attention. ``X``: ``(B, E, L)`` -> ``Y``: ``(B, E, L)``.
 
     With ``return_heads=True`` also returns ``Z`` of shape ``(B, H, C, L)``, the per-head
@@ -228,8 +239,14 @@ def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: Attention
 class ColumnAttention(nn.Module):
     """``nn.Module`` wrapper of :func:`attention`; parameters named as in ``PARAM_ORDER``."""
 
-    def __init__(self, cfg: AttentionConfig, params: AttentionParams | None = None, *, seed: int = 0,
-                 dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        cfg: AttentionConfig,
+        params: AttentionParams | None = None,
+        *,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         self.cfg = cfg
         params = init_params(cfg, seed=seed, dtype=dtype) if params is None else params
@@ -255,12 +272,17 @@ def from_torch_mha(mha: nn.MultiheadAttention, *, causal: bool = False) -> tuple
     cfg = AttentionConfig(E, H, bias="all" if has_bias else "none", causal=causal)
     D = cfg.D
     Wq, Wk, Wv = mha.in_proj_weight.detach().chunk(3, dim=0)
-    p = {"W_Q": Wq.reshape(H, D, E), "W_K": Wk.reshape(H, D, E), "W_V": Wv.reshape(H, D, E),
-         "W_O": mha.out_proj.weight.detach().reshape(E, H, D).permute(1, 0, 2)}
+    p = {
+        "W_Q": Wq.reshape(H, D, E),
+        "W_K": Wk.reshape(H, D, E),
+        "W_V": Wv.reshape(H, D, E),
+        "W_O": mha.out_proj.weight.detach().reshape(E, H, D).permute(1, 0, 2),
+    }
     if has_bias:
         bq, bk, bv = mha.in_proj_bias.detach().chunk(3)
-        p.update(b_Q=bq.reshape(H, D), b_K=bk.reshape(H, D), b_V=bv.reshape(H, D),
-                 b_O=mha.out_proj.bias.detach().clone())
+        p.update(
+            b_Q=bq.reshape(H, D), b_K=bk.reshape(H, D), b_V=bv.reshape(H, D), b_O=mha.out_proj.bias.detach().clone()
+        )
     return cfg, {k: v.clone() for k, v in p.items()}
 
 
@@ -274,8 +296,7 @@ def to_torch_mha(cfg: AttentionConfig, p: AttentionParams) -> nn.MultiheadAttent
     dtype = p["W_Q"].dtype
     mha = nn.MultiheadAttention(E, H, bias=bool(cfg.bias), batch_first=True, dtype=dtype)
     with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([p["W_Q"].reshape(E, E), p["W_K"].reshape(E, E),
-                                            p["W_V"].reshape(E, E)]))
+        mha.in_proj_weight.copy_(torch.cat([p["W_Q"].reshape(E, E), p["W_K"].reshape(E, E), p["W_V"].reshape(E, E)]))
         mha.out_proj.weight.copy_(p["W_O"].permute(1, 0, 2).reshape(E, E))
         if cfg.bias:
             mha.in_proj_bias.copy_(torch.cat([p["b_Q"].reshape(-1), p["b_K"].reshape(-1), p["b_V"].reshape(-1)]))
@@ -290,28 +311,35 @@ def fused_qk_views(c_attn_weight: torch.Tensor, c_attn_bias: torch.Tensor | None
     inner = c_attn_weight.shape[0] // 3
     D = inner // n_head
     W_Q = c_attn_weight[:inner].view(n_head, D, E)
-    W_K = c_attn_weight[inner:2 * inner].view(n_head, D, E)
+    W_K = c_attn_weight[inner : 2 * inner].view(n_head, D, E)
     if c_attn_bias is None:
         return W_Q, None, W_K, None
-    return W_Q, c_attn_bias[:inner].view(n_head, D), W_K, c_attn_bias[inner:2 * inner].view(n_head, D)
+    return W_Q, c_attn_bias[:inner].view(n_head, D), W_K, c_attn_bias[inner : 2 * inner].view(n_head, D)
 
 
-def from_fused(c_attn_weight, c_attn_bias, c_proj_weight, c_proj_bias, n_head: int, *,
-               causal: bool = True) -> tuple[AttentionConfig, AttentionParams]:
+def from_fused(
+    c_attn_weight, c_attn_bias, c_proj_weight, c_proj_bias, n_head: int, *, causal: bool = True
+) -> tuple[AttentionConfig, AttentionParams]:
     """Column-form config and parameters of a nanoGPT ``c_attn``/``c_proj`` pair."""
     E = c_attn_weight.shape[1]
     if c_attn_weight.shape != (3 * E, E) or c_proj_weight.shape != (E, E):
-        raise ValueError(f"from_fused: expected c_attn (3E, E) and c_proj (E, E), got "
-                         f"{tuple(c_attn_weight.shape)} and {tuple(c_proj_weight.shape)}")
+        raise ValueError(
+            f"from_fused: expected c_attn (3E, E) and c_proj (E, E), got "
+            f"{tuple(c_attn_weight.shape)} and {tuple(c_proj_weight.shape)}"
+        )
     bias = ("qkv" if c_attn_bias is not None else "") + ("o" if c_proj_bias is not None else "")
     cfg = AttentionConfig(E, n_head, bias=bias, causal=causal)
     H, D = n_head, cfg.D
     w = c_attn_weight.detach()
-    p = {"W_Q": w[:E].reshape(H, D, E), "W_K": w[E:2 * E].reshape(H, D, E), "W_V": w[2 * E:].reshape(H, D, E),
-         "W_O": c_proj_weight.detach().reshape(E, H, D).permute(1, 0, 2)}
+    p = {
+        "W_Q": w[:E].reshape(H, D, E),
+        "W_K": w[E : 2 * E].reshape(H, D, E),
+        "W_V": w[2 * E :].reshape(H, D, E),
+        "W_O": c_proj_weight.detach().reshape(E, H, D).permute(1, 0, 2),
+    }
     if c_attn_bias is not None:
         b = c_attn_bias.detach()
-        p.update(b_Q=b[:E].reshape(H, D), b_K=b[E:2 * E].reshape(H, D), b_V=b[2 * E:].reshape(H, D))
+        p.update(b_Q=b[:E].reshape(H, D), b_K=b[E : 2 * E].reshape(H, D), b_V=b[2 * E :].reshape(H, D))
     if c_proj_bias is not None:
         p["b_O"] = c_proj_bias.detach()
     return cfg, {k: v.clone() for k, v in p.items()}

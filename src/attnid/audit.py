@@ -1,5 +1,5 @@
 """Numerical identification audit: unidentified dims = #params − rank of the Jacobian of the
-outputs with respect to all parameters, at a random point, in float64 (SPEC §2, "gold standard").
+outputs with respect to all parameters, at a random point, in float64 (chapters 2–4 compare it with every closed form).
 
 Two exact methods:
 
@@ -12,6 +12,7 @@ Two exact methods:
   Jacobian restricted to a complement (the known directions' LU pivots pinned) is nonsingular,
   checked on a Gaussian sketch of it. ``rank = E·rank(Z) + n_φ − k``.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,7 +40,7 @@ class AuditResult:
     total_params: int
     rank: int
     unidentified: int
-    sv_gap: float                 # smallest kept / largest dropped singular value
+    sv_gap: float  # smallest kept / largest dropped singular value
     tol: float
     method: str
     seconds: float
@@ -54,11 +55,12 @@ class AuditResult:
         return d
 
 
-def default_data_size(cfg: AttentionConfig, n_params: int, *, ratio: float = 3.0,
-                      seq_len: int | None = None) -> tuple[int, int]:
+def default_data_size(
+    cfg: AttentionConfig, n_params: int, *, ratio: float = 3.0, seq_len: int | None = None
+) -> tuple[int, int]:
     """``(batch, seq_len)`` so that the informative outputs exceed ``ratio`` x #params.
 
-    Each token carries at most ``min(E, H C)`` independent outputs (SPEC §2 lessons);
+    Each token carries at most ``min(E, H C)`` independent outputs (too few outputs fake unidentified directions);
     RoPE needs longer sequences for its slow frequencies to show.
     """
     L = seq_len or (max(16, 2 * cfg.D) if cfg.rope else 8)
@@ -96,8 +98,7 @@ def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL, method: str = 
     sv = torch.linalg.svdvals(J).numpy()
     tol = rtol * sv[0]
     rank = int((sv > tol).sum())
-    return AuditResult(n, rank, n - rank, _gap(sv, rank), float(tol), method,
-                       time.perf_counter() - t0, m, sv.tolist())
+    return AuditResult(n, rank, n - rank, _gap(sv, rank), float(tol), method, time.perf_counter() - t0, m, sv.tolist())
 
 
 def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float = RTOL) -> AuditResult:
@@ -113,18 +114,22 @@ def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float 
         params, i = {}, 0
         for name, shape in zip(names, shapes):
             k = math.prod(shape)
-            params[name] = v[i:i + k].reshape(shape)
+            params[name] = v[i : i + k].reshape(shape)
             i += k
-        call = (lambda *a: functional_call(module, params, a)) if forward is None else \
-            (lambda *a: forward(lambda *b, **kw: functional_call(module, params, b, kw), *a))
+        call = (
+            (lambda *a: functional_call(module, params, a))
+            if forward is None
+            else (lambda *a: forward(lambda *b, **kw: functional_call(module, params, b, kw), *a))
+        )
         out = call(*inputs)
         return (out[0] if isinstance(out, tuple) else out).reshape(-1)
 
     return jacobian_rank(fn, theta, rtol=rtol)
 
 
-def audit_torch_mha(mha: nn.MultiheadAttention, *, batch: int | None = None, seq_len: int = 8,
-                    causal: bool = False, seed: int = 0) -> AuditResult:
+def audit_torch_mha(
+    mha: nn.MultiheadAttention, *, batch: int | None = None, seq_len: int = 8, causal: bool = False, seed: int = 0
+) -> AuditResult:
     """Dense audit of a ``torch.nn.MultiheadAttention`` used as causal or full self-attention."""
     n = sum(p.numel() for p in mha.parameters())
     E = mha.embed_dim
@@ -145,8 +150,9 @@ def _layer_fn(cfg: AttentionConfig, like: AttentionParams, X: torch.Tensor):
     return lambda v: attention(X, unflatten(v, like), cfg).reshape(-1)
 
 
-def audit_block(cfg: AttentionConfig, names: tuple[str, ...], *, seed: int = 0, seq_len: int | None = None,
-                rtol: float = RTOL) -> AuditResult:
+def audit_block(
+    cfg: AttentionConfig, names: tuple[str, ...], *, seed: int = 0, seq_len: int | None = None, rtol: float = RTOL
+) -> AuditResult:
     """Dense audit over a subset of the parameters (the others held at their random values),
     e.g. ``("W_Q", "W_K")`` for the QK block or ``("W_V", "W_O")`` for the VO block."""
     p = init_params(cfg, seed=seed)
@@ -168,14 +174,14 @@ def audit_block(cfg: AttentionConfig, names: tuple[str, ...], *, seed: int = 0, 
 def qk_product_rank(E: int, D: int, *, orthonormal: bool = False, seed: int = 0) -> AuditResult:
     """Jacobian rank of ``(W_Q, W_K) -> W_Kᵀ W_Q`` (``D x E`` factors), optionally with
     ``W_Q`` restricted to orthonormal rows (parameterised by the QR factor of a free matrix).
-    Both give ``2DE − D²`` (SPEC §2 item 3)."""
+    Both give ``2DE − D²`` (paper §4.3)."""
     g = torch.Generator().manual_seed(seed)
     theta = torch.randn(2 * D * E, generator=g, dtype=torch.float64)
 
     def fn(v):
-        WQ, WK = v[:D * E].reshape(D, E), v[D * E:].reshape(D, E)
+        WQ, WK = v[: D * E].reshape(D, E), v[D * E :].reshape(D, E)
         if orthonormal:
-            WQ = torch.linalg.qr(WQ.T).Q.T        # D orthonormal rows
+            WQ = torch.linalg.qr(WQ.T).Q.T  # D orthonormal rows
         return (WK.T @ WQ).reshape(-1)
 
     return jacobian_rank(fn, theta)
@@ -219,7 +225,7 @@ def svd_construction_rank(E: int, D: int, *, seed: int = 0) -> dict:
     iu = torch.triu_indices(D, D)
 
     def parts(v):
-        return v[:E * D].reshape(E, D), v[E * D:E * D + D], v[E * D + D:].reshape(E, D)
+        return v[: E * D].reshape(E, D), v[E * D : E * D + D], v[E * D + D :].reshape(E, D)
 
     def constraints(v):
         U_, _, V_ = parts(v)
@@ -230,21 +236,34 @@ def svd_construction_rank(E: int, D: int, *, seed: int = 0) -> dict:
         U_, s_, V_ = parts(v)
         return (U_ * s_) @ V_.T
 
-    Jc = torch.func.jacfwd(constraints)(theta)                      # (D(D+1), 2DE + D)
-    Jp = torch.func.jacfwd(product)(theta).reshape(E * E, -1)        # (E², 2DE + D)
+    Jc = torch.func.jacfwd(constraints)(theta)  # (D(D+1), 2DE + D)
+    Jp = torch.func.jacfwd(product)(theta).reshape(E * E, -1)  # (E², 2DE + D)
     sc = torch.linalg.svdvals(Jc)
     n_constraints = int((sc > RTOL * sc[0]).sum())
     _, _, Vh = torch.linalg.svd(Jc, full_matrices=True)
-    tangent = Vh[n_constraints:].T                                   # basis of the constraints' null space
+    tangent = Vh[n_constraints:].T  # basis of the constraints' null space
     sp = torch.linalg.svdvals(Jp @ tangent)
-    return {"parameters": theta.numel(), "constraints": n_constraints, "tangent_dim": tangent.shape[1],
-            "rank_on_tangent": int((sp > RTOL * sp[0]).sum())}
+    return {
+        "parameters": theta.numel(),
+        "constraints": n_constraints,
+        "tangent_dim": tangent.shape[1],
+        "rank_on_tangent": int((sp > RTOL * sp[0]).sum()),
+    }
 
 
-def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None = None, seed: int = 0,
-          method: str = "auto", rtol: float = RTOL, ratio: float | None = None,
-          progress: bool = False, directions: torch.Tensor | None = None,
-          max_memory: float | None = None) -> AuditResult:
+def audit(
+    cfg: AttentionConfig,
+    *,
+    batch: int | None = None,
+    seq_len: int | None = None,
+    seed: int = 0,
+    method: str = "auto",
+    rtol: float = RTOL,
+    ratio: float | None = None,
+    progress: bool = False,
+    directions: torch.Tensor | None = None,
+    max_memory: float | None = None,
+) -> AuditResult:
     """Audit our column-form layer with architecture ``cfg`` at a random point.
 
     ``method``: ``"dense"``, ``"certify"`` or ``"auto"`` (certify above 3,000 parameters when
@@ -272,15 +291,19 @@ def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None
     B = batch or B
     informative = B * L * min(cfg.E, cfg.H * cfg.C)
     if informative < n:
-        raise ValueError(f"batch: {B} sequences of {L} tokens carry at most {informative:,} informative outputs for "
-                         f"{n:,} parameters, too few to identify them (the count would be too high); use a batch "
-                         f"of at least {math.ceil(n / (L * min(cfg.E, cfg.H * cfg.C)))} or leave it to the default")
+        raise ValueError(
+            f"batch: {B} sequences of {L} tokens carry at most {informative:,} informative outputs for "
+            f"{n:,} parameters, too few to identify them (the count would be too high); use a batch "
+            f"of at least {math.ceil(n / (L * min(cfg.E, cfg.H * cfg.C)))} or leave it to the default"
+        )
     need = memory_estimate(n, B * cfg.E * L, method)
     limit = max_memory if max_memory is not None else available_memory()
     if limit is not None and need > limit:
-        raise ValueError(f"audit: the {method} method needs about {need / 2**30:.1f} GiB for {n:,} parameters, more "
-                         f"than the {limit / 2**30:.1f} GiB available; audit a smaller width (the counts depend on "
-                         "the shape, not the size: try --embed 64) or use `attnid count` (the closed form)")
+        raise ValueError(
+            f"audit: the {method} method needs about {need / 2**30:.1f} GiB for {n:,} parameters, more "
+            f"than the {limit / 2**30:.1f} GiB available; audit a smaller width (the counts depend on "
+            "the shape, not the size: try --embed 64) or use `attnid count` (the closed form)"
+        )
     X = random_inputs(cfg, B, L, seed)
     if method == "dense":
         res = jacobian_rank(_layer_fn(cfg, p, X), theta, rtol=rtol)
@@ -292,8 +315,16 @@ def audit(cfg: AttentionConfig, *, batch: int | None = None, seq_len: int | None
     return res
 
 
-def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk: int = 128,
-             progress: bool = False, rtol: float = RTOL, directions: torch.Tensor | None = None) -> AuditResult:
+def _certify(
+    cfg: AttentionConfig,
+    p: AttentionParams,
+    X: torch.Tensor,
+    *,
+    chunk: int = 128,
+    progress: bool = False,
+    rtol: float = RTOL,
+    directions: torch.Tensor | None = None,
+) -> AuditResult:
     t0 = time.perf_counter()
     theta = flatten(p)
     n = theta.numel()
@@ -304,7 +335,7 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
 
     # 1. the (W_O, b_O) block: dY[b, e, l] / dW_O^h[e, c] = Z[b, h, c, l] for every e
     _, Z = attention(X, p, cfg, return_heads=True)
-    Zmat = Z.permute(0, 3, 1, 2).reshape(Bsz * L, cfg.H * cfg.C)     # tokens x (h, c)
+    Zmat = Z.permute(0, 3, 1, 2).reshape(Bsz * L, cfg.H * cfg.C)  # tokens x (h, c)
     if "b_O" in p:
         Zmat = torch.cat([Zmat, torch.ones(Bsz * L, 1, dtype=Zmat.dtype)], dim=1)
     Uz, sz, _ = torch.linalg.svd(Zmat, full_matrices=False)
@@ -316,8 +347,11 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
     n_o = sum(p[k].numel() for k in out_names)
 
     # 2. known null directions, restricted to phi; pin k coordinates of phi by LU pivoting
-    T = torch.cat(list(tangent_basis(p, cfg).values()), dim=1) if directions is None else \
-        torch.as_tensor(directions, dtype=torch.float64)           # (n, k)
+    T = (
+        torch.cat(list(tangent_basis(p, cfg).values()), dim=1)
+        if directions is None
+        else torch.as_tensor(directions, dtype=torch.float64)
+    )  # (n, k)
     if T.dim() != 2 or T.shape[0] != n:
         raise ValueError(f"directions: expected shape ({n}, k), got {tuple(T.shape)}")
     k = T.shape[1]
@@ -335,16 +369,20 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
     diagU = np.abs(np.diag(U))
     t_cond = float(diagU.min() / diagU.max()) if k else 1.0
     if k > len(phi_idx) or t_cond < rtol:
-        raise CertificateError(f"certify: the {k} supplied null directions are not independent (LU pivot ratio "
-                               f"{t_cond:.1e} < rtol {rtol:.0e}); the count would be wrong")
+        raise CertificateError(
+            f"certify: the {k} supplied null directions are not independent (LU pivot ratio "
+            f"{t_cond:.1e} < rtol {rtol:.0e}); the count would be wrong"
+        )
     free = np.setdiff1d(np.arange(len(phi_idx)), pinned)
     n_free = len(free)
 
     # 3. residuals of the known directions: ||J t|| / ||t||, via forward mode
     def jt(t):
         return jvp(f, (theta,), (t,))[1]
-    resid = torch.cat([vmap(jt)(T[:, j:j + chunk].T).norm(dim=1) for j in range(0, k, chunk)]) \
-        if k else torch.zeros(0)
+
+    resid = (
+        torch.cat([vmap(jt)(T[:, j : j + chunk].T).norm(dim=1) for j in range(0, k, chunk)]) if k else torch.zeros(0)
+    )
     resid = resid / T.norm(dim=0)
     # ||J||_2 by power iteration
     _, vjp_fn = vjp(f, theta)
@@ -354,7 +392,7 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
     sigma_max = float(v.norm().sqrt())
 
     # 4. Gaussian sketch of the projected Jacobian on the free coordinates (n_free x n_free)
-    def project(u):                                   # u: (b, E, L) -> remove span of J_O
+    def project(u):  # u: (b, E, L) -> remove span of J_O
         ut = u.permute(0, 2, 1).reshape(Bsz * L, E)
         ut = ut - Qz @ (Qz.T @ ut)
         return ut.reshape(Bsz, L, E).permute(0, 2, 1).reshape(-1)
@@ -364,20 +402,21 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
     it = range(0, n_free, chunk)
     if progress:
         from tqdm.auto import tqdm
+
         it = tqdm(it, desc="sketch", unit="chunk")
     for j in it:
         rows = min(chunk, n_free - j)
         # any generic random matrix will do; float32 draws are twice as fast
         omega = torch.randn(rows, Bsz, E, L, generator=gen).double() / math.sqrt(m)
         u = vmap(project)(omega)
-        K[j:j + rows] = vmap(vjp_fn)(u)[0][:, phi_free]
+        K[j : j + rows] = vmap(vjp_fn)(u)[0][:, phi_free]
 
     # 5. K nonsingular: LU, then the extreme singular values by (inverse) power iteration
     LU, piv = torch.linalg.lu_factor(K)
     x = torch.randn(n_free, 1, generator=gen, dtype=torch.float64)
     for _ in range(15):  # a random start has a ~1/sqrt(n) share of the weakest direction
-        y = torch.linalg.lu_solve(LU, piv, x / x.norm())                 # K^{-1} x
-        x = torch.linalg.lu_solve(LU, piv, y, adjoint=True)               # K^{-T} K^{-1} x
+        y = torch.linalg.lu_solve(LU, piv, x / x.norm())  # K^{-1} x
+        x = torch.linalg.lu_solve(LU, piv, y, adjoint=True)  # K^{-T} K^{-1} x
     sigma_min_K = float(1.0 / x.norm().sqrt())
     x = torch.randn(n_free, generator=gen, dtype=torch.float64)
     for _ in range(10):
@@ -387,20 +426,32 @@ def _certify(cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, *, chunk
     worst = float(resid.max()) if k else 0.0
     if worst > rtol * sigma_max:
         bad = int((resid > rtol * sigma_max).sum())
-        raise CertificateError(f"certify: {bad} of the {k} supplied directions are not null directions of the "
-                               f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})")
+        raise CertificateError(
+            f"certify: {bad} of the {k} supplied directions are not null directions of the "
+            f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})"
+        )
     if not sigma_min_K > rtol * sigma_max_K:
-        raise CertificateError(f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
-                               f"are too few (sketch condition {sigma_max_K / sigma_min_K:.1e}); rerun with a larger "
-                               "--batch, or --method dense at a small width")
+        raise CertificateError(
+            f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
+            f"are too few (sketch condition {sigma_max_K / sigma_min_K:.1e}); rerun with a larger "
+            "--batch, or --method dense at a small width"
+        )
     rank_phi = n_free
     rank = rank_o + rank_phi
     kept = sigma_min_K / max(sigma_max_K, 1e-300) * sigma_max
     gap = kept / max(worst, sigma_max * np.finfo(np.float64).eps)
     sv = [sigma_max, kept, worst]
-    details = {"rank_output_block": rank_o, "rank_Z": rank_z, "params_output_block": n_o,
-               "known_null_dirs": k, "free_params": n_free, "sketch_cond": sigma_max_K / sigma_min_K,
-               "null_residual_max": worst, "tangent_lu_ratio": t_cond,
-               "Z_singular_gap": float(sz[rank_z - 1] / sz[rank_z]) if rank_z < len(sz) else float("inf")}
-    return AuditResult(n, rank, n - rank, float(gap), float(rtol * sigma_max), "certify",
-                       time.perf_counter() - t0, m, sv, details)
+    details = {
+        "rank_output_block": rank_o,
+        "rank_Z": rank_z,
+        "params_output_block": n_o,
+        "known_null_dirs": k,
+        "free_params": n_free,
+        "sketch_cond": sigma_max_K / sigma_min_K,
+        "null_residual_max": worst,
+        "tangent_lu_ratio": t_cond,
+        "Z_singular_gap": float(sz[rank_z - 1] / sz[rank_z]) if rank_z < len(sz) else float("inf"),
+    }
+    return AuditResult(
+        n, rank, n - rank, float(gap), float(rtol * sigma_max), "certify", time.perf_counter() - t0, m, sv, details
+    )

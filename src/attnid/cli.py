@@ -1,4 +1,5 @@
 """The ``attnid`` command: ``count``, ``audit``, ``presets`` (``--json`` for machine output)."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,30 +25,58 @@ def _arch_args(p: argparse.ArgumentParser) -> None:
 
 def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
     if a.preset:
-        flags = [f"--{k.replace('_', '-')}" for k in ("embed", "heads", "groups", "head_dim", "value_dim")
-                 if getattr(a, k) is not None] + (["--rope"] if a.rope else []) + \
-            (["--bias"] if a.bias != "none" else [])
+        flags = (
+            [
+                f"--{k.replace('_', '-')}"
+                for k in ("embed", "heads", "groups", "head_dim", "value_dim")
+                if getattr(a, k) is not None
+            ]
+            + (["--rope"] if a.rope else [])
+            + (["--bias"] if a.bias != "none" else [])
+        )
         if flags:
             raise ValueError(f"preset: {', '.join(flags)} cannot be combined with --preset (the preset fixes them)")
         cfg = preset(a.preset)
         return cfg.with_(causal=causal) if causal else cfg
     if a.embed is None or a.heads is None:
         raise ValueError("embed/heads: give --embed and --heads, or --preset")
-    return AttentionConfig(a.embed, a.heads, groups=a.groups, head_dim=a.head_dim, value_dim=a.value_dim,
-                           bias=a.bias, rope=a.rope, causal=causal)
+    return AttentionConfig(
+        a.embed,
+        a.heads,
+        groups=a.groups,
+        head_dim=a.head_dim,
+        value_dim=a.value_dim,
+        bias=a.bias,
+        rope=a.rope,
+        causal=causal,
+    )
 
 
 def _arch(cfg: AttentionConfig) -> dict:
-    return {"embed": cfg.E, "heads": cfg.H, "groups": cfg.G, "head_dim": cfg.D, "value_dim": cfg.C,
-            "bias": cfg.bias or "none", "rope": cfg.rope, "causal": cfg.causal}
+    return {
+        "embed": cfg.E,
+        "heads": cfg.H,
+        "groups": cfg.G,
+        "head_dim": cfg.D,
+        "value_dim": cfg.C,
+        "bias": cfg.bias or "none",
+        "rope": cfg.rope,
+        "causal": cfg.causal,
+    }
 
 
 def cmd_count(a) -> int:
     cfg = _config(a)
     c = count(cfg)
-    out = {"architecture": _arch(cfg), "total_params": c.total_params, "unidentified": c.unidentified,
-           "identified": c.identified, "unidentified_by_block": c.unidentified_by_block,
-           "params_by_block": c.params_by_block, "identified_fraction": c.identified_fraction}
+    out = {
+        "architecture": _arch(cfg),
+        "total_params": c.total_params,
+        "unidentified": c.unidentified,
+        "identified": c.identified,
+        "unidentified_by_block": c.unidentified_by_block,
+        "params_by_block": c.params_by_block,
+        "identified_fraction": c.identified_fraction,
+    }
     if a.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -63,26 +92,47 @@ def cmd_count(a) -> int:
 
 def cmd_audit(a) -> int:
     from .audit import audit  # torch.func is only needed here
+
     _set_threads(a)
     cfg = _config(a, causal=a.causal)
     if a.seq_len is not None and a.seq_len < 2:
         raise ValueError("seq-len must be at least 2 (L = 1 makes the softmax constant)")
     if a.batch is not None and a.batch < 1:
         raise ValueError("batch must be positive")
-    r = audit(cfg, batch=a.batch, seq_len=a.seq_len, seed=a.seed, method=a.method, progress=not a.json,
-              max_memory=None if a.max_memory is None else a.max_memory * 2**30)
+    r = audit(
+        cfg,
+        batch=a.batch,
+        seq_len=a.seq_len,
+        seed=a.seed,
+        method=a.method,
+        progress=not a.json,
+        max_memory=None if a.max_memory is None else a.max_memory * 2**30,
+    )
     theory = count(cfg).unidentified if not (cfg.rope and cfg.D > cfg.E) else None
-    out = {"architecture": _arch(cfg), "total_params": r.total_params, "rank": r.rank,
-           "unidentified": r.unidentified, "theory_unidentified": theory, "sv_gap": r.sv_gap,
-           "tol": r.tol, "method": r.method, "n_outputs": r.n_outputs, "seconds": r.seconds, **r.details}
+    out = {
+        "architecture": _arch(cfg),
+        "total_params": r.total_params,
+        "rank": r.rank,
+        "unidentified": r.unidentified,
+        "theory_unidentified": theory,
+        "sv_gap": r.sv_gap,
+        "tol": r.tol,
+        "method": r.method,
+        "n_outputs": r.n_outputs,
+        "seconds": r.seconds,
+        **r.details,
+    }
     if a.json:
         print(json.dumps(out, indent=2))
     else:
         for k, v in out.items():
             print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
     if theory is not None and r.unidentified != theory:
-        print(f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters, the closed form "
-              f"{theory} (rerun with a larger --batch or --seq-len before believing it)", file=sys.stderr)
+        print(
+            f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters, the closed form "
+            f"{theory} (rerun with a larger --batch or --seq-len before believing it)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -91,17 +141,29 @@ def cmd_presets(a) -> int:
     rows = []
     for name, (desc, cfg) in PRESETS.items():
         c = count(cfg)
-        rows.append({"name": name, "description": desc, **_arch(cfg), "total_params": c.total_params,
-                     "unidentified": c.unidentified, "identified_fraction": c.identified_fraction})
+        rows.append(
+            {
+                "name": name,
+                "description": desc,
+                **_arch(cfg),
+                "total_params": c.total_params,
+                "unidentified": c.unidentified,
+                "identified_fraction": c.identified_fraction,
+            }
+        )
     if a.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'name':<22}{'E':>6}{'H':>4}{'G':>4}{'D':>5}{'bias':>6}{'rope':>6}{'params/layer':>14}"
-          f"{'unidentified':>14}{'identified':>12}")
+    print(
+        f"{'name':<22}{'E':>6}{'H':>4}{'G':>4}{'D':>5}{'bias':>6}{'rope':>6}{'params/layer':>14}"
+        f"{'unidentified':>14}{'identified':>12}"
+    )
     for r in rows:
-        print(f"{r['name']:<22}{r['embed']:>6}{r['heads']:>4}{r['groups']:>4}{r['head_dim']:>5}{r['bias']:>6}"
-              f"{'yes' if r['rope'] else 'no':>6}{r['total_params']:>14,}{r['unidentified']:>14,}"
-              f"{r['identified_fraction']:>12.6f}")
+        print(
+            f"{r['name']:<22}{r['embed']:>6}{r['heads']:>4}{r['groups']:>4}{r['head_dim']:>5}{r['bias']:>6}"
+            f"{'yes' if r['rope'] else 'no':>6}{r['total_params']:>14,}{r['unidentified']:>14,}"
+            f"{r['identified_fraction']:>12.6f}"
+        )
     return 0
 
 
@@ -125,8 +187,10 @@ def _check_paper_device(a) -> None:
 
     if a.profile == "paper" and resolve_device(a.device) == "cpu":
         if a.device == "auto":
-            raise ValueError("device: the paper profile needs a GPU (one run takes about a day on 2 CPU cores); "
-                             "pass --device cpu to run it on the CPU anyway")
+            raise ValueError(
+                "device: the paper profile needs a GPU (one run takes about a day on 2 CPU cores); "
+                "pass --device cpu to run it on the CPU anyway"
+            )
         print("attnid: warning: the paper profile on the CPU takes about a day per run on 2 cores", file=sys.stderr)
 
 
@@ -140,14 +204,18 @@ def cmd_train(a) -> int:
     s = train(cfg, force=a.force, progress=not a.json)
     s.pop("rows", None)
     s.pop("heads", None)
-    print(json.dumps(s, indent=2) if a.json else
-          f"{a.profile}/{a.case}: final val loss {s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s, "
-          f"{s['tokens_per_second']:,.0f} tokens/s on {s['device']} ({s['precision']})")
+    print(
+        json.dumps(s, indent=2)
+        if a.json
+        else f"{a.profile}/{a.case}: final val loss {s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s, "
+        f"{s['tokens_per_second']:,.0f} tokens/s on {s['device']} ({s['precision']})"
+    )
     return 0
 
 
 def cmd_data(a) -> int:
     from .data import corpus_path
+
     p = corpus_path(a.path)
     print(f"tiny Shakespeare: {p} (sha256 verified)")
     return 0
@@ -165,22 +233,30 @@ def cmd_experiments(a) -> int:
     if a.profile not in SUITE_SEEDS[a.suite]:
         raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(SUITE_SEEDS[a.suite])}")
     seeds = [a.seed] if a.seed is not None else SUITE_SEEDS[a.suite][a.profile]
-    cfgs = [make_config(a.profile, c, seed=s, device=a.device, **_run_options(a))
-            for s in seeds for c in SUITES[a.suite]]
+    cfgs = [
+        make_config(a.profile, c, seed=s, device=a.device, **_run_options(a)) for s in seeds for c in SUITES[a.suite]
+    ]
     resolve_device(a.device)
     _check_paper_device(a)
     _set_threads(a)
     data = load()
     for i, cfg in enumerate(cfgs, 1):
         s = train(cfg, data=data, force=a.force, progress=True)
-        print(f"[{i}/{len(cfgs)}] {cfg.profile}/{cfg.case} seed {cfg.seed}: final val loss "
-              f"{s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s ({s['precision']})", flush=True)
+        print(
+            f"[{i}/{len(cfgs)}] {cfg.profile}/{cfg.case} seed {cfg.seed}: final val loss "
+            f"{s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s ({s['precision']})",
+            flush=True,
+        )
     return 0
 
 
 def _exec_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "tf32", "bf16"],
-                   help="auto: bf16 autocast on CUDA, fp32 on the CPU (the metrics are float64 either way)")
+    p.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "fp32", "tf32", "bf16"],
+        help="auto: bf16 autocast on CUDA, fp32 on the CPU (the metrics are float64 either way)",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
     p.add_argument("--save-model", action="store_true", help="also write model.pt (the book never needs it)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: the cores not busy with other work)")

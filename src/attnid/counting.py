@@ -1,4 +1,4 @@
-"""Closed-form parameter and identification counts for one attention layer (SPEC §2).
+"""Closed-form parameter and identification counts for one attention layer (paper §4; chapters 2–5).
 
 Per key/value group (``n = H/G`` query heads share one key and one value map):
 
@@ -15,6 +15,7 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
 * Value bias: ``Σ_h W_O^h b_V^g`` is a constant output; with an output bias it is absorbed
   (``G C`` unidentified), without one ``max(0, G C − E)``.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -44,8 +45,9 @@ class Count:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d.update(unidentified=self.unidentified, identified=self.identified,
-                 identified_fraction=self.identified_fraction)
+        d.update(
+            unidentified=self.unidentified, identified=self.identified, identified_fraction=self.identified_fraction
+        )
         return d
 
 
@@ -104,8 +106,9 @@ def count(cfg: AttentionConfig) -> Count:
         "key_bias": pc.get("b_K", 0),
         "value_bias": pc.get("b_V", 0) + pc.get("b_O", 0),
     }
-    return Count(total_params(cfg), params_by_block,
-                 {"qk": qk, "vo": vo, "key_bias": key_bias, "value_bias": value_bias})
+    return Count(
+        total_params(cfg), params_by_block, {"qk": qk, "vo": vo, "key_bias": key_bias, "value_bias": value_bias}
+    )
 
 
 # ------------------------------------------------------------- textbook formulas
@@ -125,13 +128,14 @@ def qk_identified_fraction(E: int, D: int) -> float:
 
 
 def orthonormal_qk_dof(E: int, D: int) -> int:
-    """Degrees of freedom of the QK block with orthonormal factors (SPEC §2 item 3): ``2DE − D²``."""
+    """Degrees of freedom of the QK block with orthonormal factors (paper §4.3; chapter 2): ``2DE − D²``."""
     return 2 * D * E - D * D
 
 
 # ------------------------------------------------------------- §4.10: equivalent single head
 CONVENTIONS = {
-    "qk_square_v": "single head: Q, K (D = E') and a square V, no output map; only the QK block is unidentified (E'² of 3E'²)",
+    "qk_square_v": "single head: Q, K (D = E') and a square V, no output map; only the QK block is unidentified "
+    "(E'² of 3E'²)",
     "full_head": "single head with Q, K, V, O all E' x E'; QK and VO each lose E'² (2E'² of 4E'²)",
     "half_of_all": "single head Q, K, square V, counting half of all 3E'² weights as unidentified (the paper's 60%)",
 }
@@ -140,8 +144,8 @@ CONVENTIONS = {
 def equivalent_single_head_width(H: int, convention: str = "qk_square_v") -> float:
     """``E'/E`` for a single head whose identified-parameter count equals that of an ``H``-head
     layer of width ``E`` (``D = C = E/H``; identified ``4E²(1 − 1/(2H))``)."""
-    target = 4.0 * (1.0 - 1.0 / (2.0 * H))       # identified weights of the multi-head layer / E²
-    per_width2 = {"qk_square_v": 2.0, "full_head": 2.0, "half_of_all": 1.5}   # identified / E'²
+    target = 4.0 * (1.0 - 1.0 / (2.0 * H))  # identified weights of the multi-head layer / E²
+    per_width2 = {"qk_square_v": 2.0, "full_head": 2.0, "half_of_all": 1.5}  # identified / E'²
     if convention not in per_width2:
         raise ValueError(f"convention: expected one of {', '.join(CONVENTIONS)}, got {convention!r}")
     return (target / per_width2[convention]) ** 0.5

@@ -4,6 +4,7 @@ The corpus is read from, in order: the ``path`` argument, the ``ATTNID_DATA`` en
 variable, or ``data/tinyshakespeare.txt`` (downloaded once from the canonical URL). Every source
 is checked against the published sha256.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,8 +51,10 @@ def corpus_path(path: str | os.PathLike | None = None, *, download: bool = True)
             _download(p)
     digest = sha256(p)
     if digest != SHA256:
-        raise DataError(f"{p} (from {source}) has sha256 {digest[:12]}…, expected {SHA256[:12]}…: the file is "
-                        f"corrupted or not tiny Shakespeare; {remedy}")
+        raise DataError(
+            f"{p} (from {source}) has sha256 {digest[:12]}…, expected {SHA256[:12]}…: the file is "
+            f"corrupted or not tiny Shakespeare; {remedy}"
+        )
     return p
 
 
@@ -63,14 +66,17 @@ def _download(dest: Path) -> None:
             f.write(r.read())
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise DataError(f"could not download tiny Shakespeare from {URL} ({e}); without internet, set "
-                        f"{ENV} to a local copy of input.txt") from None
+        raise DataError(
+            f"could not download tiny Shakespeare from {URL} ({e}); without internet, set "
+            f"{ENV} to a local copy of input.txt"
+        ) from None
     os.replace(tmp, dest)
 
 
 @dataclass
 class CharData:
     """Encoded corpus, 90/10 train/val split, character vocabulary."""
+
     train: torch.Tensor
     val: torch.Tensor
     chars: list[str]
@@ -82,8 +88,9 @@ class CharData:
     def decode(self, ids) -> str:
         return "".join(self.chars[int(i)] for i in ids)
 
-    def batch(self, split: str, batch_size: int, block_size: int, gen: torch.Generator,
-              device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(
+        self, split: str, batch_size: int, block_size: int, gen: torch.Generator, device: str | torch.device = "cpu"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Random windows ``(x, y)`` of shape ``(batch, block)``, ``y`` shifted by one; drawn from ``gen``."""
         data = self.train if split == "train" else self.val
         ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=gen)

@@ -1,10 +1,11 @@
-"""Training-dynamics metrics of the QK symmetry (SPEC §2 items 10–12).
+"""Training-dynamics metrics of the QK symmetry (paper §5; chapter 6).
 
 All functions take per-head matrices with any leading batch dims (layers, heads):
 ``W_Q, W_K`` of shape ``(..., D, E)`` and optional biases ``b_Q, b_K`` of shape ``(..., D)``.
 With biases the symmetry acts on the augmented ``[W | b]`` (``D x (E+1)``), so every metric
 uses those. Computation is float64 on the inputs' device; results come back in float64.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,12 @@ def augment(W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
 def split_augmented(Q: torch.Tensor, K: torch.Tensor, W_Q, b_Q, W_K, b_K):
     """Inverse of :func:`augment` for a pair: ``(W_Q, b_Q, W_K, b_K)`` in the dtypes of the originals."""
     E = W_Q.shape[-1]
-    return (Q[..., :E].to(W_Q.dtype), None if b_Q is None else Q[..., E].to(b_Q.dtype),
-            K[..., :E].to(W_K.dtype), None if b_K is None else K[..., E].to(b_K.dtype))
+    return (
+        Q[..., :E].to(W_Q.dtype),
+        None if b_Q is None else Q[..., E].to(b_Q.dtype),
+        K[..., :E].to(W_K.dtype),
+        None if b_K is None else K[..., E].to(b_K.dtype),
+    )
 
 
 def gram(M: torch.Tensor) -> torch.Tensor:
@@ -66,12 +71,15 @@ def project_update(Q: torch.Tensor, K: torch.Tensor, A: torch.Tensor, B: torch.T
 
 def _refuse_rope(rope: bool, what: str) -> None:
     if rope:
-        raise ValueError(f"{what}: under RoPE only the commutant of the rotations is a symmetry, not every S "
-                         "(chapter 4); use rebalance_qk_rope / rebalance_params for rebalancing")
+        raise ValueError(
+            f"{what}: under RoPE only the commutant of the rotations is a symmetry, not every S "
+            "(chapter 4); use rebalance_qk_rope / rebalance_params for rebalancing"
+        )
 
 
-def unidentified_step_fraction(Q: torch.Tensor, K: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-                               *, min_norm: float = 1e-30, rope: bool = False) -> torch.Tensor:
+def unidentified_step_fraction(
+    Q: torch.Tensor, K: torch.Tensor, A: torch.Tensor, B: torch.Tensor, *, min_norm: float = 1e-30, rope: bool = False
+) -> torch.Tensor:
     """``ρ = ‖(S Q, −Sᵀ K)‖² / ‖(A, B)‖²`` ∈ [0, 1], the share of the update ``(A, B)`` that
     lies in the invariant subspace. ``nan`` where ``‖(A, B)‖² < min_norm`` (no update).
     ``A, B`` may carry extra leading dims (several updates at the same point share one solve).
@@ -101,15 +109,16 @@ def balancing_transform(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     return _sym_sqrt((P + P.transpose(-1, -2)) / 2)
 
 
-def rebalance_qk(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor, b_K: torch.Tensor | None,
-                 *, rope: bool = False):
+def rebalance_qk(
+    W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor, b_K: torch.Tensor | None, *, rope: bool = False
+):
     """Rebalanced ``(W_Q, b_Q, W_K, b_K)`` (same dtype/device as the inputs): outputs unchanged,
     ``β`` of the augmented matrices zero, and ``‖Q‖² + ‖K‖²`` minimal on the orbit.
     Refused for a RoPE layer (``rope=True``): it would change its outputs; see :func:`rebalance_qk_rope`."""
     _refuse_rope(rope, "rebalance_qk")
     Q, K = augment(W_Q, b_Q), augment(W_K, b_K)
     S = balancing_transform(Q, K)
-    Q2, K2 = S @ Q, torch.linalg.solve(S, K)    # S symmetric: S^{-T} K = S^{-1} K
+    Q2, K2 = S @ Q, torch.linalg.solve(S, K)  # S symmetric: S^{-T} K = S^{-1} K
     return split_augmented(Q2, K2, W_Q, b_Q, W_K, b_K)
 
 
@@ -122,7 +131,7 @@ def qk_singular_values(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
 
 
 def rebalance_qk_rope(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor, b_K: torch.Tensor | None):
-    """Rebalancing restricted to the RoPE commutant (SPEC §2, open question): only one scaled rotation per
+    """Rebalancing restricted to the RoPE commutant (chapter 4): only one scaled rotation per
     frequency pair is allowed, and rotations do not change norms, so the minimum-norm point scales pair
     ``i`` by ``a_i = (‖K_i‖² / ‖Q_i‖²)^{1/4}`` (rows ``2i, 2i+1`` of the augmented matrices). Afterwards each
     pair has ``‖Q_i‖ = ‖K_i‖`` (the trace of every 2×2 diagonal block of β is zero), but β itself is not zero."""
@@ -130,7 +139,7 @@ def rebalance_qk_rope(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Te
     D = Q.shape[-2]
     q2 = (Q * Q).sum(-1).reshape(*Q.shape[:-2], D // 2, 2).sum(-1)
     k2 = (K * K).sum(-1).reshape(*K.shape[:-2], D // 2, 2).sum(-1)
-    a = (k2 / q2).pow(0.25).repeat_interleave(2, dim=-1)[..., None]     # (..., D, 1)
+    a = (k2 / q2).pow(0.25).repeat_interleave(2, dim=-1)[..., None]  # (..., D, 1)
     Q2, K2 = a * Q, K / a
     return split_augmented(Q2, K2, W_Q, b_Q, W_K, b_K)
 

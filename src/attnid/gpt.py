@@ -4,6 +4,7 @@ The attention here is PyTorch's fused kernel (the fast training path); its weigh
 column-form parameters of :mod:`attnid.attention` (``from_fused``), and the per-head Q/K views that
 the metrics read come from :func:`attnid.attention.fused_qk_views`.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,7 @@ class GPTConfig:
     n_embd: int = 64
     dropout: float = 0.0
     bias: bool = True
-    head_dim: int | None = None      # default n_embd // n_head
+    head_dim: int | None = None  # default n_embd // n_head
 
     def __post_init__(self) -> None:
         for k in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -49,7 +50,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * self.inner, bias=cfg.bias)
         self.c_proj = nn.Linear(self.inner, cfg.n_embd, bias=cfg.bias)
         self.resid_dropout = nn.Dropout(cfg.dropout)
-        self.head_mask: torch.Tensor | None = None   # (H,) multipliers; None = all heads on
+        self.head_mask: torch.Tensor | None = None  # (H,) multipliers; None = all heads on
 
     def qk_views(self):
         """Per-head ``W_Q, b_Q, W_K, b_K`` views into ``c_attn`` (no copy)."""
@@ -59,8 +60,7 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.shape
         q, k, v = self.c_attn(x).split(self.inner, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                           is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
         if self.head_mask is not None:
             y = y * self.head_mask.to(y.dtype)[None, :, None, None]
         y = y.transpose(1, 2).contiguous().view(B, T, self.inner)

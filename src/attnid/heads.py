@@ -3,6 +3,7 @@
 A head is masked by zeroing its output before the output projection (``c_proj``), i.e. removing
 its term ``W_O^h V_h P_h`` from the sum of Eq. (layer); the output bias stays.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,9 @@ from .data import CharData
 from .gpt import GPT
 
 
-def fixed_batches(data: CharData, batch_size: int, block_size: int, n_batches: int, seed: int = 0,
-                  device: str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+def fixed_batches(
+    data: CharData, batch_size: int, block_size: int, n_batches: int, seed: int = 0, device: str = "cpu"
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A seeded, fixed set of validation batches (the same for every mask)."""
     gen = torch.Generator().manual_seed(seed)
     return [data.batch("val", batch_size, block_size, gen, device) for _ in range(n_batches)]
@@ -23,8 +25,11 @@ def set_head_mask(model: GPT, mask: torch.Tensor | np.ndarray | None) -> None:
     """``mask``: ``(n_layer, H)`` of 1 (keep) / 0 (remove), or ``None`` for all heads."""
     layers = model.attention_layers()
     for i, layer in enumerate(layers):
-        layer.head_mask = None if mask is None else torch.as_tensor(np.asarray(mask)[i], dtype=torch.float32,
-                                                                    device=layer.c_attn.weight.device)
+        layer.head_mask = (
+            None
+            if mask is None
+            else torch.as_tensor(np.asarray(mask)[i], dtype=torch.float32, device=layer.c_attn.weight.device)
+        )
 
 
 @torch.no_grad()
@@ -34,7 +39,7 @@ def masked_loss(model: GPT, batches, mask=None) -> float:
     model.eval()
     set_head_mask(model, mask)
     try:
-        return torch.stack([model(x, y)[1] for x, y in batches]).double().mean().item()   # one host sync
+        return torch.stack([model(x, y)[1] for x, y in batches]).double().mean().item()  # one host sync
     finally:
         set_head_mask(model, None)
         model.train(was)
@@ -62,8 +67,9 @@ def pruning_curve(model: GPT, batches, importance: np.ndarray) -> list[dict]:
     for k, flat in enumerate(order, start=1):
         layer, h = divmod(int(flat), H)
         mask[layer, h] = 0
-        curve.append({"pruned": k, "fraction": k / (L * H), "loss": masked_loss(model, batches, mask),
-                      "head": [layer, h]})
+        curve.append(
+            {"pruned": k, "fraction": k / (L * H), "loss": masked_loss(model, batches, mask), "head": [layer, h]}
+        )
     return curve
 
 
@@ -87,9 +93,13 @@ def analyse(model: GPT, batches, qk_singular_values=None) -> dict:
     """
     baseline, importance = head_importance(model, batches)
     curve = pruning_curve(model, batches, importance)
-    out = {"baseline": baseline, "importance": importance.tolist(), "pruning_curve": curve,
-           "prunable": {"0.01": max_prunable_fraction(curve, 0.01), "0.05": max_prunable_fraction(curve, 0.05)},
-           "n_batches": len(batches)}
+    out = {
+        "baseline": baseline,
+        "importance": importance.tolist(),
+        "pruning_curve": curve,
+        "prunable": {"0.01": max_prunable_fraction(curve, 0.01), "0.05": max_prunable_fraction(curve, 0.05)},
+        "n_batches": len(batches),
+    }
     if qk_singular_values is not None:
         out["effective_rank"] = effective_rank(qk_singular_values).tolist()
     return out

@@ -117,9 +117,16 @@ class IdentificationProbe:
         if self._old is None:
             raise RuntimeError("IdentificationProbe.after_step() called without before_step()")
         (w0, b0), (w1, b1) = self._old, self._stacked()
-        dw = torch.stack([optimizer_update(self.opt, layer.c_attn.weight, w0[i]) for i, layer in enumerate(self.layers)])
-        db = None if b0 is None else torch.stack(
-            [optimizer_update(self.opt, layer.c_attn.bias, b0[i]) for i, layer in enumerate(self.layers)])
+        dw = torch.stack(
+            [optimizer_update(self.opt, layer.c_attn.weight, w0[i]) for i, layer in enumerate(self.layers)]
+        )
+        db = (
+            None
+            if b0 is None
+            else torch.stack(
+                [optimizer_update(self.opt, layer.c_attn.bias, b0[i]) for i, layer in enumerate(self.layers)]
+            )
+        )
         Q0, K0 = self._augmented(w0, b0)
         A, B = self._augmented(dw, db)
         Q1, K1 = self._augmented(w1, b1)
@@ -127,11 +134,13 @@ class IdentificationProbe:
         # difference; the weights alone are the same problem with the bias column zeroed (a zero column
         # changes neither the Gram matrices nor A Qᵀ). Leading dims: (point, update).
         nb = torch.ones(Q0.shape[-1], dtype=torch.float64, device=Q0.device)
-        nb[w0.shape[-1]:] = 0
+        nb[w0.shape[-1] :] = 0
         rhos = dynamics.unidentified_step_fraction(
-            torch.stack([Q0, Q0 * nb])[:, None], torch.stack([K0, K0 * nb])[:, None],
+            torch.stack([Q0, Q0 * nb])[:, None],
+            torch.stack([K0, K0 * nb])[:, None],
             torch.stack([torch.stack([A, Q1 - Q0]), torch.stack([A * nb, torch.zeros_like(A)])]),
-            torch.stack([torch.stack([B, K1 - K0]), torch.stack([B * nb, torch.zeros_like(B)])]))
+            torch.stack([torch.stack([B, K1 - K0]), torch.stack([B * nb, torch.zeros_like(B)])]),
+        )
         rho, rho_diff, rho_w = rhos[0, 0], rhos[0, 1], rhos[1, 0]
         G_Q1, G_K1 = dynamics.gram(Q1), dynamics.gram(K1)
         beta_t = G_Q1 - G_K1

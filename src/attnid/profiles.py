@@ -1,19 +1,59 @@
-"""Experiment profiles (SPEC §4) and the training cases of chapter 6."""
+"""Experiment profiles and the training cases of chapters 6 and 7.
+
+``smoke``: seconds, for the tests; ``cpu``: the book on 2 cores; ``paper``: the setting of the paper's §5.
+"""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
 PROFILES: dict[str, dict] = {
     # seconds: tests and CI
-    "smoke": dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=16, dropout=0.0, max_iters=50,
-                  warmup_iters=5, eval_interval=25, eval_iters=4, ckpt_interval=20, rebalance_interval=20,
-                  head_batches=3),
+    "smoke": dict(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        block_size=32,
+        batch_size=16,
+        dropout=0.0,
+        max_iters=50,
+        warmup_iters=5,
+        eval_interval=25,
+        eval_iters=4,
+        ckpt_interval=20,
+        rebalance_interval=20,
+        head_batches=3,
+    ),
     # about a minute per run on 2 CPU cores
-    "cpu": dict(n_layer=2, n_head=4, n_embd=64, block_size=32, batch_size=32, dropout=0.0, max_iters=2000,
-                warmup_iters=100, eval_interval=200, eval_iters=20, ckpt_interval=500, rebalance_interval=250),
+    "cpu": dict(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        block_size=32,
+        batch_size=32,
+        dropout=0.0,
+        max_iters=2000,
+        warmup_iters=100,
+        eval_interval=200,
+        eval_iters=20,
+        ckpt_interval=500,
+        rebalance_interval=250,
+    ),
     # the paper's setting: nanoGPT shakespeare-char with biases, on a GPU
-    "paper": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2, max_iters=5000,
-                  warmup_iters=100, eval_interval=250, eval_iters=200, ckpt_interval=500, rebalance_interval=250),
+    "paper": dict(
+        n_layer=6,
+        n_head=6,
+        n_embd=384,
+        block_size=256,
+        batch_size=64,
+        dropout=0.2,
+        max_iters=5000,
+        warmup_iters=100,
+        eval_interval=250,
+        eval_iters=200,
+        ckpt_interval=500,
+        rebalance_interval=250,
+    ),
 }
 
 CASES: dict[str, dict] = {
@@ -31,16 +71,22 @@ CASES: dict[str, dict] = {
 HEAD_COUNTS = (1, 2, 4, 8, 16)
 OPTIMIZER_CASES = ["sgd", "sgd_wd", "adamw", "adamw_rebalance"]
 LR_SWEEP = {0.5: "sgd", 0.25: "sgd_lr0.25", 0.125: "sgd_lr0.125", 0.0625: "sgd_lr0.0625"}
-SUITES = {"dynamics": OPTIMIZER_CASES + [c for c in LR_SWEEP.values() if c not in OPTIMIZER_CASES],
-          "heads": [f"heads_H{h}" for h in HEAD_COUNTS] + ["heads_H4_D8"]}
+SUITES = {
+    "dynamics": OPTIMIZER_CASES + [c for c in LR_SWEEP.values() if c not in OPTIMIZER_CASES],
+    "heads": [f"heads_H{h}" for h in HEAD_COUNTS] + ["heads_H4_D8"],
+}
 # seeds and per-profile changes of a suite (the head sweep is shorter on the CPU to fit the book's budget)
-SUITE_SEEDS = {"dynamics": {"smoke": [0], "cpu": [0], "paper": [0]},
-               "heads": {"smoke": [0], "cpu": [0, 1], "paper": [0, 1, 2]}}
+SUITE_SEEDS = {
+    "dynamics": {"smoke": [0], "cpu": [0], "paper": [0]},
+    "heads": {"smoke": [0], "cpu": [0, 1], "paper": [0, 1, 2]},
+}
 SUITE_OVERRIDES = {"heads": {"cpu": dict(max_iters=1000, eval_interval=250, ckpt_interval=250)}}
 
 
 def suite_of(case: str) -> str:
     return next((s for s, cases in SUITES.items() if case in cases), "dynamics")
+
+
 OPTIMIZERS = ("sgd", "adamw")
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 
@@ -95,11 +141,11 @@ class RunConfig:
     eval_interval: int = 200
     eval_iters: int = 20
     ckpt_interval: int = 500
-    head_batches: int = 20           # fixed validation batches of the end-of-run head analysis (chapter 7)
+    head_batches: int = 20  # fixed validation batches of the end-of-run head analysis (chapter 7)
     # execution: how the run is computed, not what it computes (not part of a record's identity)
-    precision: str = "auto"          # "fp32" | "tf32" | "bf16" (autocast) | "auto": bf16 on CUDA, fp32 elsewhere
-    compile: bool = False            # torch.compile the model (CUDA only)
-    save_model: bool = False         # also write model.pt (the book never needs it)
+    precision: str = "auto"  # "fp32" | "tf32" | "bf16" (autocast) | "auto": bf16 on CUDA, fp32 elsewhere
+    compile: bool = False  # torch.compile the model (CUDA only)
+    save_model: bool = False  # also write model.pt (the book never needs it)
 
     EXECUTION_FIELDS = ("device", "precision", "compile", "save_model")
 
@@ -133,16 +179,28 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
     if unknown:
         raise ValueError(f"overrides: unknown parameter(s) {sorted(unknown)}")
     suite_changes = SUITE_OVERRIDES.get(suite_of(case), {}).get(profile, {})
-    cfg = RunConfig(profile=profile, case=case, seed=seed, device=device,
-                    **{**PROFILES[profile], **suite_changes, **CASES[case], **overrides})
+    cfg = RunConfig(
+        profile=profile,
+        case=case,
+        seed=seed,
+        device=device,
+        **{**PROFILES[profile], **suite_changes, **CASES[case], **overrides},
+    )
     if not isinstance(cfg.seed, int) or cfg.seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {cfg.seed!r}")
     if cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: unknown {cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not cfg.lr > 0:
         raise ValueError(f"lr must be positive, got {cfg.lr}")
-    for k in ("max_iters", "metric_interval", "eval_interval", "eval_iters", "ckpt_interval", "batch_size",
-              "rebalance_interval"):
+    for k in (
+        "max_iters",
+        "metric_interval",
+        "eval_interval",
+        "eval_iters",
+        "ckpt_interval",
+        "batch_size",
+        "rebalance_interval",
+    ):
         if getattr(cfg, k) <= 0:
             raise ValueError(f"{k} must be positive, got {getattr(cfg, k)}")
     if cfg.precision not in PRECISIONS:
@@ -151,8 +209,15 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
         raise ValueError(f"head_batches must be positive, got {cfg.head_batches}")
     if cfg.weight_decay < 0 or cfg.grad_clip < 0:
         raise ValueError("weight_decay and grad_clip must be non-negative")
-    GPTConfig(block_size=cfg.block_size, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
-              dropout=cfg.dropout, bias=cfg.bias, head_dim=cfg.head_dim)  # validates the architecture
+    GPTConfig(
+        block_size=cfg.block_size,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        n_embd=cfg.n_embd,
+        dropout=cfg.dropout,
+        bias=cfg.bias,
+        head_dim=cfg.head_dim,
+    )  # validates the architecture
     return cfg
 
 

@@ -68,7 +68,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)                          # mkstemp's 0600 would make records private
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make records private
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -171,8 +171,7 @@ def expected_steps(config: dict, metrics: bool = True) -> list[int]:
     """The steps a run records: every evaluation, the first and the last, and with metrics every
     ``metric_interval``-th."""
     n, mi, ei = config["max_iters"], config["metric_interval"], config["eval_interval"]
-    return [it + 1 for it in range(n)
-            if (metrics and it % mi == 0) or (it + 1) % ei == 0 or it == 0 or it == n - 1]
+    return [it + 1 for it in range(n) if (metrics and it % mi == 0) or (it + 1) % ei == 0 or it == 0 or it == n - 1]
 
 
 def is_finished(d: Path) -> bool:
@@ -243,8 +242,7 @@ def find_runs(profile: str, cases: list[str], seed: int = 0, base: Path | None =
 def series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, values)`` of one metric over the rows that hold it; values ``(n_rows, *shape)`` float."""
     have = [r for r in rows if r.get(key) is not None and r.get(key) != []]
-    return (np.array([r["step"] for r in have], dtype=int),
-            np.array([r[key] for r in have], dtype=float))
+    return (np.array([r["step"] for r in have], dtype=int), np.array([r[key] for r in have], dtype=float))
 
 
 def rho_key(rec: Record) -> str:

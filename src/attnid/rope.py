@@ -1,15 +1,17 @@
-"""Rotary position embeddings (RoPE) in the paper's column orientation (SPEC §1, §4.8).
+"""Rotary position embeddings (RoPE) in the paper's column orientation (paper §4.8; chapter 4).
 
 Pairs of coordinates ``(2i, 2i+1)`` of a query or key at position ``m`` are rotated by the
 angle ``m * theta_i`` with ``theta_i = base ** (-2 i / D)``.
 """
+
 from __future__ import annotations
 
 import torch
 
 
-def rope_angles(seq_len: int, head_dim: int, base: float = 10000.0, *,
-                dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+def rope_angles(
+    seq_len: int, head_dim: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float64, device=None
+) -> torch.Tensor:
     """Angles ``m * theta_i``, shape ``(L, D/2)``."""
     if head_dim % 2:
         raise ValueError(f"head_dim must be even for RoPE, got D={head_dim}")
@@ -42,12 +44,12 @@ def rotation(delta: int, head_dim: int, base: float = 10000.0) -> torch.Tensor:
 
 def commutant_basis(head_dim: int) -> torch.Tensor:
     """Basis of the matrices commuting with every RoPE rotation: one ``[[a, -b], [b, a]]``
-    block per frequency pair, so ``D`` matrices of shape ``(D, D)`` (SPEC §2 item 7)."""
+    block per frequency pair, so ``D`` matrices of shape ``(D, D)`` (paper §4.8)."""
     basis = torch.zeros(head_dim, head_dim, head_dim, dtype=torch.float64)
     for i in range(head_dim // 2):
         a, b = 2 * i, 2 * i + 1
-        basis[a, a, a] = basis[a, b, b] = 1.0          # identity on the block
-        basis[b, b, a], basis[b, a, b] = 1.0, -1.0      # 90-degree rotation on the block
+        basis[a, a, a] = basis[a, b, b] = 1.0  # identity on the block
+        basis[b, b, a], basis[b, a, b] = 1.0, -1.0  # 90-degree rotation on the block
     return basis
 
 

@@ -1,4 +1,4 @@
-"""The invariances of attention (SPEC §2 items 1, 2, 5–8) and their tangent directions.
+"""The invariances of attention (paper §4.1–4.9; chapters 2–4) and their tangent directions.
 
 * QK: ``(S W_Q, S⁻ᵀ W_K)`` with one ``S ∈ R^{D×D}`` per key group (acting on the biases too).
   With RoPE, ``S`` must commute with the rotations (:func:`attnid.rope.commutant_basis`).
@@ -8,6 +8,7 @@
 
 Every function takes and returns an ``AttentionParams`` dict; nothing is modified in place.
 """
+
 from __future__ import annotations
 
 import torch
@@ -117,7 +118,7 @@ def unflatten(v: torch.Tensor, like: AttentionParams) -> AttentionParams:
     for k in PARAM_ORDER:
         if k in like:
             n = like[k].numel()
-            out[k] = v[i:i + n].reshape(like[k].shape)
+            out[k] = v[i : i + n].reshape(like[k].shape)
             i += n
     return out
 
@@ -146,16 +147,18 @@ def tangent_basis(p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.T
     if "b_K" in p and not cfg.rope:
         for j in range(p["b_K"].numel()):
             d = dict(zero)
-            d["b_K"] = torch.zeros_like(p["b_K"]).reshape(-1).index_fill(0, torch.tensor([j]), 1.0).reshape(p["b_K"].shape)
+            unit = torch.zeros_like(p["b_K"]).reshape(-1).index_fill(0, torch.tensor([j]), 1.0)
+            d["b_K"] = unit.reshape(p["b_K"].shape)
             cols["key_bias"].append(flatten(d))
     if "b_V" in p:
         # the map b_V -> Σ_h W_O^h b_V^g, as an (E, G*C) matrix
-        W_sum = p["W_O"].reshape(G, cfg.H // G, cfg.E, cfg.C).sum(1)        # (G, E, C)
+        W_sum = p["W_O"].reshape(G, cfg.H // G, cfg.E, cfg.C).sum(1)  # (G, E, C)
         M = W_sum.permute(1, 0, 2).reshape(cfg.E, G * cfg.C)
         if "b_O" in p:
             for j in range(G * cfg.C):
                 d = dict(zero)
-                d["b_V"] = torch.zeros(G * cfg.C, dtype=p["b_V"].dtype).index_fill(0, torch.tensor([j]), 1.0).reshape(p["b_V"].shape)
+                unit = torch.zeros(G * cfg.C, dtype=p["b_V"].dtype).index_fill(0, torch.tensor([j]), 1.0)
+                d["b_V"] = unit.reshape(p["b_V"].shape)
                 d["b_O"] = -M[:, j]
                 cols["value_bias"].append(flatten(d))
         else:
@@ -170,9 +173,10 @@ def tangent_basis(p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.T
 
 
 # ----------------------------------------------------------------- probes used by the book
-def step_response(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, direction: AttentionParams,
-                  steps) -> torch.Tensor:
-    """``max |Y(θ + t d) − Y(θ)|`` for each step ``t`` (SPEC §2 item 2): it grows like ``t``
+def step_response(
+    p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, direction: AttentionParams, steps
+) -> torch.Tensor:
+    """``max |Y(θ + t d) − Y(θ)|`` for each step ``t`` (paper §4.2; chapter 2): it grows like ``t``
     along a generic direction and like ``t²`` along a tangent of an invariant orbit."""
     from .attention import attention
 
@@ -184,20 +188,21 @@ def step_response(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, dir
     return torch.stack(out)
 
 
-def bias_gradients(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, *,
-                   seed: int = 0) -> dict[str, torch.Tensor]:
+def bias_gradients(
+    p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, *, seed: int = 0
+) -> dict[str, torch.Tensor]:
     """Gradient of every parameter for the loss ``⟨R, Y⟩`` with a random ``R`` (paper §4.6)."""
     from .attention import attention
 
     q = {k: v.detach().clone().requires_grad_(True) for k, v in p.items()}
-    R = torch.randn(X.shape[0], cfg.E, X.shape[-1], generator=torch.Generator().manual_seed(seed),
-                    dtype=X.dtype)
+    R = torch.randn(X.shape[0], cfg.E, X.shape[-1], generator=torch.Generator().manual_seed(seed), dtype=X.dtype)
     (attention(X, q, cfg) * R).sum().backward()
     return {k: q[k].grad for k in q}
 
 
-def bias_gradient_norms(p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, *,
-                        seed: int = 0) -> dict[str, float]:
+def bias_gradient_norms(
+    p: AttentionParams, cfg: AttentionConfig, X: torch.Tensor, *, seed: int = 0
+) -> dict[str, float]:
     """Norm of the gradient of every bias for the loss ``⟨R, Y⟩`` with a random ``R``
     (paper §4.6: the key bias gets exactly zero without RoPE, up to round-off)."""
     g = bias_gradients(p, cfg, X, seed=seed)

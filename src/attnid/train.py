@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from . import dynamics, records
+from . import __version__, dynamics, records
 from .data import CharData, load
 from .gpt import GPT, GPTConfig
 from .heads import analyse, fixed_batches
@@ -45,11 +45,20 @@ def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.opti
     """The float32 model and its optimizer (fused AdamW on CUDA), seeded by ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
     default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float32)          # the model trains in float32 whatever the default
+    torch.set_default_dtype(torch.float32)  # the model trains in float32 whatever the default
     try:
-        model = GPT(GPTConfig(vocab_size=vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
-                              n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias,
-                              head_dim=cfg.head_dim)).to(device)
+        model = GPT(
+            GPTConfig(
+                vocab_size=vocab_size,
+                block_size=cfg.block_size,
+                n_layer=cfg.n_layer,
+                n_head=cfg.n_head,
+                n_embd=cfg.n_embd,
+                dropout=cfg.dropout,
+                bias=cfg.bias,
+                head_dim=cfg.head_dim,
+            )
+        ).to(device)
     finally:
         torch.set_default_dtype(default)
     if cfg.optimizer == "sgd":
@@ -57,9 +66,12 @@ def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.opti
     else:
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=cfg.betas,
-                                fused=device.startswith("cuda"))
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr,
+            betas=cfg.betas,
+            fused=device.startswith("cuda"),
+        )
     return model, opt
 
 
@@ -97,8 +109,9 @@ def evaluate(model: GPT, data: CharData, cfg: RunConfig, device: str, step: int)
     was = model.training
     model.eval()
     gen = torch.Generator().manual_seed(1_000_003 * (cfg.seed + 1) + step)
-    losses = [model(*data.batch("val", cfg.batch_size, cfg.block_size, gen, device))[1].float()
-              for _ in range(cfg.eval_iters)]
+    losses = [
+        model(*data.batch("val", cfg.batch_size, cfg.block_size, gen, device))[1].float() for _ in range(cfg.eval_iters)
+    ]
     model.train(was)
     return torch.stack(losses).mean().item()
 
@@ -112,17 +125,27 @@ class Interrupted(Exception):
 def _check_existing(d: Path, cfg: RunConfig) -> None:
     old = records.read_json(d / "config.json")
     try:
-        old_identity = RunConfig.from_dict(old).identity()      # fields added since: their defaults
+        old_identity = RunConfig.from_dict(old).identity()  # fields added since: their defaults
     except TypeError as e:
         raise RecordError(f"{d / 'config.json'}: not a run config ({e}); rerun with --force") from None
     if old_identity != cfg.identity():
         diff = sorted(k for k in cfg.identity() if old_identity.get(k) != cfg.identity()[k])
-        raise RecordError(f"{d} holds a run with another config (differs in {', '.join(diff)}); "
-                          "rerun with --force to overwrite it")
+        raise RecordError(
+            f"{d} holds a run with another config (differs in {', '.join(diff)}); rerun with --force to overwrite it"
+        )
 
 
-def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = None, progress: bool = True,
-          metrics: bool = True, force: bool = False, stop_after: int | None = None, save: bool = True) -> dict:
+def train(
+    cfg: RunConfig,
+    *,
+    out: Path | None = None,
+    data: CharData | None = None,
+    progress: bool = True,
+    metrics: bool = True,
+    force: bool = False,
+    stop_after: int | None = None,
+    save: bool = True,
+) -> dict:
     """Run (or resume, or reuse) one training run; returns its summary dict with ``rows`` and ``heads``.
 
     ``metrics=False`` turns off the probe and the head analysis (for benchmarks); losses are still
@@ -139,23 +162,29 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
     try:
         d.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire(timeout=0)
-    except Timeout:                                    # (a TimeoutError, so before OSError)
+    except Timeout:  # (a TimeoutError, so before OSError)
         print(f"attnid: waiting for another process that is training {d} ...", file=sys.stderr, flush=True)
         lock.acquire()
     except OSError as e:
-        raise RecordError(f"{d.parent}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a "
-                          "writable folder") from None
+        raise RecordError(
+            f"{d.parent}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a writable folder"
+        ) from None
     try:
         if not force and ((d / "config.json").exists() or records.is_finished(d)):
             _check_existing(d, cfg)
-            if records.is_finished(d):                                    # finished: reuse
+            if records.is_finished(d):  # finished: reuse
                 rec = records.load(d)
+                if rec.summary.get("format", 1) < records.FORMAT and "provenance" not in rec.summary:
+                    raise RecordError(
+                        f"{d / 'summary.json'}: made by an older attnid (record format "
+                        f"{rec.summary.get('format', 1)}, now {records.FORMAT}); rerun with --force to redo the run"
+                    )
                 return {**rec.summary, "rows": rec.rows, "heads": rec.heads}
         if force and d.exists():
             for f in d.iterdir():
                 if f.is_file():
                     f.unlink()
-        data = data or load()                                              # checks before any file is written
+        data = data or load()  # checks before any file is written
         d.mkdir(parents=True, exist_ok=True)
         if not (d / "config.json").exists():
             records.write_json(d / "config.json", cfg.as_dict())
@@ -163,13 +192,22 @@ def train(cfg: RunConfig, *, out: Path | None = None, data: CharData | None = No
         try:
             return _run(cfg, d, device, precision, data, progress, metrics, stop_after, save=True)
         finally:
-            torch.set_num_threads(threads)             # a resume may have restored the run's own count
+            torch.set_num_threads(threads)  # a resume may have restored the run's own count
     finally:
         lock.release()
 
 
-def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | None, progress: bool,
-         metrics: bool, stop_after: int | None, save: bool) -> dict:
+def _run(
+    cfg: RunConfig,
+    d: Path,
+    device: str,
+    precision: str,
+    data: CharData | None,
+    progress: bool,
+    metrics: bool,
+    stop_after: int | None,
+    save: bool,
+) -> dict:
     data = data or load()
     model, opt = build(cfg, data.vocab_size, device)
     step_model = torch.compile(model) if cfg.compile and device.startswith("cuda") else model
@@ -192,7 +230,7 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
         rows, rebalances, start, elapsed = ck["rows"], ck["rebalances"], ck["step"], ck["elapsed"]
         beta0 = ck["beta0"].to(device)
         if ck.get("threads") and ck["threads"] != torch.get_num_threads():
-            torch.set_num_threads(ck["threads"])     # CPU reductions depend on the thread count: resume exactly
+            torch.set_num_threads(ck["threads"])  # CPU reductions depend on the thread count: resume exactly
     probe = IdentificationProbe(model, opt, beta0=beta0) if metrics else None
     tokens_per_step = cfg.batch_size * cfg.block_size
     bar = None
@@ -207,14 +245,24 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
     def checkpoint(next_step: int) -> None:
         if not save:
             return
-        records.write_rows(d, rows)     # readable progress; the checkpoint is what resume uses
+        records.write_rows(d, rows)  # readable progress; the checkpoint is what resume uses
         buf = io.BytesIO()
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                    "rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state() if device.startswith("cuda") else None,
-                    "rows": rows, "rebalances": rebalances, "step": next_step,
-                    "beta0": None if probe is None else probe.beta0.cpu(), "threads": torch.get_num_threads(),
-                    "elapsed": elapsed + time.perf_counter() - t0}, buf)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "gen": gen.get_state(),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state() if device.startswith("cuda") else None,
+                "rows": rows,
+                "rebalances": rebalances,
+                "step": next_step,
+                "beta0": None if probe is None else probe.beta0.cpu(),
+                "threads": torch.get_num_threads(),
+                "elapsed": elapsed + time.perf_counter() - t0,
+            },
+            buf,
+        )
         records.atomic_write(ckpt_file, buf.getvalue())
 
     loss = torch.zeros(())
@@ -249,7 +297,7 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
                     after = model(xb, yb)[1].item()
                 model.train()
                 rebalances.append({"step": it + 1, "loss_before": before, "loss_after": after})
-            if (it + 1) % cfg.eval_interval == 0 or last or it == 0:      # validation loss, with or without metrics
+            if (it + 1) % cfg.eval_interval == 0 or last or it == 0:  # validation loss, with or without metrics
                 if not record:
                     row = {"step": it + 1, "lr": lr, "train_loss": loss.item()}
                 with precision_context(precision, device):
@@ -264,21 +312,23 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
                 bar.update(1)
                 if steps_window >= 20 or last:
                     now = time.perf_counter()
-                    bar.set_postfix(loss=f"{loss.item():.3f}",
-                                    tok_s=f"{steps_window * tokens_per_step / (now - t_window):,.0f}")
+                    bar.set_postfix(
+                        loss=f"{loss.item():.3f}", tok_s=f"{steps_window * tokens_per_step / (now - t_window):,.0f}"
+                    )
                     t_window, steps_window = now, 0
             if (it + 1) % cfg.ckpt_interval == 0 and not last:
                 checkpoint(it + 1)
                 saved = it + 1
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted at step {it} (last checkpoint: step {saved}); rerun the same command "
-                          "to resume") from None
+        raise Interrupted(
+            f"interrupted at step {it} (last checkpoint: step {saved}); rerun the same command to resume"
+        ) from None
     finally:
         if bar is not None:
             bar.close()
     train_seconds = time.perf_counter() - t0
     heads, t_heads = None, time.perf_counter()
-    if metrics:                                   # chapter 7 reads this, never the weights
+    if metrics:  # chapter 7 reads this, never the weights
         batches = fixed_batches(data, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed, device=device)
         sv = next((r["qk_sv"] for r in reversed(rows) if r.get("qk_sv") is not None), None)
         with precision_context(precision, device):
@@ -286,17 +336,29 @@ def _run(cfg: RunConfig, d: Path, device: str, precision: str, data: CharData | 
     t_heads = time.perf_counter() - t_heads
     wall = elapsed + time.perf_counter() - t0
     vals = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
-    summary = {"profile": cfg.profile, "case": cfg.case, "seed": cfg.seed, "steps": cfg.max_iters,
-               "final_val_loss": vals[-1] if vals else None,
-               "best_val_loss": min(vals) if vals else None,
-               "final_train_loss": rows[-1]["train_loss"] if rows else loss.item(), "wall_seconds": wall,
-               "head_analysis_seconds": t_heads,
-               "tokens_per_second": tokens_per_step * (cfg.max_iters - start) / max(train_seconds, 1e-9),
-               "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
-               "precision": precision, "compile": bool(cfg.compile and device.startswith("cuda")),
-               "metrics": metrics, "rho_method": "float64 optimizer update", "threads": torch.get_num_threads(),
-               "torch": torch.__version__, "python": platform.python_version(), "rebalances": rebalances,
-               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    summary = {
+        "profile": cfg.profile,
+        "case": cfg.case,
+        "seed": cfg.seed,
+        "steps": cfg.max_iters,
+        "final_val_loss": vals[-1] if vals else None,
+        "best_val_loss": min(vals) if vals else None,
+        "final_train_loss": rows[-1]["train_loss"] if rows else loss.item(),
+        "wall_seconds": wall,
+        "head_analysis_seconds": t_heads,
+        "tokens_per_second": tokens_per_step * (cfg.max_iters - start) / max(train_seconds, 1e-9),
+        "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
+        "precision": precision,
+        "compile": bool(cfg.compile and device.startswith("cuda")),
+        "metrics": metrics,
+        "rho_method": "float64 optimizer update",
+        "threads": torch.get_num_threads(),
+        "attnid": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "rebalances": rebalances,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     if save:
         if cfg.save_model:
             buf = io.BytesIO()
