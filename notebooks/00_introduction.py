@@ -44,7 +44,7 @@ device = "auto"
 import pandas as pd
 
 from attnid import AttentionConfig, count
-from attnid.profiles import check_profile
+from attnid.lm.profiles import check_profile
 
 check_profile(profile)
 rows = []

@@ -55,8 +55,8 @@ from attnid.attention import (
     to_fused,
 )
 from attnid.counting import multi_head_params, single_head_params
-from attnid.gpt import CausalSelfAttention, GPTConfig
-from attnid.profiles import check_profile
+from attnid.lm.gpt import CausalSelfAttention, GPTConfig
+from attnid.lm.profiles import check_profile
 
 check_profile(profile)
 torch.manual_seed(seed)
@@ -93,7 +93,7 @@ for causal in (False, True):
                 to_fused(cfg, p),
             ):
                 prm.copy_(value)
-        compared.append(("attnid.gpt.CausalSelfAttention (nanoGPT)", gpt_attn(x)))
+        compared.append(("attnid.lm.gpt.CausalSelfAttention (nanoGPT)", gpt_attn(x)))
     for name, y in compared:
         rows.append(
             {
@@ -166,7 +166,7 @@ assert torch.allclose(steps["head_out"].sum(1)[0] + p["b_O"][:, None], steps["Y"
 #
 # - The column form equals concatenate-and-project and `torch.nn.MultiheadAttention` to $\le 10^{-10}$ in
 #   float64, with and without a causal mask, and the causal form equals the forward pass of the training
-#   model's own attention module (`attnid.gpt.CausalSelfAttention`, nanoGPT's fused `c_attn`/`c_proj`)
+#   model's own attention module (`attnid.lm.gpt.CausalSelfAttention`, nanoGPT's fused `c_attn`/`c_proj`)
 #   with the same weights (`tests/test_attention.py`).
 # - $H$ heads of size $E/H$ have $2HE(D+C) = 4E^2$ weights for every $(E, H)$ in the table
 #   (`tests/test_counting.py`).

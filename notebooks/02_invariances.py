@@ -41,8 +41,8 @@ import torch
 from attnid.attention import AttentionConfig, attention, init_params
 from attnid.audit import audit, qk_product_rank, svd_construction_rank
 from attnid.counting import count, orthonormal_qk_dof, qk_identified_fraction
+from attnid.lm.profiles import check_profile
 from attnid.plotting import set_style
-from attnid.profiles import check_profile
 from attnid.symmetry import qk_direction, step_response, transform_qk, transform_vo
 
 check_profile(profile)

@@ -43,8 +43,8 @@ import torch
 from attnid.attention import AttentionConfig, attention, init_params
 from attnid.audit import audit
 from attnid.counting import count
+from attnid.lm.profiles import check_profile
 from attnid.plotting import set_style
-from attnid.profiles import check_profile
 from attnid.symmetry import absorb_value_bias, bias_gradient_norms, bias_gradients, shift_key_bias, value_bias_direction
 
 check_profile(profile)

@@ -43,9 +43,9 @@ from IPython.display import Markdown, display
 from attnid.attention import AttentionConfig, attention, init_params
 from attnid.audit import audit_block
 from attnid.counting import count
+from attnid.lm.profiles import check_profile
 from attnid.plotting import set_style
 from attnid.presets import PRESETS, preset
-from attnid.profiles import check_profile
 from attnid.rope import random_commutant
 from attnid.symmetry import transform_qk
 

@@ -53,8 +53,8 @@ import pandas as pd
 from attnid.attention import AttentionConfig
 from attnid.audit import audit, audit_block
 from attnid.counting import CONVENTIONS, equivalent_single_head_width, single_head_total_over_multi
+from attnid.lm.profiles import check_profile
 from attnid.plotting import set_style
-from attnid.profiles import check_profile
 
 check_profile(profile)
 set_style()

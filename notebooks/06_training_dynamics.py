@@ -52,10 +52,10 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from attnid.lm.profiles import LR_SWEEP, OPTIMIZER_CASES, SUITES, check_profile, make_config, resolve_device
+from attnid.lm.records import RecordError, find_runs, load_run, rho_key, scale_label, series
+from attnid.lm.train import train
 from attnid.plotting import set_style
-from attnid.profiles import LR_SWEEP, OPTIMIZER_CASES, SUITES, check_profile, make_config, resolve_device
-from attnid.records import RecordError, find_runs, load_run, rho_key, scale_label, series
-from attnid.train import train
 
 check_profile(profile)
 set_style()

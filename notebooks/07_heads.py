@@ -37,10 +37,10 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from attnid import AttentionConfig, count
+from attnid.lm.profiles import HEAD_COUNTS, SUITE_SEEDS, SUITES, check_profile, make_config, resolve_device
+from attnid.lm.records import RecordError, find_runs, load_run, rho_key, series
+from attnid.lm.train import train
 from attnid.plotting import set_style
-from attnid.profiles import HEAD_COUNTS, SUITE_SEEDS, SUITES, check_profile, make_config, resolve_device
-from attnid.records import RecordError, find_runs, load_run, rho_key, series
-from attnid.train import train
 
 check_profile(profile)
 set_style()

@@ -35,8 +35,8 @@ import numpy as np
 
 from attnid import AttentionConfig, count
 from attnid.audit import audit
+from attnid.lm.profiles import check_profile
 from attnid.plotting import set_style
-from attnid.profiles import check_profile
 
 check_profile(profile)
 set_style()

@@ -1,9 +1,2 @@
-import pytest
-import torch
-
-torch.set_default_dtype(torch.float64)
-
-
-@pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(0)
+"""Shared test setup. No global dtype: each test states float64 where the math needs it, and the
+model and training tests run in float32, as the book does."""

@@ -102,7 +102,7 @@ def test_column_form_equals_the_training_models_attention():
     """The nanoGPT module's own forward (fused c_attn/c_proj, scaled_dot_product_attention), not a
     round trip through the converters."""
     from attnid.attention import from_fused
-    from attnid.gpt import CausalSelfAttention, GPTConfig
+    from attnid.lm.gpt import CausalSelfAttention, GPTConfig
 
     torch.manual_seed(3)
     layer = CausalSelfAttention(GPTConfig(n_embd=24, n_head=4, bias=True)).double().eval()

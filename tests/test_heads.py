@@ -3,22 +3,15 @@ import pytest
 import torch
 
 from attnid.attention import attention_steps, from_fused
-from attnid.gpt import GPT, GPTConfig
-from attnid.heads import effective_rank, head_importance, masked_loss, max_prunable_fraction, pruning_curve
+from attnid.lm.ablation import effective_rank, head_importance, masked_loss, max_prunable_fraction, pruning_curve
+from attnid.lm.data import CharData
+from attnid.lm.gpt import GPT, GPTConfig
 
 
-class _Data:
-    """A tiny random corpus with the CharData batch interface."""
-
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.val = torch.randint(0, 20, (2000,), generator=g)
-        self.train = self.val
-
-    def batch(self, split, batch_size, block_size, gen, device="cpu"):
-        ix = torch.randint(len(self.val) - block_size - 1, (batch_size,), generator=gen)
-        offs = torch.arange(block_size)
-        return self.val[ix[:, None] + offs], self.val[ix[:, None] + offs + 1]
+def _data() -> CharData:
+    """A tiny random corpus in the real ``CharData`` (20 symbols)."""
+    ids = torch.randint(0, 20, (2000,), generator=torch.Generator().manual_seed(0))
+    return CharData(train=ids, val=ids, chars=[chr(ord("a") + i) for i in range(20)])
 
 
 @pytest.fixture
@@ -32,9 +25,9 @@ def model():
 
 
 def _batches(n=3):
-    from attnid.heads import fixed_batches
+    from attnid.lm.ablation import fixed_batches
 
-    return fixed_batches(_Data(), 4, 16, n, seed=1)
+    return fixed_batches(_data(), 4, 16, n, seed=1)
 
 
 def test_no_mask_reproduces_baseline_exactly(model):

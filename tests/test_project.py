@@ -31,7 +31,6 @@ def test_workflows_pass_actionlint():
     exe = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
     assert exe, "actionlint is installed by the test extras"
     files = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
-    assert len(files) == 2
     r = subprocess.run([exe, "-shellcheck=", "-pyflakes=", *files], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -40,3 +39,25 @@ def test_ci_calls_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme.split("\n## ", 1)[0]
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_math_never_imports_the_language_model_side():
+    """``attnid`` (attention, symmetries, counts, audit, dynamics) stands alone; ``attnid.lm`` builds on it."""
+    import ast
+
+    math_side = [p for p in (ROOT / "src" / "attnid").glob("*.py") if p.name not in ("cli.py", "__main__.py")]
+    assert {p.stem for p in math_side} >= {"attention", "symmetry", "counting", "audit", "dynamics", "rope"}
+    for path in math_side:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                target = ("." * node.level) + (node.module or "")
+                assert not target.startswith((".lm", "attnid.lm")), f"{path.name} imports {target}"
+                assert not (node.level == 1 and node.module is None and any(a.name == "lm" for a in node.names))
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("attnid.lm") for a in node.names), path.name
+    code = (
+        "import sys, attnid, attnid.audit, attnid.dynamics, attnid.symmetry, attnid.presets; "
+        "print([m for m in sys.modules if m.startswith('attnid.lm')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 
-from attnid import data as data_mod
-from attnid import records
-from attnid.profiles import make_config
-from attnid.records import RecordError
-from attnid.train import train
+from attnid.lm import data as data_mod
+from attnid.lm import records
+from attnid.lm.profiles import make_config
+from attnid.lm.records import RecordError
+from attnid.lm.train import train
 
 
 @pytest.fixture(scope="module")

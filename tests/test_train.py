@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from attnid import data as data_mod
-from attnid.profiles import CASES, PROFILES, make_config
-from attnid.records import load_run
-from attnid.train import Interrupted, rebalance_model, train
+from attnid.lm import data as data_mod
+from attnid.lm.profiles import CASES, PROFILES, make_config
+from attnid.lm.records import load_run
+from attnid.lm.train import Interrupted, rebalance_model, train
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +59,8 @@ def test_rebalancing_leaves_loss_unchanged(smoke_runs, corpus):
     assert len(events) >= 2
     assert all(abs(e["loss_after"] - e["loss_before"]) <= 1e-6 for e in events)
     # and it zeroes the augmented beta of every head
-    from attnid.probe import IdentificationProbe
-    from attnid.train import build
+    from attnid.lm.probe import IdentificationProbe
+    from attnid.lm.train import build
 
     model, opt = build(make_config("smoke", "adamw"), corpus.vocab_size, "cpu")
     with torch.no_grad():
@@ -141,7 +141,7 @@ def test_batches_are_seeded(corpus):
 
 
 def test_profile_and_device_checks():
-    from attnid.profiles import check_profile, resolve_device
+    from attnid.lm.profiles import check_profile, resolve_device
 
     assert check_profile("smoke") == "smoke" and resolve_device("cpu") == "cpu"
     with pytest.raises(ValueError, match="profile"):
@@ -152,8 +152,8 @@ def test_profile_and_device_checks():
 
 def test_optimizer_update_is_the_applied_step(corpus):
     """The float64 update read from the optimizer state equals the float32 weight change to rounding."""
-    from attnid.probe import optimizer_update
-    from attnid.train import build
+    from attnid.lm.probe import optimizer_update
+    from attnid.lm.train import build
 
     for case in ("sgd_wd", "adamw"):
         cfg = make_config("smoke", case)

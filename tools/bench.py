@@ -33,9 +33,9 @@ def train_bench(steps: int, repeats: int) -> None:
     """Tokens/s of the chapter-6 loop with metrics on and off, and of a minimal loop (cpu profile)."""
     import statistics
 
-    from attnid.data import load
-    from attnid.profiles import make_config
-    from attnid.train import build, train
+    from attnid.lm.data import load
+    from attnid.lm.profiles import make_config
+    from attnid.lm.train import build, train
 
     data = load()
     cfg = make_config("cpu", "adamw", max_iters=steps, eval_interval=10 * steps, ckpt_interval=10 * steps)
@@ -91,8 +91,8 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: 
     """Median ms of one training step (no metrics) and of the probe's work on one step."""
     import statistics
 
-    from attnid.probe import IdentificationProbe
-    from attnid.train import build, precision_context
+    from attnid.lm.probe import IdentificationProbe
+    from attnid.lm.train import build, precision_context
 
     model, opt = build(cfg, data.vocab_size, device)
     step_model = torch.compile(model) if compile else model
@@ -129,9 +129,9 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: 
 
 def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
     """Per-step ms per precision, the probe's overhead, one real run's steps/s, projected suite times."""
-    from attnid.data import load
-    from attnid.profiles import SUITE_SEEDS, SUITES, make_config
-    from attnid.train import train
+    from attnid.lm.data import load
+    from attnid.lm.profiles import SUITE_SEEDS, SUITES, make_config
+    from attnid.lm.train import train
 
     data = load()
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
@@ -154,8 +154,8 @@ def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
     if device.startswith("cuda"):
         print(f"bf16 against the physical floor of about 1.6 ms per step on an H200: {bf16_ms / 1.6:.1f}x")
     # one real run (default precision): metrics every 10 steps, evaluations at its start and end only
-    from attnid.heads import analyse, fixed_batches
-    from attnid.train import build, evaluate, precision_context
+    from attnid.lm.ablation import analyse, fixed_batches
+    from attnid.lm.train import build, evaluate, precision_context
 
     run = make_config(profile, "adamw", device=device, max_iters=steps, eval_interval=steps)
     t = time.perf_counter()

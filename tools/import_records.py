@@ -4,7 +4,7 @@
         --torch 2.11.0+cu130 --commit 360a5c8 --note "..."
 
 ``SRC`` holds one folder per case (``config.json``, ``metrics.jsonl``, ``summary.json``); each is
-written to ``DEST/<case>`` through :func:`attnid.records.finish`: rows gzip'd with float32-precision
+written to ``DEST/<case>`` through :func:`attnid.lm.records.finish`: rows gzip'd with float32-precision
 numbers, a file list, and the provenance in ``summary.json``. Format 1 measured ρ as the float32
 weight difference, so its ``rho`` is stored as ``rho_diff`` (see chapter 6). No head analysis is
 made (format 1 kept no weights for it).
@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from attnid import records
+from attnid.lm import records
 
 
 def convert(src: Path, dest: Path, provenance: dict) -> dict:

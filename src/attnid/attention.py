@@ -115,15 +115,13 @@ class AttentionConfig:
         return {k: s for k, s in full.items() if k not in keep or keep[k] in self.bias}
 
 
-def init_params(
-    cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = torch.float64, bias_scale: float = 0.5
-) -> AttentionParams:
+def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = torch.float64) -> AttentionParams:
     """Random parameters with weights ~ N(0, 1/fan_in) (scores of order one)."""
     g = torch.Generator().manual_seed(seed)
     out: AttentionParams = {}
     for name, shape in cfg.shapes().items():
         fan_in = shape[-1] if name.startswith("W") else 1
-        scale = 1.0 / math.sqrt(fan_in) if name.startswith("W") else bias_scale
+        scale = 1.0 / math.sqrt(fan_in) if name.startswith("W") else 0.5
         out[name] = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
     return out
 
@@ -151,7 +149,7 @@ def check_inputs(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> N
 
 
 def attention_steps(
-    X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, scale: bool = True, per_head_outputs: bool = True
+    X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, per_head_outputs: bool = True
 ) -> dict[str, torch.Tensor]:
     """Every intermediate of the column-form layer for ``X`` of shape ``(B, E, L)``:
 
@@ -175,8 +173,7 @@ def attention_steps(
     if n > 1:
         K, V = K.repeat_interleave(n, dim=1), V.repeat_interleave(n, dim=1)
     A = torch.einsum("bhdk,bhdq->bhkq", K, Q)  # scores: keys x queries
-    if scale:
-        A = A / math.sqrt(cfg.D)
+    A = A / math.sqrt(cfg.D)  # the usual 1/sqrt(D); the theory absorbs it into the weights
     if cfg.causal:
         L = X.shape[-1]
         future = torch.ones(L, L, dtype=torch.bool, device=X.device).tril(-1)  # key > query
@@ -195,15 +192,13 @@ def attention_steps(
     return steps
 
 
-def attention(
-    X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, scale: bool = True, return_heads: bool = False
-):
+def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, return_heads: bool = False):
     """Column-form multi-head attention. ``X``: ``(B, E, L)`` -> ``Y``: ``(B, E, L)``.
 
     With ``return_heads=True`` also returns ``Z`` of shape ``(B, H, C, L)``, the per-head
     value mixtures ``V_g P_h`` (so ``Y = Σ_h W_O^h Z_h + b_O``).
     """
-    s = attention_steps(X, p, cfg, scale=scale, per_head_outputs=False)
+    s = attention_steps(X, p, cfg, per_head_outputs=False)
     return (s["Y"], s["Z"]) if return_heads else s["Y"]
 
 

@@ -83,7 +83,7 @@ def _gap(sv: np.ndarray, rank: int) -> float:
     return float(kept / max(dropped, eps_floor))
 
 
-def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL, method: str = "dense") -> AuditResult:
+def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL) -> AuditResult:
     """Rank of the Jacobian of ``fn: R^n -> R^m`` at ``theta`` (float64, dense)."""
     t0 = time.perf_counter()
     theta = theta.detach().to(torch.float64)
@@ -98,7 +98,7 @@ def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL, method: str = 
     sv = torch.linalg.svdvals(J).numpy()
     tol = rtol * sv[0]
     rank = int((sv > tol).sum())
-    return AuditResult(n, rank, n - rank, _gap(sv, rank), float(tol), method, time.perf_counter() - t0, m, sv.tolist())
+    return AuditResult(n, rank, n - rank, _gap(sv, rank), float(tol), "dense", time.perf_counter() - t0, m, sv.tolist())
 
 
 def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float = RTOL) -> AuditResult:

@@ -68,15 +68,7 @@ def _arch(cfg: AttentionConfig) -> dict:
 def cmd_count(a) -> int:
     cfg = _config(a)
     c = count(cfg)
-    out = {
-        "architecture": _arch(cfg),
-        "total_params": c.total_params,
-        "unidentified": c.unidentified,
-        "identified": c.identified,
-        "unidentified_by_block": c.unidentified_by_block,
-        "params_by_block": c.params_by_block,
-        "identified_fraction": c.identified_fraction,
-    }
+    out = {"architecture": _arch(cfg), **c.as_dict()}
     if a.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -95,10 +87,6 @@ def cmd_audit(a) -> int:
 
     _set_threads(a)
     cfg = _config(a, causal=a.causal)
-    if a.seq_len is not None and a.seq_len < 2:
-        raise ValueError("seq-len must be at least 2 (L = 1 makes the softmax constant)")
-    if a.batch is not None and a.batch < 1:
-        raise ValueError("batch must be positive")
     r = audit(
         cfg,
         batch=a.batch,
@@ -109,23 +97,12 @@ def cmd_audit(a) -> int:
         max_memory=None if a.max_memory is None else a.max_memory * 2**30,
     )
     theory = count(cfg).unidentified if not (cfg.rope and cfg.D > cfg.E) else None
-    out = {
-        "architecture": _arch(cfg),
-        "total_params": r.total_params,
-        "rank": r.rank,
-        "unidentified": r.unidentified,
-        "theory_unidentified": theory,
-        "sv_gap": r.sv_gap,
-        "tol": r.tol,
-        "method": r.method,
-        "n_outputs": r.n_outputs,
-        "seconds": r.seconds,
-        **r.details,
-    }
+    out = {"architecture": _arch(cfg), **r.as_dict(), "theory_unidentified": theory}
     if a.json:
         print(json.dumps(out, indent=2))
     else:
-        for k, v in out.items():
+        details = out.pop("details")
+        for k, v in {**out, **details}.items():
             print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
     if theory is not None and r.unidentified != theory:
         print(
@@ -175,7 +152,7 @@ def _set_threads(a) -> None:
     """``--threads``, else a default that leaves room for what else the machine is running."""
     import torch
 
-    from .profiles import default_threads
+    from .lm.profiles import default_threads
 
     if a.threads is not None and a.threads < 1:
         raise ValueError(f"threads must be a positive integer, got {a.threads}")
@@ -183,7 +160,7 @@ def _set_threads(a) -> None:
 
 
 def _check_paper_device(a) -> None:
-    from .profiles import resolve_device
+    from .lm.profiles import resolve_device
 
     if a.profile == "paper" and resolve_device(a.device) == "cpu":
         if a.device == "auto":
@@ -195,8 +172,8 @@ def _check_paper_device(a) -> None:
 
 
 def cmd_train(a) -> int:
-    from .profiles import make_config
-    from .train import train
+    from .lm.profiles import make_config
+    from .lm.train import train
 
     cfg = make_config(a.profile, a.case, seed=a.seed, device=a.device, **_run_options(a))
     _check_paper_device(a)
@@ -214,7 +191,7 @@ def cmd_train(a) -> int:
 
 
 def cmd_data(a) -> int:
-    from .data import corpus_path
+    from .lm.data import corpus_path
 
     p = corpus_path(a.path)
     print(f"tiny Shakespeare: {p} (sha256 verified)")
@@ -224,9 +201,9 @@ def cmd_data(a) -> int:
 def cmd_experiments(a) -> int:
     """Every run of a suite, one after another in this process (runs on one GPU time-share it, so
     concurrent processes are no faster); everything is checked before the first run."""
-    from .data import load
-    from .profiles import SUITE_SEEDS, SUITES, make_config, resolve_device
-    from .train import train
+    from .lm.data import load
+    from .lm.profiles import SUITE_SEEDS, SUITES, make_config, resolve_device
+    from .lm.train import train
 
     if a.suite not in SUITES:
         raise ValueError(f"suite: unknown {a.suite!r}; choose one of {', '.join(SUITES)}")
@@ -308,9 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     """Expected failures print one line ``attnid: error: ...`` (2: bad input, 1: a check failed,
     130: interrupted); anything else is a bug and keeps its traceback."""
     from .audit import CertificateError
-    from .data import DataError
-    from .records import RecordError
-    from .train import Interrupted
+    from .lm.data import DataError
+    from .lm.records import RecordError
+    from .lm.train import Interrupted
 
     ap = build_parser()
     a = ap.parse_args(argv)

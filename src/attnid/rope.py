@@ -31,17 +31,6 @@ def apply_rope(Z: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     return out.reshape(Z.shape)
 
 
-def rotation(delta: int, head_dim: int, base: float = 10000.0) -> torch.Tensor:
-    """The ``D x D`` block-diagonal rotation ``R_delta`` (float64)."""
-    ang = rope_angles(delta + 1, head_dim, base)[delta]
-    R = torch.zeros(head_dim, head_dim, dtype=torch.float64)
-    c, s = torch.cos(ang), torch.sin(ang)
-    idx = torch.arange(0, head_dim, 2)
-    R[idx, idx], R[idx, idx + 1] = c, -s
-    R[idx + 1, idx], R[idx + 1, idx + 1] = s, c
-    return R
-
-
 def commutant_basis(head_dim: int) -> torch.Tensor:
     """Basis of the matrices commuting with every RoPE rotation: one ``[[a, -b], [b, a]]``
     block per frequency pair, so ``D`` matrices of shape ``(D, D)`` (paper §4.8)."""

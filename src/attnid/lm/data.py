@@ -1,7 +1,8 @@
 """Tiny Shakespeare at the character level (the corpus of nanoGPT's shakespeare-char).
 
 The corpus is read from, in order: the ``path`` argument, the ``ATTNID_DATA`` environment
-variable, or ``data/tinyshakespeare.txt`` (downloaded once from the canonical URL). Every source
+variable, or ``data/tinyshakespeare.txt`` under the project root (``$ATTNID_HOME``, else the checkout,
+else the working directory; downloaded once from the canonical URL). Every source
 is checked against the published sha256.
 """
 
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import torch
 
+from .records import project_root
+
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "tinyshakespeare.txt"
 ENV = "ATTNID_DATA"
 
 
@@ -44,7 +46,7 @@ def corpus_path(path: str | os.PathLike | None = None, *, download: bool = True)
     else:
         source = "the download"
         remedy = f"delete it (it is downloaded again), or set {ENV} to a good copy"
-        p = DEFAULT_PATH
+        p = project_root() / "data" / "tinyshakespeare.txt"
         if not p.is_file():
             if not download:
                 raise DataError(f"{p} is missing; set {ENV} to a local copy or allow the download")

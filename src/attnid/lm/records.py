@@ -41,7 +41,7 @@ def project_root() -> Path:
     """``$ATTNID_HOME``, else the source checkout this package runs from, else the working directory."""
     if os.environ.get("ATTNID_HOME"):
         return Path(os.environ["ATTNID_HOME"]).expanduser()
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[3]  # src/attnid/lm/records.py -> the checkout
     if (checkout / "pyproject.toml").is_file():
         return checkout
     return Path.cwd()

@@ -1,10 +1,10 @@
 """Training loop of chapter 6 (the paper's §5): nanoGPT on tiny Shakespeare, probed every few steps.
 
-Every ``metric_interval`` steps the :class:`attnid.probe.IdentificationProbe` records the
+Every ``metric_interval`` steps the :class:`attnid.lm.probe.IdentificationProbe` records the
 unidentified-step fraction ρ and the β/τ/bias metrics of that step; every ``eval_interval`` steps
 the validation loss and the QK singular values are added. At the end the run analyses its heads
 (importance, pruning curve, effective ranks; chapter 7) on fixed seeded batches. The run record
-(:mod:`attnid.records`) is written atomically; an interrupted run resumes from its checkpoint and
+(:mod:`attnid.lm.records`) is written atomically; an interrupted run resumes from its checkpoint and
 produces the same rows; a finished one is reused.
 
 Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on CUDA); ``bf16``
@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
-from . import __version__, dynamics, records
+from .. import __version__, dynamics
+from . import records
+from .ablation import analyse, fixed_batches
 from .data import CharData, load
 from .gpt import GPT, GPTConfig
-from .heads import analyse, fixed_batches
 from .probe import IdentificationProbe
 from .profiles import RunConfig, resolve_device, resolve_precision
 from .records import RecordError

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import fused_qk_views
+from ..attention import fused_qk_views
 
 
 @dataclass

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from . import dynamics
+from .. import dynamics
 
 
 def optimizer_update(opt: torch.optim.Optimizer, p: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
@@ -62,7 +62,7 @@ def to_host(tensors: dict[str, torch.Tensor]) -> dict[str, float | list]:
 
 
 class IdentificationProbe:
-    """Records the QK-symmetry metrics of one training step of a :class:`attnid.gpt.GPT`.
+    """Records the QK-symmetry metrics of one training step of a :class:`attnid.lm.gpt.GPT`.
 
     ``beta0``: ``(n_layer, H, D, D)`` initial β (from a checkpoint when resuming); default: now.
     """
