@@ -52,7 +52,15 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from attnid.lm.profiles import LR_SWEEP, OPTIMIZER_CASES, SUITES, check_profile, make_config, resolve_device
+from attnid.lm.profiles import (
+    LR_SWEEP,
+    OPTIMIZER_CASES,
+    SUITES,
+    RunConfig,
+    check_profile,
+    make_config,
+    resolve_device,
+)
 from attnid.lm.records import RecordError, find_runs, load_run, rho_key, scale_label, series
 from attnid.lm.train import train
 from attnid.plotting import set_style
@@ -164,7 +172,7 @@ fig, axes = plt.subplots(1, len(scales), figsize=(6.2 * len(scales), 4.2), squee
 table = []
 for ax, (label, recs) in zip(axes[0], scales.items()):
     c = recs["adamw"].config
-    D = c.get("head_dim") or c["n_embd"] // c["n_head"]
+    D = RunConfig.from_dict(c).gpt_config().head_dim
     iso = D / (2 * (c["n_embd"] + 1))
     key = rho_key(recs["adamw"])
     for i, case in enumerate(OPTIMIZER_CASES):
@@ -546,7 +554,7 @@ def rho_mean(recs, case):
 
 def iso_of(recs):
     c = recs["adamw"].config
-    return (c.get("head_dim") or c["n_embd"] // c["n_head"]) / (2 * (c["n_embd"] + 1))
+    return RunConfig.from_dict(c).gpt_config().head_dim / (2 * (c["n_embd"] + 1))
 
 
 def late_ratio(recs):

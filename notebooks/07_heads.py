@@ -36,8 +36,16 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from attnid import AttentionConfig, count
-from attnid.lm.profiles import HEAD_COUNTS, SUITE_SEEDS, SUITES, check_profile, make_config, resolve_device
+from attnid import count
+from attnid.lm.profiles import (
+    HEAD_COUNTS,
+    SUITE_SEEDS,
+    SUITES,
+    RunConfig,
+    check_profile,
+    make_config,
+    resolve_device,
+)
 from attnid.lm.records import RecordError, find_runs, load_run, rho_key, series
 from attnid.lm.train import train
 from attnid.plotting import set_style
@@ -94,7 +102,7 @@ md(
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-grids", "caption": "The chapter-6 AdamW run of this build (profile stated above), per head (layers × heads): loss increase when the head alone is removed, mean ρ over AdamW training, and effective rank of the final QK product."}}
 rho = np.nanmean(series(adamw.rows, rho_key(adamw))[1], axis=0)  # (L, H)
 erank = np.array(heads["effective_rank"])
-D = adamw.config.get("head_dim") or adamw.config["n_embd"] // adamw.config["n_head"]
+D = RunConfig.from_dict(adamw.config).gpt_config().head_dim
 fig, axes = plt.subplots(1, 3, figsize=(14, 2.2 + 0.6 * L))
 for ax, grid, title, cmap, fmt in (
     (axes[0], importance, "importance (Δ val loss)", "magma", "{:.3f}"),
@@ -154,8 +162,8 @@ for case in SUITES["heads"]:
     for s in seeds:
         rec = run_record(case, s)
         cfg = make_config(profile, case, seed=s)
-        D = cfg.head_dim or cfg.n_embd // cfg.n_head
-        arch = AttentionConfig(cfg.n_embd, cfg.n_head, head_dim=D)
+        arch = cfg.gpt_config().attention_config().with_(bias="none")  # the weights, as in chapter 2
+        D = arch.D
         rho_heads = np.nanmean(series(rec.rows, rho_key(rec))[1], axis=0)  # (L, H)
         imp = np.array(rec.heads["importance"])
         records.append(

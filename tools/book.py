@@ -24,10 +24,11 @@ import sys
 import time
 from pathlib import Path
 
+from attnid.lm.profiles import PROFILES, resolve_device
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK_SRC = ROOT / "book"
 NOTEBOOKS = ROOT / "notebooks"
-PROFILES = ("smoke", "cpu", "paper")
 HIDDEN_TAGS = {"parameters", "injected-parameters"}
 
 
@@ -81,14 +82,6 @@ def git_commit() -> str:
         return "unknown"
 
 
-def resolved_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: bool = False) -> str:
     """Execute one chapter; returns 'cached', 'executed' or raises ChapterFailed."""
     import jupytext
@@ -134,7 +127,7 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
     executed.metadata["attnid"] = {
         "source": shown(nb),
         "parameters": params,
-        "device": resolved_device(params.get("device", "auto")),
+        "device": resolve_device(params.get("device", "auto")),
         "wall_seconds": round(wall, 1),
         "torch": torch.__version__,
         "python": platform.python_version(),

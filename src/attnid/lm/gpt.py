@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import fused_qk_views
+from ..attention import AttentionConfig, fused_qk_views
 
 
 @dataclass
@@ -40,6 +40,12 @@ class GPTConfig:
             raise ValueError(f"head_dim must be positive, got {self.head_dim}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def attention_config(self) -> AttentionConfig:
+        """The column-form architecture of every attention layer of this model (causal, fused biases)."""
+        return AttentionConfig(
+            self.n_embd, self.n_head, head_dim=self.head_dim, bias="all" if self.bias else "none", causal=True
+        )
 
 
 class CausalSelfAttention(nn.Module):

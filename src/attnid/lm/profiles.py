@@ -149,6 +149,21 @@ class RunConfig:
 
     EXECUTION_FIELDS = ("device", "precision", "compile", "save_model")
 
+    def gpt_config(self, vocab_size: int = 65):
+        """The model of this run (:class:`attnid.lm.gpt.GPTConfig`; it resolves ``head_dim``)."""
+        from .gpt import GPTConfig
+
+        return GPTConfig(
+            vocab_size=vocab_size,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            dropout=self.dropout,
+            bias=self.bias,
+            head_dim=self.head_dim,
+        )
+
     def identity(self) -> dict:
         """The fields that define what a run computes: two runs with equal identities share a record."""
         return {k: v for k, v in self.as_dict().items() if k not in self.EXECUTION_FIELDS}
@@ -169,7 +184,6 @@ class RunConfig:
 
 def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto", **overrides) -> RunConfig:
     """The config of one run; raises ``ValueError`` naming the bad parameter before any training."""
-    from .gpt import GPTConfig
 
     if profile not in PROFILES:
         raise ValueError(f"profile: unknown {profile!r}; choose one of {', '.join(PROFILES)}")
@@ -209,15 +223,7 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
         raise ValueError(f"head_batches must be positive, got {cfg.head_batches}")
     if cfg.weight_decay < 0 or cfg.grad_clip < 0:
         raise ValueError("weight_decay and grad_clip must be non-negative")
-    GPTConfig(
-        block_size=cfg.block_size,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        n_embd=cfg.n_embd,
-        dropout=cfg.dropout,
-        bias=cfg.bias,
-        head_dim=cfg.head_dim,
-    )  # validates the architecture
+    cfg.gpt_config()  # validates the architecture
     return cfg
 
 
@@ -238,6 +244,6 @@ def resolve_device(device: str) -> str:
 
 def check_profile(profile: str) -> str:
     """Validate a notebook's ``profile`` parameter."""
-    if profile not in ("smoke", "cpu", "paper"):
-        raise ValueError(f"profile: expected 'smoke', 'cpu' or 'paper', got {profile!r}")
+    if profile not in PROFILES:
+        raise ValueError(f"profile: expected one of {', '.join(PROFILES)}, got {profile!r}")
     return profile

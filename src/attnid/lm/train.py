@@ -48,18 +48,7 @@ def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.opti
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float32)  # the model trains in float32 whatever the default
     try:
-        model = GPT(
-            GPTConfig(
-                vocab_size=vocab_size,
-                block_size=cfg.block_size,
-                n_layer=cfg.n_layer,
-                n_head=cfg.n_head,
-                n_embd=cfg.n_embd,
-                dropout=cfg.dropout,
-                bias=cfg.bias,
-                head_dim=cfg.head_dim,
-            )
-        ).to(device)
+        model = GPT(cfg.gpt_config(vocab_size)).to(device)
     finally:
         torch.set_default_dtype(default)
     if cfg.optimizer == "sgd":
