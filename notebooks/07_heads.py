@@ -214,7 +214,7 @@ table.drop(columns="case").style.format(
         "QK effective rank": "{:.2f}",
         "ρ / isotropic": "{:.2f}",
     }
-).hide(axis="index")
+).hide(axis="index").set_table_styles([{"selector": "th, td", "props": "padding: 0.1em 0.7em; text-align: right;"}])
 
 # %% [markdown]
 # ### Does AdamW's unidentified share follow $1/(2H)$?
