@@ -168,3 +168,14 @@ def test_a_record_of_an_older_format_is_not_reused(run):
     with pytest.raises(RecordError, match="older attnid .* --force"):
         train(cfg, out=base, data=corpus, progress=False)
     assert train(cfg, out=base, data=corpus, progress=False, force=True)["format"] == records.FORMAT
+
+
+def test_saved_model_loads_and_reproduces_the_recorded_head_baseline(run):
+    from attnid.lm.ablation import fixed_batches, masked_loss
+    from attnid.lm.train import load_model
+
+    base, d, cfg, corpus = run
+    model = load_model(d)
+    batches = fixed_batches(corpus, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed)
+    assert not model.training
+    assert abs(masked_loss(model, batches) - records.load(d).heads["baseline"]) < 1e-5

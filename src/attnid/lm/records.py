@@ -23,7 +23,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -134,7 +134,6 @@ class Record:
     summary: dict
     rows: list[dict]
     heads: dict | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
