@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE)) and build the HTML book"
 	@echo "make test     run the whole test suite"
-	@echo "make lint     ruff check and ruff format --check (configured in pyproject.toml)"
+	@echo "make lint     ruff check, ruff format --check and mypy on src/ (configured in pyproject.toml)"
 	@echo "make format   apply ruff's fixes and formatting"
 	@echo "make chapter NB=notebooks/03_biases.py   re-execute one chapter and rebuild"
 	@echo "make serve    serve the built book on http://127.0.0.1:8000"
@@ -37,6 +37,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

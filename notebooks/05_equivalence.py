@@ -117,7 +117,7 @@ plt.show()
 # %%
 rows = [
     {
-        "convention": CONVENTIONS[c],
+        "convention": CONVENTIONS[c].description,
         "E'/E at H = 12": equivalent_single_head_width(12, c),
         "weights relative to 4E²": single_head_total_over_multi(12, c),
     }

@@ -85,22 +85,22 @@ def short(df: pd.DataFrame) -> pd.DataFrame:
 def ran(prof: str) -> dict:
     """The dynamics suite of ``prof``: trained here (reused when finished) or read from its records."""
     if prof == "paper" and not dev.startswith("cuda"):
-        found = find_runs("paper", SUITES["dynamics"], seed=seed)
-        missing = [c for c in SUITES["dynamics"] if c not in found or rho_key(found[c]) != "rho"]
+        found = find_runs("paper", SUITES["dynamics"].cases, seed=seed)
+        missing = [c for c in SUITES["dynamics"].cases if c not in found or rho_key(found[c]) != "rho"]
         if missing:
             raise RecordError(
                 f"the paper profile needs every chapter-6 record made by the current probe; missing or "
                 f"older: {', '.join(missing)}. Make them on a GPU with `{PAPER_CMD} --force`"
             )
         return found
-    for case in SUITES["dynamics"]:
+    for case in SUITES["dynamics"].cases:
         train(make_config(prof, case, seed=seed, device=device), progress=False)
-    return {case: load_run(prof, case, seed=seed) for case in SUITES["dynamics"]}
+    return {case: load_run(prof, case, seed=seed) for case in SUITES["dynamics"].cases}
 
 
 scales = {}  # label -> {case: Record}; the paper scale first
 if profile != "paper":
-    paper = find_runs("paper", SUITES["dynamics"], seed=seed)
+    paper = find_runs("paper", SUITES["dynamics"].cases, seed=seed)
     if all(c in paper for c in REQUIRED):
         scales[scale_label(paper["adamw"])] = paper
 rerun = ran(profile)
@@ -109,7 +109,7 @@ live = scale_label(rerun["adamw"])
 
 rows = []
 for label, recs in scales.items():
-    for case in SUITES["dynamics"]:
+    for case in SUITES["dynamics"].cases:
         r = recs.get(case)
         prov = r.summary.get("provenance", {}) if r else {}
         rows.append(

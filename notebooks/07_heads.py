@@ -39,7 +39,6 @@ from IPython.display import Markdown, display
 from attnid import count
 from attnid.lm.profiles import (
     HEAD_COUNTS,
-    SUITE_SEEDS,
     SUITES,
     RunConfig,
     check_profile,
@@ -156,9 +155,9 @@ md(f"Prunable within 1 %: {f1:.0%} of heads; within 5 %: {f5:.0%}.")
 # $D = C = 8 < E/H$: fewer weights, the identified fraction of $H = 8$ ($1 - D/(2E)$).
 
 # %% tags=["hide-input"]
-seeds = SUITE_SEEDS["heads"][profile]
+seeds = SUITES["heads"].seeds[profile]
 records = []
-for case in SUITES["heads"]:
+for case in SUITES["heads"].cases:
     for s in seeds:
         rec = run_record(case, s)
         cfg = make_config(profile, case, seed=s)

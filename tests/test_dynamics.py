@@ -4,7 +4,7 @@ from attnid.attention import AttentionConfig, attention, init_params
 from attnid.dynamics import (
     augment,
     beta,
-    beta_drift,
+    head_beta_drift,
     qk_singular_values,
     rebalance_qk,
     solve_sylvester,
@@ -97,7 +97,7 @@ def test_beta_drift_of_gradient_steps_is_second_order():
     drifts = []
     for lr in (1e-2, 1e-3):
         A, B = _loss_grad(Q, K, M)
-        drifts.append(beta_drift(beta(Q - lr * A, K - lr * B), b0).item())
+        drifts.append(head_beta_drift(beta(Q - lr * A, K - lr * B), b0).item())
     assert 70 < drifts[0] / drifts[1] < 130
     assert tau(Q, K).shape == ()
 

@@ -1,16 +1,14 @@
 import torch
 
-from attnid.attention import AttentionConfig, attention, init_params
+from attnid.attention import AttentionConfig, attention, flatten, init_params, unflatten
 from attnid.rope import random_commutant
 from attnid.symmetry import (
     absorb_value_bias,
-    flatten,
     qk_direction,
     shift_key_bias,
     tangent_basis,
     transform_qk,
     transform_vo,
-    unflatten,
 )
 
 CFG = AttentionConfig(12, 3, bias="all", causal=True)

@@ -130,7 +130,7 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: 
 def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
     """Per-step ms per precision, the probe's overhead, one real run's steps/s, projected suite times."""
     from attnid.lm.data import load
-    from attnid.lm.profiles import SUITE_SEEDS, SUITES, make_config
+    from attnid.lm.profiles import SUITES, make_config
     from attnid.lm.train import train
 
     data = load()
@@ -181,8 +181,8 @@ def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
         f"head analysis {t_heads:.2f} s"
     )
     print(f"projected {full.max_iters}-step run ({n_evals} evaluations, head analysis): {projected:.0f} s")
-    for suite in SUITES:
-        n = len(SUITES[suite]) * len(SUITE_SEEDS[suite][profile])
+    for suite, spec in SUITES.items():
+        n = len(spec.cases) * len(spec.seeds[profile])
         print(f"projected suite {suite!r} ({n} runs, one after another): {n * projected / 60:.1f} min")
 
 

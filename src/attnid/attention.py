@@ -29,6 +29,28 @@ BIAS_LETTERS = "qkvo"
 PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
 
 
+# ----------------------------------------------------- the parameter vector θ (one walk, used everywhere)
+def param_slices(like: dict[str, torch.Tensor]) -> dict[str, slice]:
+    """Where each tensor of ``like`` sits in the flat vector θ: the layer's parameters in ``PARAM_ORDER``,
+    any other names (a module's ``named_parameters``) after them in their own order."""
+    names = [k for k in PARAM_ORDER if k in like] + [k for k in like if k not in PARAM_ORDER]
+    out, i = {}, 0
+    for k in names:
+        out[k] = slice(i, i + like[k].numel())
+        i += like[k].numel()
+    return out
+
+
+def flatten(p: dict[str, torch.Tensor]) -> torch.Tensor:
+    """θ: the tensors of ``p`` concatenated in the order of :func:`param_slices`."""
+    return torch.cat([p[k].reshape(-1) for k in param_slices(p)])
+
+
+def unflatten(v: torch.Tensor, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`flatten`: views of ``v`` shaped like the tensors of ``like``."""
+    return {k: v[s].reshape(like[k].shape) for k, s in param_slices(like).items()}
+
+
 def parse_bias(spec: str | None) -> str:
     """``"all"`` -> ``"qkvo"``; ``"none"``/``""`` -> ``""``; ``"q,k"`` or ``"qk"`` -> ``"qk"``."""
     if spec is None:
@@ -82,9 +104,9 @@ class AttentionConfig:
             object.__setattr__(self, "value_dim", self.head_dim)
         if self.groups is None:
             object.__setattr__(self, "groups", self.heads)
-        if self.heads % self.groups:
+        if self.heads % self.G:
             raise ValueError(f"groups must divide heads (H={self.heads}, G={self.groups})")
-        if self.rope and self.head_dim % 2:
+        if self.rope and self.D % 2:
             raise ValueError(f"head_dim must be even with RoPE (D={self.head_dim})")
         object.__setattr__(self, "bias", parse_bias(self.bias))
 
@@ -192,14 +214,14 @@ def attention_steps(
     return steps
 
 
-def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, return_heads: bool = False):
+def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, return_z: bool = False):
     """Column-form multi-head attention. ``X``: ``(B, E, L)`` -> ``Y``: ``(B, E, L)``.
 
-    With ``return_heads=True`` also returns ``Z`` of shape ``(B, H, C, L)``, the per-head
+    With ``return_z=True`` also returns ``Z`` of shape ``(B, H, C, L)``, the per-head
     value mixtures ``V_g P_h`` (so ``Y = Σ_h W_O^h Z_h + b_O``).
     """
     s = attention_steps(X, p, cfg, per_head_outputs=False)
-    return (s["Y"], s["Z"]) if return_heads else s["Y"]
+    return (s["Y"], s["Z"]) if return_z else s["Y"]
 
 
 def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> torch.Tensor:

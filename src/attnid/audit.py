@@ -25,8 +25,17 @@ import torch
 from torch import nn
 from torch.func import functional_call, jvp, vjp, vmap
 
-from .attention import PARAM_ORDER, AttentionConfig, AttentionParams, attention, init_params
-from .symmetry import flatten, tangent_basis, unflatten
+from .attention import (
+    PARAM_ORDER,
+    AttentionConfig,
+    AttentionParams,
+    attention,
+    flatten,
+    init_params,
+    param_slices,
+    unflatten,
+)
+from .symmetry import tangent_basis
 
 RTOL = 1e-9
 
@@ -45,8 +54,8 @@ class AuditResult:
     method: str
     seconds: float
     n_outputs: int
-    singular_values: list[float] = field(repr=False)  # dense: all; certify: the summary values
-    details: dict = field(default_factory=dict)
+    singular_values: list[float] | None = field(repr=False)  # the spectrum (dense); None for certify
+    details: dict = field(default_factory=dict)  # certify: sigma_max, sigma_kept, null_residual_max, ...
 
     def as_dict(self, with_singular_values: bool = False) -> dict:
         d = asdict(self)
@@ -105,17 +114,12 @@ def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float 
     """Dense audit of any module: ``forward(module, *inputs)`` (default ``module(*inputs)``,
     first element if it returns a tuple) differentiated with respect to all its parameters."""
     module = module.to(torch.float64)
-    names = [k for k, _ in module.named_parameters()]
-    shapes = [p.shape for _, p in module.named_parameters()]
-    theta = torch.cat([p.detach().reshape(-1) for _, p in module.named_parameters()])
+    like = {k: p.detach() for k, p in module.named_parameters()}
+    theta = flatten(like)
     inputs = tuple(x.to(torch.float64) if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
 
     def fn(v):
-        params, i = {}, 0
-        for name, shape in zip(names, shapes):
-            k = math.prod(shape)
-            params[name] = v[i : i + k].reshape(shape)
-            i += k
+        params = unflatten(v, like)
         call = (
             (lambda *a: functional_call(module, params, a))
             if forward is None
@@ -334,7 +338,7 @@ def _certify(
     gen = torch.Generator().manual_seed(12345)
 
     # 1. the (W_O, b_O) block: dY[b, e, l] / dW_O^h[e, c] = Z[b, h, c, l] for every e
-    _, Z = attention(X, p, cfg, return_heads=True)
+    _, Z = attention(X, p, cfg, return_z=True)
     Zmat = Z.permute(0, 3, 1, 2).reshape(Bsz * L, cfg.H * cfg.C)  # tokens x (h, c)
     if "b_O" in p:
         Zmat = torch.cat([Zmat, torch.ones(Bsz * L, 1, dtype=Zmat.dtype)], dim=1)
@@ -355,12 +359,8 @@ def _certify(
     if T.dim() != 2 or T.shape[0] != n:
         raise ValueError(f"directions: expected shape ({n}, k), got {tuple(T.shape)}")
     k = T.shape[1]
-    offsets, i = {}, 0
-    for name in PARAM_ORDER:
-        if name in p:
-            offsets[name] = (i, i + p[name].numel())
-            i += p[name].numel()
-    phi_idx = torch.cat([torch.arange(*offsets[name]) for name in phi_names])
+    where = param_slices(p)
+    phi_idx = torch.cat([torch.arange(where[name].start, where[name].stop) for name in phi_names])
     T_phi = T[phi_idx].numpy()
     perm, _, U = scipy.linalg.lu(T_phi, p_indices=True)
     # scipy returns p with A = P L U; the rows of A in pivot order are perm's argsort
@@ -385,7 +385,7 @@ def _certify(
     )
     resid = resid / T.norm(dim=0)
     # ||J||_2 by power iteration
-    _, vjp_fn = vjp(f, theta)
+    vjp_fn = vjp(f, theta)[1]
     v = torch.randn(n, generator=gen, dtype=torch.float64)
     for _ in range(30):
         v = vjp_fn(jt(v / v.norm()))[0]
@@ -440,8 +440,9 @@ def _certify(
     rank = rank_o + rank_phi
     kept = sigma_min_K / max(sigma_max_K, 1e-300) * sigma_max
     gap = kept / max(worst, sigma_max * np.finfo(np.float64).eps)
-    sv = [sigma_max, kept, worst]
     details = {
+        "sigma_max": sigma_max,
+        "sigma_kept": kept,
         "rank_output_block": rank_o,
         "rank_Z": rank_z,
         "params_output_block": n_o,
@@ -453,5 +454,5 @@ def _certify(
         "Z_singular_gap": float(sz[rank_z - 1] / sz[rank_z]) if rank_z < len(sz) else float("inf"),
     }
     return AuditResult(
-        n, rank, n - rank, float(gap), float(rtol * sigma_max), "certify", time.perf_counter() - t0, m, sv, details
+        n, rank, n - rank, float(gap), float(rtol * sigma_max), "certify", time.perf_counter() - t0, m, None, details
     )

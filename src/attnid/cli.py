@@ -199,31 +199,36 @@ def cmd_data(a) -> int:
 
 
 def cmd_experiments(a) -> int:
-    """Every run of a suite, one after another in this process (runs on one GPU time-share it, so
-    concurrent processes are no faster); everything is checked before the first run."""
-    from .lm.data import load
-    from .lm.profiles import SUITE_SEEDS, SUITES, make_config, resolve_device
-    from .lm.train import train
+    """Every run of a suite, through a launcher (:mod:`attnid.lm.launch`); everything is checked before
+    the first run."""
+    from .lm.launch import SlurmOptions, launch
+    from .lm.profiles import SUITES, make_config, resolve_device
 
     if a.suite not in SUITES:
         raise ValueError(f"suite: unknown {a.suite!r}; choose one of {', '.join(SUITES)}")
-    if a.profile not in SUITE_SEEDS[a.suite]:
-        raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(SUITE_SEEDS[a.suite])}")
-    seeds = [a.seed] if a.seed is not None else SUITE_SEEDS[a.suite][a.profile]
-    cfgs = [
-        make_config(a.profile, c, seed=s, device=a.device, **_run_options(a)) for s in seeds for c in SUITES[a.suite]
-    ]
-    resolve_device(a.device)
-    _check_paper_device(a)
-    _set_threads(a)
-    data = load()
-    for i, cfg in enumerate(cfgs, 1):
-        s = train(cfg, data=data, force=a.force, progress=True)
-        print(
-            f"[{i}/{len(cfgs)}] {cfg.profile}/{cfg.case} seed {cfg.seed}: final val loss "
-            f"{s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s ({s['precision']})",
-            flush=True,
+    suite = SUITES[a.suite]
+    if a.profile not in suite.seeds:
+        raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(suite.seeds)}")
+    seeds = [a.seed] if a.seed is not None else suite.seeds[a.profile]
+    cfgs = [make_config(a.profile, c, seed=s, device=a.device, **_run_options(a)) for s in seeds for c in suite.cases]
+    slurm = None
+    if a.launcher == "slurm":  # the jobs resolve the device on their own nodes
+        slurm = SlurmOptions(
+            partition=a.partition,
+            time_min=a.time,
+            gpus_per_job=a.gpus_per_job,
+            cpus_per_job=a.cpus_per_job,
+            mem_gb=a.mem_gb,
+            array_parallelism=a.array_parallelism,
         )
+    else:
+        resolve_device(a.device)
+        _check_paper_device(a)
+        _set_threads(a)
+    launch(
+        cfgs, a.launcher, force=a.force, folder=a.log_dir, parallel=a.parallel, slurm=slurm, wait=a.wait,
+        report=lambda line: print(line, flush=True),
+    )  # fmt: skip
     return 0
 
 
@@ -274,6 +279,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--force", action="store_true")
     _exec_args(p)
+    g = p.add_argument_group("launcher (submitit: one job per run, each writing its own record)")
+    g.add_argument(
+        "--launcher",
+        default="inline",
+        choices=["inline", "local", "slurm"],
+        help="inline: one run after another in this process (default); local: a process per run on this "
+        "machine; slurm: a SLURM job array",
+    )
+    g.add_argument("--parallel", type=int, default=1, help="local: runs at once (one GPU gains nothing from more)")
+    g.add_argument("--log-dir", default="runs/submitit", help="where submitit keeps job logs and results")
+    g.add_argument("--partition", help="slurm: partition")
+    g.add_argument("--time", type=int, default=120, help="slurm: minutes per run (default 120)")
+    g.add_argument("--gpus-per-job", type=int, default=1, help="slurm: GPUs per run (default 1)")
+    g.add_argument("--cpus-per-job", type=int, default=8, help="slurm: CPU cores per run (default 8)")
+    g.add_argument("--mem-gb", type=int, help="slurm: memory per run")
+    g.add_argument("--array-parallelism", type=int, default=16, help="slurm: runs of the array at once")
+    g.add_argument("--wait", action="store_true", help="slurm: wait for the runs and print their results")
     p.set_defaults(func=cmd_experiments)
     p = sub.add_parser("presets", help="list the published architectures")
     p.add_argument("--json", action="store_true")

@@ -133,25 +133,46 @@ def orthonormal_qk_dof(E: int, D: int) -> int:
 
 
 # ------------------------------------------------------------- §4.10: equivalent single head
-CONVENTIONS = {
-    "qk_square_v": "single head: Q, K (D = E') and a square V, no output map; only the QK block is unidentified "
-    "(E'² of 3E'²)",
-    "full_head": "single head with Q, K, V, O all E' x E'; QK and VO each lose E'² (2E'² of 4E'²)",
-    "half_of_all": "single head Q, K, square V, counting half of all 3E'² weights as unidentified (the paper's 60%)",
+@dataclass(frozen=True)
+class Convention:
+    """How one head of width ``E'`` is counted: its weights and identified weights, in units of ``E'²``."""
+
+    description: str
+    total: float
+    identified: float
+
+
+CONVENTIONS: dict[str, Convention] = {
+    "qk_square_v": Convention(
+        "single head: Q, K (D = E') and a square V, no output map; only the QK block is unidentified (E'² of 3E'²)",
+        total=3.0,
+        identified=2.0,
+    ),
+    "full_head": Convention(
+        "single head with Q, K, V, O all E' x E'; QK and VO each lose E'² (2E'² of 4E'²)", total=4.0, identified=2.0
+    ),
+    "half_of_all": Convention(
+        "single head Q, K, square V, counting half of all 3E'² weights as unidentified (the paper's 60%)",
+        total=3.0,
+        identified=1.5,
+    ),
 }
+
+
+def _convention(name: str) -> Convention:
+    if name not in CONVENTIONS:
+        raise ValueError(f"convention: expected one of {', '.join(CONVENTIONS)}, got {name!r}")
+    return CONVENTIONS[name]
 
 
 def equivalent_single_head_width(H: int, convention: str = "qk_square_v") -> float:
     """``E'/E`` for a single head whose identified-parameter count equals that of an ``H``-head
     layer of width ``E`` (``D = C = E/H``; identified ``4E²(1 − 1/(2H))``)."""
     target = 4.0 * (1.0 - 1.0 / (2.0 * H))  # identified weights of the multi-head layer / E²
-    per_width2 = {"qk_square_v": 2.0, "full_head": 2.0, "half_of_all": 1.5}  # identified / E'²
-    if convention not in per_width2:
-        raise ValueError(f"convention: expected one of {', '.join(CONVENTIONS)}, got {convention!r}")
-    return (target / per_width2[convention]) ** 0.5
+    return (target / _convention(convention).identified) ** 0.5
 
 
 def single_head_total_over_multi(H: int, convention: str = "qk_square_v") -> float:
     """Total weights of the equivalent single head over the multi-head layer's ``4E²``."""
     r = equivalent_single_head_width(H, convention)
-    return (4.0 if convention == "full_head" else 3.0) * r * r / 4.0
+    return _convention(convention).total * r * r / 4.0

@@ -42,8 +42,9 @@ def tau(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     return (Q * Q).sum((-1, -2)) - (K * K).sum((-1, -2))
 
 
-def beta_drift(beta_t: torch.Tensor, beta_0: torch.Tensor) -> torch.Tensor:
-    """``‖β_t − β_0‖_F / ‖β_0‖_F``."""
+def head_beta_drift(beta_t: torch.Tensor, beta_0: torch.Tensor) -> torch.Tensor:
+    """``‖β_t − β_0‖_F / ‖β_0‖_F`` of each head (``(..., D, D)`` -> ``(...)``); the training records'
+    ``beta_drift`` takes the norms over all heads of a layer instead."""
     return torch.linalg.matrix_norm(beta_t - beta_0) / torch.linalg.matrix_norm(beta_0)
 
 

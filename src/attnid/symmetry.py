@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention import PARAM_ORDER, AttentionConfig, AttentionParams
+from .attention import AttentionConfig, AttentionParams, flatten
 from .rope import commutant_basis
 
 
@@ -108,21 +108,6 @@ def vo_direction(p: AttentionParams, cfg: AttentionConfig, S: torch.Tensor) -> A
     return d
 
 
-def flatten(p: AttentionParams) -> torch.Tensor:
-    """Concatenate parameters in ``PARAM_ORDER`` into one vector."""
-    return torch.cat([p[k].reshape(-1) for k in PARAM_ORDER if k in p])
-
-
-def unflatten(v: torch.Tensor, like: AttentionParams) -> AttentionParams:
-    out, i = {}, 0
-    for k in PARAM_ORDER:
-        if k in like:
-            n = like[k].numel()
-            out[k] = v[i : i + n].reshape(like[k].shape)
-            i += n
-    return out
-
-
 def tangent_basis(p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.Tensor]:
     """Known directions of zero first-order change, by block: ``{block: (n_params, k)}``.
 
@@ -197,7 +182,7 @@ def bias_gradients(
     q = {k: v.detach().clone().requires_grad_(True) for k, v in p.items()}
     R = torch.randn(X.shape[0], cfg.E, X.shape[-1], generator=torch.Generator().manual_seed(seed), dtype=X.dtype)
     (attention(X, q, cfg) * R).sum().backward()
-    return {k: q[k].grad for k in q}
+    return {k: v.grad if v.grad is not None else torch.zeros_like(v) for k, v in q.items()}
 
 
 def bias_gradient_norms(

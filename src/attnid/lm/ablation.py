@@ -63,7 +63,7 @@ def pruning_curve(model: GPT, batches, importance: np.ndarray) -> list[dict]:
     L, H = importance.shape
     order = np.argsort(importance, axis=None, kind="stable")
     mask = np.ones((L, H))
-    curve = [{"pruned": 0, "fraction": 0.0, "loss": masked_loss(model, batches), "head": None}]
+    curve: list[dict] = [{"pruned": 0, "fraction": 0.0, "loss": masked_loss(model, batches), "head": None}]
     for k, flat in enumerate(order, start=1):
         layer, h = divmod(int(flat), H)
         mask[layer, h] = 0

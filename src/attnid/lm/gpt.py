@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -18,15 +19,21 @@ from ..attention import AttentionConfig, fused_qk_views
 
 
 @dataclass
-class GPTConfig:
-    vocab_size: int = 65
-    block_size: int = 32
+class ModelShape:
+    """The model fields a training run (:class:`attnid.lm.profiles.RunConfig`) and its model share."""
+
+    block_size: int = 32  # context length
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 64
     dropout: float = 0.0
-    bias: bool = True
+    bias: bool = True  # biases in every linear map and layer norm
     head_dim: int | None = None  # default n_embd // n_head
+
+
+@dataclass
+class GPTConfig(ModelShape):
+    vocab_size: int = 65
 
     def __post_init__(self) -> None:
         for k in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -51,6 +58,7 @@ class GPTConfig:
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
+        assert cfg.head_dim is not None  # GPTConfig resolves it
         self.n_head, self.n_embd, self.dropout = cfg.n_head, cfg.n_embd, cfg.dropout
         self.head_dim, self.inner = cfg.head_dim, cfg.n_head * cfg.head_dim
         self.c_attn = nn.Linear(cfg.n_embd, 3 * self.inner, bias=cfg.bias)
@@ -123,7 +131,7 @@ class GPT(nn.Module):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
     def attention_layers(self) -> list[CausalSelfAttention]:
-        return [b.attn for b in self.blocks]
+        return [cast(Block, b).attn for b in self.blocks]
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         T = idx.shape[1]

@@ -45,6 +45,8 @@ def optimizer_update(opt: torch.optim.Optimizer, p: torch.Tensor, old: torch.Ten
         denom = v.sqrt() / math.sqrt(1.0 - b2**t) + group["eps"]
         return -lr * wd * old - (lr / (1.0 - b1**t)) * m / denom
     if isinstance(opt, torch.optim.SGD) and not group.get("momentum") and not group.get("maximize"):
+        if p.grad is None:
+            raise ValueError("optimizer_update: the parameter has no gradient")
         return -lr * (p.grad.to(torch.float64) + wd * old)
     raise TypeError(f"optimizer_update: unsupported optimizer {type(opt).__name__} with these settings")
 

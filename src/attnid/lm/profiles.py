@@ -5,86 +5,72 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
+from .gpt import GPTConfig, ModelShape
+
+# Each profile lists what it changes from the defaults of :class:`RunConfig`, which are the ``cpu`` profile.
+# fmt: off
 PROFILES: dict[str, dict] = {
     # seconds: tests and CI
-    "smoke": dict(
-        n_layer=2,
-        n_head=4,
-        n_embd=64,
-        block_size=32,
-        batch_size=16,
-        dropout=0.0,
-        max_iters=50,
-        warmup_iters=5,
-        eval_interval=25,
-        eval_iters=4,
-        ckpt_interval=20,
-        rebalance_interval=20,
-        head_batches=3,
-    ),
+    "smoke": dict(batch_size=16, max_iters=50, warmup_iters=5, eval_interval=25, eval_iters=4, ckpt_interval=20,
+                  rebalance_interval=20, head_batches=3),
     # about a minute per run on 2 CPU cores
-    "cpu": dict(
-        n_layer=2,
-        n_head=4,
-        n_embd=64,
-        block_size=32,
-        batch_size=32,
-        dropout=0.0,
-        max_iters=2000,
-        warmup_iters=100,
-        eval_interval=200,
-        eval_iters=20,
-        ckpt_interval=500,
-        rebalance_interval=250,
-    ),
-    # the paper's setting: nanoGPT shakespeare-char with biases, on a GPU
-    "paper": dict(
-        n_layer=6,
-        n_head=6,
-        n_embd=384,
-        block_size=256,
-        batch_size=64,
-        dropout=0.2,
-        max_iters=5000,
-        warmup_iters=100,
-        eval_interval=250,
-        eval_iters=200,
-        ckpt_interval=500,
-        rebalance_interval=250,
-    ),
+    "cpu": {},
+    # the paper's setting (§5): nanoGPT shakespeare-char with biases, on a GPU
+    "paper": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, dropout=0.2, max_iters=5000,
+                  eval_interval=250, eval_iters=200),
 }
+# fmt: on
 
-CASES: dict[str, dict] = {
-    "sgd": dict(optimizer="sgd", lr=0.5, weight_decay=0.0),
-    "sgd_wd": dict(optimizer="sgd", lr=0.5, weight_decay=1e-3),
-    "adamw": dict(optimizer="adamw", lr=1e-3, weight_decay=0.1),
-    "adamw_rebalance": dict(optimizer="adamw", lr=1e-3, weight_decay=0.1, rebalance=True),
-    "sgd_lr0.25": dict(optimizer="sgd", lr=0.25, weight_decay=0.0),
-    "sgd_lr0.125": dict(optimizer="sgd", lr=0.125, weight_decay=0.0),
-    "sgd_lr0.0625": dict(optimizer="sgd", lr=0.0625, weight_decay=0.0),
+
+@dataclass(frozen=True)
+class Suite:
+    """Training cases run together: each case's changes to its profile, the seeds each profile runs,
+    and changes a profile makes for this suite only."""
+
+    cases: dict[str, dict]
+    seeds: dict[str, tuple[int, ...]]
+    profile_changes: dict[str, dict] = field(default_factory=dict)
+
+
+SGD_LR = 0.5  # the paper's SGD learning rate (§5); the sweep halves it
+ADAMW = dict(optimizer="adamw", lr=1e-3, weight_decay=0.1)
+SUITES: dict[str, Suite] = {
+    # chapter 6: the paper's four optimizer cases, then the SGD learning-rate sweep
+    "dynamics": Suite(
+        cases={
+            "sgd": dict(optimizer="sgd", lr=SGD_LR, weight_decay=0.0),
+            "sgd_wd": dict(optimizer="sgd", lr=SGD_LR, weight_decay=1e-3),
+            "adamw": ADAMW,
+            "adamw_rebalance": dict(ADAMW, rebalance=True),
+            **{
+                f"sgd_lr{lr:g}": dict(optimizer="sgd", lr=lr, weight_decay=0.0)
+                for lr in (SGD_LR / 2, SGD_LR / 4, SGD_LR / 8)
+            },
+        },
+        seeds={"smoke": (0,), "cpu": (0,), "paper": (0,)},
+    ),
     # chapter 7: head-count sweep at fixed E (D = E/H), AdamW, and a control with fewer parameters
-    **{f"heads_H{h}": dict(optimizer="adamw", lr=1e-3, weight_decay=0.1, n_head=h) for h in (1, 2, 4, 8, 16)},
-    "heads_H4_D8": dict(optimizer="adamw", lr=1e-3, weight_decay=0.1, n_head=4, head_dim=8),
+    "heads": Suite(
+        cases={
+            **{f"heads_H{h}": dict(ADAMW, n_head=h) for h in (1, 2, 4, 8, 16)},
+            "heads_H4_D8": dict(ADAMW, n_head=4, head_dim=8),
+        },
+        seeds={"smoke": (0,), "cpu": (0, 1), "paper": (0, 1, 2)},
+        profile_changes={"cpu": dict(max_iters=1000, eval_interval=250, ckpt_interval=250)},  # the book's budget
+    ),
 }
-HEAD_COUNTS = (1, 2, 4, 8, 16)
-OPTIMIZER_CASES = ["sgd", "sgd_wd", "adamw", "adamw_rebalance"]
-LR_SWEEP = {0.5: "sgd", 0.25: "sgd_lr0.25", 0.125: "sgd_lr0.125", 0.0625: "sgd_lr0.0625"}
-SUITES = {
-    "dynamics": OPTIMIZER_CASES + [c for c in LR_SWEEP.values() if c not in OPTIMIZER_CASES],
-    "heads": [f"heads_H{h}" for h in HEAD_COUNTS] + ["heads_H4_D8"],
+CASES: dict[str, dict] = {case: changes for suite in SUITES.values() for case, changes in suite.cases.items()}
+OPTIMIZER_CASES = ("sgd", "sgd_wd", "adamw", "adamw_rebalance")  # the panels of chapter 6's figures
+LR_SWEEP: dict[float, str] = {  # SGD learning rate -> case, for every SGD case without weight decay
+    c["lr"]: name for name, c in SUITES["dynamics"].cases.items() if c["optimizer"] == "sgd" and not c["weight_decay"]
 }
-# seeds and per-profile changes of a suite (the head sweep is shorter on the CPU to fit the book's budget)
-SUITE_SEEDS = {
-    "dynamics": {"smoke": [0], "cpu": [0], "paper": [0]},
-    "heads": {"smoke": [0], "cpu": [0, 1], "paper": [0, 1, 2]},
-}
-SUITE_OVERRIDES = {"heads": {"cpu": dict(max_iters=1000, eval_interval=250, ckpt_interval=250)}}
+HEAD_COUNTS = tuple(sorted({c["n_head"] for name, c in SUITES["heads"].cases.items() if "head_dim" not in c}))
 
 
 def suite_of(case: str) -> str:
-    return next((s for s, cases in SUITES.items() if case in cases), "dynamics")
+    return next(name for name, suite in SUITES.items() if case in suite.cases)
 
 
 OPTIMIZERS = ("sgd", "adamw")
@@ -113,20 +99,15 @@ def resolve_precision(precision: str, device: str) -> str:
     return precision
 
 
-@dataclass
-class RunConfig:
+@dataclass(kw_only=True)
+class RunConfig(ModelShape):
+    """One training run: the model (:class:`ModelShape`), the optimization, the metrics and how it executes."""
+
     profile: str
     case: str
     seed: int = 0
     device: str = "auto"
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 64
-    block_size: int = 32
     batch_size: int = 32
-    dropout: float = 0.0
-    bias: bool = True
-    head_dim: int | None = None
     max_iters: int = 2000
     optimizer: str = "adamw"
     lr: float = 1e-3
@@ -149,20 +130,9 @@ class RunConfig:
 
     EXECUTION_FIELDS = ("device", "precision", "compile", "save_model")
 
-    def gpt_config(self, vocab_size: int = 65):
+    def gpt_config(self, vocab_size: int = 65) -> GPTConfig:
         """The model of this run (:class:`attnid.lm.gpt.GPTConfig`; it resolves ``head_dim``)."""
-        from .gpt import GPTConfig
-
-        return GPTConfig(
-            vocab_size=vocab_size,
-            block_size=self.block_size,
-            n_layer=self.n_layer,
-            n_head=self.n_head,
-            n_embd=self.n_embd,
-            dropout=self.dropout,
-            bias=self.bias,
-            head_dim=self.head_dim,
-        )
+        return GPTConfig(vocab_size=vocab_size, **{f.name: getattr(self, f.name) for f in fields(ModelShape)})
 
     def identity(self) -> dict:
         """The fields that define what a run computes: two runs with equal identities share a record."""
@@ -192,7 +162,7 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
     unknown = set(overrides) - {f.name for f in fields(RunConfig)}
     if unknown:
         raise ValueError(f"overrides: unknown parameter(s) {sorted(unknown)}")
-    suite_changes = SUITE_OVERRIDES.get(suite_of(case), {}).get(profile, {})
+    suite_changes = SUITES[suite_of(case)].profile_changes.get(profile, {})
     cfg = RunConfig(
         profile=profile,
         case=case,

@@ -51,6 +51,7 @@ def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.opti
         model = GPT(cfg.gpt_config(vocab_size)).to(device)
     finally:
         torch.set_default_dtype(default)
+    opt: torch.optim.Optimizer
     if cfg.optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.0, weight_decay=cfg.weight_decay)
     else:
@@ -270,14 +271,15 @@ def _run(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             last = it == cfg.max_iters - 1
-            record = probe is not None and (it % cfg.metric_interval == 0 or last)
-            if record:
-                probe.before_step()
+            step_probe = probe if (it % cfg.metric_interval == 0 or last) else None
+            if step_probe is not None:
+                step_probe.before_step()
             if cfg.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
-            if record:
-                row = {"step": it + 1, "lr": lr, **probe.after_step(train_loss=loss.detach())}
+            row: dict | None = None
+            if step_probe is not None:
+                row = {"step": it + 1, "lr": lr, **step_probe.after_step(train_loss=loss.detach())}
             if cfg.rebalance and (it + 1) % cfg.rebalance_interval == 0:
                 xb, yb = data.batch("val", cfg.batch_size, cfg.block_size, torch.Generator().manual_seed(it), device)
                 model.eval()
@@ -288,14 +290,13 @@ def _run(
                 model.train()
                 rebalances.append({"step": it + 1, "loss_before": before, "loss_after": after})
             if (it + 1) % cfg.eval_interval == 0 or last or it == 0:  # validation loss, with or without metrics
-                if not record:
+                if row is None:
                     row = {"step": it + 1, "lr": lr, "train_loss": loss.item()}
                 with precision_context(precision, device):
                     row["val_loss"] = evaluate(model, data, cfg, device, it + 1)
                 if probe is not None:
                     row["qk_sv"] = probe.qk_singular_values()
-                record = True
-            if record:
+            if row is not None:
                 rows.append(row)
             steps_window += 1
             if bar is not None:

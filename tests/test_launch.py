@@ -1,0 +1,102 @@
+"""Launchers of `attnid experiments` (submitit): local processes, the debug executor, and a SLURM array."""
+
+import os
+import stat
+
+import pytest
+
+from attnid.lm import data as data_mod
+from attnid.lm.launch import SlurmOptions, launch, make_executor
+from attnid.lm.profiles import make_config
+from attnid.lm.records import is_finished, load_run, run_dir
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    try:
+        return data_mod.load()
+    except data_mod.DataError as e:
+        pytest.skip(f"corpus not available: {e}")
+
+
+def _configs(cases=("sgd", "adamw")):
+    return [make_config("smoke", c, max_iters=6, eval_interval=3, ckpt_interval=3, metric_interval=2) for c in cases]
+
+
+@pytest.mark.parametrize("launcher", ["debug", "local"])
+def test_every_run_is_a_job_that_writes_its_own_record(launcher, corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))  # the local jobs inherit the environment
+    lines = []
+    summaries = launch(_configs(), launcher, folder=tmp_path / "logs", parallel=2, report=lines.append)
+    assert [s["case"] for s in summaries] == ["sgd", "adamw"]
+    for cfg, s in zip(_configs(), summaries):
+        d = run_dir("smoke", cfg.case, 0, tmp_path / "runs")
+        assert is_finished(d)
+        rec = load_run("smoke", cfg.case, base=tmp_path / "runs")
+        assert rec.summary["final_val_loss"] == pytest.approx(s["final_val_loss"])
+        assert rec.rows[-1]["step"] == 6
+    assert len(lines) == 2 and all("final val loss" in line for line in lines)
+    if launcher == "local":  # one submitit job folder (logs, pickles) per run
+        assert len(list((tmp_path / "logs").glob("*_log.out"))) == 2
+
+
+def test_a_second_launch_reuses_the_records(corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))
+    first = launch(_configs(("sgd",)), "debug", folder=tmp_path / "logs", report=lambda _: None)
+    again = launch(_configs(("sgd",)), "debug", folder=tmp_path / "logs", report=lambda _: None)
+    assert again[0]["wall_seconds"] == first[0]["wall_seconds"]  # read back, not retrained
+
+
+def _fake_slurm(tmp_path, monkeypatch):
+    """`srun` and `sbatch` stand-ins: sbatch keeps the script it is given and answers with a job id."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\ncp "$1" {tmp_path}/submitted.sh\necho "Submitted batch job 4242"\n')
+    for f in bin_dir.iterdir():
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_slurm_submits_one_array_with_the_users_options(tmp_path, monkeypatch):
+    _fake_slurm(tmp_path, monkeypatch)
+    opts = SlurmOptions(partition="gpu", time_min=45, gpus_per_job=2, cpus_per_job=4, array_parallelism=1)
+    jobs = launch(_configs(), "slurm", folder=tmp_path / "logs", slurm=opts, report=lambda _: None)
+    assert [j.job_id for j in jobs] == ["4242_0", "4242_1"]
+    script = (tmp_path / "submitted.sh").read_text()
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=45",
+        "#SBATCH --gpus-per-node=2",
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --array=0-1%1",
+    ):
+        assert line in script, line
+    # each job carries its own run config, to be trained and recorded on its node
+    pickles = sorted((tmp_path / "logs").glob("*_submitted.pkl"))
+    assert len(pickles) == 2
+
+
+def test_launcher_errors_are_one_line(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="launcher: expected one of"):
+        launch(_configs(), "kubernetes")
+    with pytest.raises(ValueError, match="parallel must be a positive integer"):
+        launch(_configs(), "local", parallel=0)
+    with pytest.raises(ValueError, match="time_min must be a positive integer"):
+        SlurmOptions(time_min=0)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no SLURM here
+    with pytest.raises(ValueError, match="slurm needs the SLURM commands"):
+        make_executor("slurm", tmp_path)
+
+
+def test_the_cli_submits_a_suite_to_slurm(tmp_path, monkeypatch, capsys):
+    from attnid.cli import main
+
+    _fake_slurm(tmp_path, monkeypatch)
+    rc = main(
+        ["experiments", "--profile", "smoke", "--suite", "heads", "--launcher", "slurm", "--partition", "a100"]
+        + ["--time", "30", "--log-dir", str(tmp_path / "logs"), "--device", "cuda"]
+    )
+    assert rc == 0
+    assert "submitted 6 runs as SLURM array 4242" in capsys.readouterr().out
+    assert "#SBATCH --partition=a100" in (tmp_path / "submitted.sh").read_text()
