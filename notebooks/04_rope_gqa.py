@@ -41,11 +41,12 @@ import torch
 from IPython.display import Markdown, display
 
 from attnid.attention import AttentionConfig, attention, init_params
-from attnid.audit import audit_block
+from attnid.audit import audit, audit_block
 from attnid.counting import count
+from attnid.hf import verify_presets
 from attnid.lm.profiles import check_profile
-from attnid.plotting import set_style
-from attnid.presets import PRESETS, preset
+from attnid.plotting import set_style, table
+from attnid.presets import preset, preset_rows
 from attnid.rope import random_commutant
 from attnid.symmetry import transform_qk
 
@@ -119,48 +120,90 @@ blocks.style.format({"QK sv gap": "{:.1e}", "VO sv gap": "{:.1e}"}).hide(axis="i
 # over a short context, so their extra symmetries are broken only weakly; we use 24 positions and report
 # the gap.
 #
+# ## Partial RoPE
+#
+# GPT-NeoX, Pythia and Phi rotate only the first $R$ of the $D$ query/key dimensions of each head and
+# leave the other $D - R$ alone. The paper treats full RoPE only; the count follows from the same
+# argument. The score splits into a rotated part, $k_{m,1}^\top R_{n-m}\, q_{n,1}$, and a plain
+# dot product of the other coordinates, $k_{m,2}^\top q_{n,2}$. An $S$ that leaves every score unchanged
+# must commute with $\operatorname{diag}(R_\delta, I)$ for every offset $\delta$. A rotation by a generic
+# angle fixes no vector, so no such $S$ couples the two parts: it is block-diagonal, a scaled rotation
+# per frequency pair on the first $R$ coordinates and any invertible matrix on the last $D - R$. That
+# gives $R + (D - R)^2$ unidentified QK dimensions per key group. The key bias splits the same way: the
+# rotated coordinates are identified (as under full RoPE), the other $D - R$ only add a constant to every
+# score of a query, and the softmax drops them. The table audits a whole layer for each $R$ (biases on
+# queries and keys, two key groups).
+
+# %%
+E_p, H_p, G_p, D_p = (16, 2, 2, 8) if small else (16, 4, 2, 8)
+rows = []
+for R in [None, 2, 4, 6, 8]:
+    c = AttentionConfig(E_p, H_p, groups=G_p, head_dim=D_p, bias="qk", rope_dims=R, causal=True)
+    th = count(c)
+    r = audit(c, seed=seed, method="dense")
+    rows.append(
+        {
+            "rotated dims R": c.R,
+            "QK (closed form)": th.unidentified_by_block["qk"],
+            "G (R + (D − R)²)": G_p * (c.R + (D_p - c.R) ** 2),
+            "key bias (closed form)": th.unidentified_by_block["key_bias"],
+            "layer, closed form": th.unidentified,
+            "layer, Jacobian": r.unidentified,
+            "singular-value gap": r.sv_gap,
+        }
+    )
+partial = pd.DataFrame(rows)
+assert (partial["layer, closed form"] == partial["layer, Jacobian"]).all()
+assert (partial["QK (closed form)"] == partial["G (R + (D − R)²)"]).all()
+table(partial, formats={"singular-value gap": "{:.1e}"})
+
+# %% [markdown]
+# $R = 0$ is the layer without RoPE ($G D^2$ and the whole key bias unidentified), $R = D$ full RoPE
+# ($G D$, key bias identified). Hugging Face's `rotate_half` pairs coordinate $i$ with $i + R/2$ where our
+# layer pairs $2i$ with $2i + 1$; the two differ by a fixed permutation of each head's coordinates, which
+# changes no count (the next section audits the real modules).
+#
 # ## Published architectures
 #
 # Per attention layer, from the released configurations (`attnid presets`). Parameters include the
-# biases the model has.
+# biases the model has. **Verified** means that the preset's structure (key/value sharing, biases, RoPE
+# on all, part or none of each head) was built at a small width from the real attention class of its
+# Hugging Face `transformers` model type, with random weights, and the rank of that module's Jacobian
+# gave exactly the closed-form count (`attnid presets --verify`; `attnid audit --hf TYPE` audits one
+# module). A dash: attnid cannot build that model type's attention.
 
 # %%
-rows = []
-for name, (desc, c) in PRESETS.items():
-    th = count(c)
-    rows.append(
-        {
-            "model": desc,
-            "E": c.E,
-            "H": c.H,
-            "G": c.G,
-            "D": c.D,
-            "RoPE": "yes" if c.rope else "no",
-            "biases": c.bias or "none",
-            "params / layer": th.total_params,
-            "unidentified / layer": th.unidentified,
-            "identified fraction": th.identified_fraction,
-        }
-    )
-models = pd.DataFrame(rows)
-assert (models["identified fraction"] > 0.9).all()
-lo, hi = models["identified fraction"].min(), models["identified fraction"].max()
+verified = verify_presets()
+models = pd.DataFrame(preset_rows(verified))
+assert (models["identified_fraction"] > 0.9).all()
+assert models["verified"].notna().sum() >= 10
+for name, r in verified.items():
+    assert r is None or r.unidentified == r.details["theory_unidentified"], name
+lo, hi = models["identified_fraction"].min(), models["identified_fraction"].max()
+gqa = models["groups"] < models["heads"]
 display(
     Markdown(
         f"**Against the paper's summary figures.** The paper's conclusion describes published architectures as "
         f"80–90 % identified. Counted exactly, layer by layer, the models in this table are {lo:.1%} to {hi:.2%} "
         f"identified: every one is above 90 %, and the ones with GQA and RoPE are within "
-        f"{1 - models.loc[models['G'] < models['H'], 'identified fraction'].min():.2%} of fully identified. The paper "
+        f"{1 - models.loc[gqa, 'identified_fraction'].min():.2%} of fully identified. The paper "
         f"also sets its figure against the Lottery Ticket result {{cite:p}}`frankle2019lottery`, that subnetworks "
         f"of 10–20 % of the weights train as well. The two measure different things: the unidentified share here, "
         f"{1 - hi:.2%} to {1 - lo:.1%}, is the part of the weights that no data can pin down, a fixed property of "
         f"the architecture; a lottery ticket's 80–90 % of removable weights are identified but unnecessary for "
-        f"one task. That most weights are identified says nothing against most of them being prunable."
+        f"one task. That most weights are identified says nothing against most of them being prunable. "
+        f"{int(models['verified'].notna().sum())} of the {len(models)} structures were verified through the "
+        f"real `transformers` modules."
     )
 )
-models.style.format({"params / layer": "{:,}", "unidentified / layer": "{:,}", "identified fraction": "{:.5f}"}).hide(
-    axis="index"
-)
+shown = models[["description", "hf_type", "embed", "heads", "groups", "head_dim", "rope_dims", "bias"]].copy()
+shown.columns = ["model", "model type", "E", "H", "G", "D", "RoPE dims R", "biases"]
+shown["params / layer"] = models["total_params"]
+shown["unidentified / layer"] = models["unidentified"]
+shown["identified fraction"] = models["identified_fraction"]
+shown["verified"] = models["verified"].map({True: "yes"}).fillna("–")
+shown["model type"] = shown["model type"].fillna("–")
+table(shown, formats={"identified fraction": "{:.5f}"})
 
 # %% [markdown]
 # ## Llama-2-70B, worked through
@@ -271,6 +314,10 @@ rebal.style.format({"max |ΔY| on the RoPE layer": "{:.1e}", "max |β|": "{:.3f}
 #   $S$ does not (`tests/test_symmetry.py`).
 # - QK: $HD^2 \to GD^2 \to GD$; VO under GQA: $GC^2$, with or without RoPE — closed form equals the
 #   block Jacobian in every case (`tests/test_audit.py`).
+# - Partial RoPE on $R$ of $D$ dimensions: $R + (D - R)^2$ QK dimensions per group and $D - R$ key-bias
+#   coordinates, equal to the Jacobian for every $R$ (`tests/test_audit.py`).
+# - Every preset with a `transformers` model type: the real module's Jacobian count equals the closed
+#   form (`tests/test_hf.py`).
 # - Llama-2-70B: $HD^2 = 1{,}048{,}576$, $GD^2 = 131{,}072$, $GD = 1{,}024$ (`tests/test_counting.py`).
 # - Under RoPE the full rebalance changes the outputs; the commutant-only rebalance keeps them to
 #   $\le 10^{-10}$ and lowers the norm, without making β zero (`tests/test_dynamics.py`).

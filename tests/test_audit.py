@@ -141,3 +141,33 @@ def test_svd_construction_count(E, D):
     r = svd_construction_rank(E, D)
     assert r["constraints"] == D * (D + 1)
     assert r["tangent_dim"] == r["rank_on_tangent"] == 2 * D * E - D * D
+
+
+# partial RoPE: (E, H, G, D, R) with R < D, every bias setting that touches the QK block, GQA and MQA
+PARTIAL = [(16, 2, 2, 8, 4), (16, 4, 2, 4, 2), (12, 2, 1, 6, 2), (16, 2, 2, 8, 6), (8, 2, 2, 4, 2)]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AttentionConfig(E, H, groups=G, head_dim=D, bias=bias, rope_dims=R, causal=True)
+        for (E, H, G, D, R), bias in itertools.product(PARTIAL, ["none", "k", "q", "qk", "all"])
+    ],
+    ids=str,
+)
+def test_partial_rope_counts_equal_the_jacobian(cfg):
+    """R + (D − R)² per group for the QK block, D − R unidentified key-bias coordinates per group."""
+    r = audit(cfg, method="dense")
+    c = count(cfg)
+    assert r.unidentified == c.unidentified
+    assert r.sv_gap > 1e6
+    G, D, R = cfg.G, cfg.D, cfg.R
+    assert c.unidentified_by_block["qk"] == G * (R + (D - R) ** 2)
+    assert c.unidentified_by_block["key_bias"] == (G * (D - R) if "k" in cfg.bias else 0)
+
+
+def test_partial_rope_certify_uses_the_partial_commutant():
+    cfg = AttentionConfig(16, 4, groups=2, bias="all", rope_dims=2, causal=True)
+    cert = audit(cfg, method="certify")
+    assert cert.unidentified == count(cfg).unidentified == audit(cfg, method="dense").unidentified
+    assert cert.details["null_residual_max"] < 1e-12

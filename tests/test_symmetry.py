@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from attnid.attention import AttentionConfig, attention, flatten, init_params, unflatten
@@ -129,3 +130,37 @@ def test_gradient_is_orthogonal_to_the_value_bias_direction():
     d = value_bias_direction(p, cfg, torch.randn(cfg.G, cfg.C, dtype=torch.float64))
     along = sum(float((g[k] * d[k]).sum()) for k in d)
     assert float(g["b_V"].norm()) > 1e-2 and abs(along) < 1e-12 * float(g["b_V"].norm())
+
+
+def test_partial_rope_symmetries():
+    """With RoPE on the first R of D dimensions: any S on the other D − R (plus the rotated blocks'
+    commutant) leaves the output unchanged, and so does a key-bias shift on the unrotated coordinates;
+    a matrix coupling the two parts, or a shift of a rotated coordinate, does not."""
+    from attnid.rope import apply_rope, commutant_basis
+
+    cfg = AttentionConfig(12, 2, head_dim=6, bias="qk", rope_dims=2, causal=True)
+    assert cfg.rope and cfg.R == 2
+    p, X = init_params(cfg, seed=3), _X(cfg)
+    Y = attention(X, p, cfg)
+    g = torch.Generator().manual_seed(1)
+    assert commutant_basis(6, 2).shape == (2 + 16, 6, 6)
+    S = torch.stack([random_commutant(6, g, rope_dims=2) for _ in range(2)])
+    assert (attention(X, transform_qk(p, cfg, S), cfg) - Y).abs().max() <= 1e-10
+    coupling = torch.eye(6, dtype=torch.float64).expand(2, 6, 6).clone()
+    coupling[:, 0, 4] = 0.5  # mixes an unrotated coordinate into a rotated one
+    assert (attention(X, transform_qk(p, cfg, coupling), cfg) - Y).abs().max() > 1e-3
+    shift = torch.zeros(2, 6, dtype=torch.float64)
+    shift[:, 2:] = torch.randn(2, 4, generator=g, dtype=torch.float64)
+    assert (attention(X, shift_key_bias(p, shift), cfg) - Y).abs().max() <= 1e-12
+    shift[:, 0] = 1.0
+    assert (attention(X, shift_key_bias(p, shift), cfg) - Y).abs().max() > 1e-3
+    # full RoPE is R = D; the unrotated rows pass through unchanged
+    Z = torch.randn(3, 6, 5, generator=g, dtype=torch.float64)
+    assert torch.equal(apply_rope(Z, dims=6), apply_rope(Z))
+    assert torch.equal(apply_rope(Z, dims=2)[:, 2:], Z[:, 2:])
+
+
+@pytest.mark.parametrize("R", [0, 3, 10, -2])
+def test_bad_rope_dims_are_refused(R):
+    with pytest.raises(ValueError, match="rope_dims must be an even integer"):
+        AttentionConfig(16, 2, rope_dims=R)

@@ -75,6 +75,9 @@ class AttentionConfig:
 
     ``embed`` E, ``heads`` H, ``groups`` G (key/value groups, default H), ``head_dim`` D
     (query/key, default E/H), ``value_dim`` C (default D), ``bias`` letters from ``"qkvo"``.
+    ``rope``: rotary position embeddings on all ``D`` query/key dimensions, or, with ``rope_dims`` R
+    (even, ``0 < R <= D``; it implies ``rope``), on the first R of them only (partial RoPE, as in
+    GPT-NeoX, Pythia and Phi).
     """
 
     embed: int
@@ -86,6 +89,7 @@ class AttentionConfig:
     rope: bool = False
     causal: bool = False
     rope_base: float = 10000.0
+    rope_dims: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("embed", "heads"):
@@ -106,6 +110,13 @@ class AttentionConfig:
             object.__setattr__(self, "groups", self.heads)
         if self.heads % self.G:
             raise ValueError(f"groups must divide heads (H={self.heads}, G={self.groups})")
+        if self.rope_dims is not None:
+            R = self.rope_dims
+            if not isinstance(R, int) or isinstance(R, bool) or R <= 0 or R % 2 or R > self.D:
+                raise ValueError(f"rope_dims must be an even integer in (0, head_dim={self.D}], got {R!r}")
+            object.__setattr__(self, "rope", True)
+            if R == self.D:  # full RoPE has one form: rope=True, rope_dims=None
+                object.__setattr__(self, "rope_dims", None)
         if self.rope and self.D % 2:
             raise ValueError(f"head_dim must be even with RoPE (D={self.head_dim})")
         object.__setattr__(self, "bias", parse_bias(self.bias))
@@ -116,8 +127,12 @@ class AttentionConfig:
     G = property(lambda self: self.groups)
     D = property(lambda self: self.head_dim)
     C = property(lambda self: self.value_dim)
+    R = property(lambda self: (self.rope_dims or self.head_dim) if self.rope else 0)  # rotated dims per head
 
     def with_(self, **changes) -> "AttentionConfig":
+        """A copy with ``changes``; ``rope=False`` also drops ``rope_dims``."""
+        if changes.get("rope") is False:
+            changes.setdefault("rope_dims", None)
         return replace(self, **changes)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -191,7 +206,7 @@ def attention_steps(
     if "b_V" in p:
         V = V + p["b_V"][None, :, :, None]
     if cfg.rope:
-        Q, K = apply_rope(Q, cfg.rope_base), apply_rope(K, cfg.rope_base)
+        Q, K = apply_rope(Q, cfg.rope_base, cfg.R), apply_rope(K, cfg.rope_base, cfg.R)
     if n > 1:
         K, V = K.repeat_interleave(n, dim=1), V.repeat_interleave(n, dim=1)
     A = torch.einsum("bhdk,bhdq->bhkq", K, Q)  # scores: keys x queries
@@ -243,8 +258,8 @@ def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: Attention
     k = proj(p["W_K"], p.get("b_K"), G, D)
     v = proj(p["W_V"], p.get("b_V"), G, C)
     if cfg.rope:  # apply_rope expects (..., D, L)
-        q = apply_rope(q.transpose(-1, -2), cfg.rope_base).transpose(-1, -2)
-        k = apply_rope(k.transpose(-1, -2), cfg.rope_base).transpose(-1, -2)
+        q = apply_rope(q.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
+        k = apply_rope(k.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
     k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
     z = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)  # (B, H, L, C)
     concat = z.transpose(1, 2).reshape(B, L, H * C)

@@ -8,7 +8,7 @@ import sys
 
 from .attention import AttentionConfig
 from .counting import BLOCKS, count
-from .presets import PRESETS, preset
+from .presets import preset
 
 
 def _arch_args(p: argparse.ArgumentParser) -> None:
@@ -18,22 +18,19 @@ def _arch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", "-G", type=int, help="key/value groups G (default H; 1 = MQA)")
     p.add_argument("--head-dim", "-D", type=int, help="query/key head dimension D (default E/H)")
     p.add_argument("--value-dim", "-C", type=int, help="value head dimension C (default D)")
-    p.add_argument("--bias", default="none", help="none | all | letters from q,k,v,o (e.g. q,k,v)")
-    p.add_argument("--rope", action="store_true", help="rotary position embeddings")
+    p.add_argument("--bias", help="none (default) | all | letters from q,k,v,o (e.g. q,k,v)")
+    p.add_argument("--rope", action="store_true", help="rotary position embeddings on every head dimension")
+    p.add_argument("--rope-dims", "-R", type=int, help="partial RoPE: rotate the first R dimensions of each head")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
     if a.preset:
-        flags = (
-            [
-                f"--{k.replace('_', '-')}"
-                for k in ("embed", "heads", "groups", "head_dim", "value_dim")
-                if getattr(a, k) is not None
-            ]
-            + (["--rope"] if a.rope else [])
-            + (["--bias"] if a.bias != "none" else [])
-        )
+        flags = [
+            f"--{k.replace('_', '-')}"
+            for k in ("embed", "heads", "groups", "head_dim", "value_dim", "rope_dims", "bias")
+            if getattr(a, k) is not None
+        ] + (["--rope"] if a.rope else [])
         if flags:
             raise ValueError(f"preset: {', '.join(flags)} cannot be combined with --preset (the preset fixes them)")
         cfg = preset(a.preset)
@@ -48,6 +45,7 @@ def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
         value_dim=a.value_dim,
         bias=a.bias,
         rope=a.rope,
+        rope_dims=a.rope_dims,
         causal=causal,
     )
 
@@ -61,6 +59,7 @@ def _arch(cfg: AttentionConfig) -> dict:
         "value_dim": cfg.C,
         "bias": cfg.bias or "none",
         "rope": cfg.rope,
+        "rope_dims": cfg.R,
         "causal": cfg.causal,
     }
 
@@ -82,10 +81,54 @@ def cmd_count(a) -> int:
     return 0
 
 
+def _audit_hf(a) -> int:
+    """``attnid audit --hf TYPE``: the real transformers module, compared with the closed form."""
+    from .hf import audit_hf
+
+    extra = [f for f, v in (("--preset", a.preset), ("--value-dim", a.value_dim), ("--batch", a.batch),
+                            ("--seq-len", a.seq_len)) if v is not None]  # fmt: skip
+    extra += [f for f, v in (("--causal", a.causal), ("--method", a.method != "auto")) if v]
+    if extra:
+        raise ValueError(f"hf: {', '.join(extra)} cannot be combined with --hf (the module and its data fix them)")
+    E, H = a.embed or 32, a.heads or 4
+    rope_dims = a.rope_dims
+    if a.rope and rope_dims is None:
+        rope_dims = a.head_dim or E // H
+    r = audit_hf(
+        a.hf, embed=E, heads=H, groups=a.groups, head_dim=a.head_dim, rope_dims=rope_dims, bias=a.bias,
+        seed=a.seed, check=False,
+    )  # fmt: skip
+    d = r.details
+    out = {
+        "hf_type": d.pop("hf_type"),
+        "module": d.pop("module"),
+        **r.as_dict(),
+        "theory_unidentified": d["theory_unidentified"],
+    }
+    if a.json:
+        print(json.dumps(out, indent=2))
+    else:
+        details = out.pop("details")
+        for k, v in {**out, **details}.items():
+            print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
+    from .hf import MIN_GAP
+
+    if r.sv_gap < MIN_GAP or r.unidentified != d["theory_unidentified"]:
+        print(
+            f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters (singular-value gap "
+            f"{r.sv_gap:.1e}), the closed form {d['theory_unidentified']}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def cmd_audit(a) -> int:
+    _set_threads(a)
+    if a.hf:
+        return _audit_hf(a)
     from .audit import audit  # torch.func is only needed here
 
-    _set_threads(a)
     cfg = _config(a, causal=a.causal)
     r = audit(
         cfg,
@@ -115,32 +158,30 @@ def cmd_audit(a) -> int:
 
 
 def cmd_presets(a) -> int:
-    rows = []
-    for name, (desc, cfg) in PRESETS.items():
-        c = count(cfg)
-        rows.append(
-            {
-                "name": name,
-                "description": desc,
-                **_arch(cfg),
-                "total_params": c.total_params,
-                "unidentified": c.unidentified,
-                "identified_fraction": c.identified_fraction,
-            }
-        )
+    from .presets import preset_rows
+
+    verified = None
+    if a.verify:
+        from .hf import verify_presets
+
+        _set_threads(a)
+        verified = verify_presets()  # raises HFAuditError on any disagreement
+    rows = preset_rows(verified)
     if a.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(
-        f"{'name':<22}{'E':>6}{'H':>4}{'G':>4}{'D':>5}{'bias':>6}{'rope':>6}{'params/layer':>14}"
-        f"{'unidentified':>14}{'identified':>12}"
+        f"{'name':<21}{'model type':<11}{'E':>6}{'H':>4}{'G':>4}{'D':>5}{'RoPE':>6}{'bias':>6}{'params/layer':>14}"
+        f"{'unidentified':>14}{'identified':>12}{'verified':>10}"
     )
     for r in rows:
         print(
-            f"{r['name']:<22}{r['embed']:>6}{r['heads']:>4}{r['groups']:>4}{r['head_dim']:>5}{r['bias']:>6}"
-            f"{'yes' if r['rope'] else 'no':>6}{r['total_params']:>14,}{r['unidentified']:>14,}"
-            f"{r['identified_fraction']:>12.6f}"
+            f"{r['name']:<21}{r['hf_type'] or '-':<11}{r['embed']:>6}{r['heads']:>4}{r['groups']:>4}{r['head_dim']:>5}"
+            f"{r['rope_dims'] or '-':>6}{r['bias']:>6}{r['total_params']:>14,}{r['unidentified']:>14,}"
+            f"{r['identified_fraction']:>12.6f}{'yes' if r['verified'] else '-':>10}"
         )
+    if not a.verify:
+        print("(--verify audits each preset's structure through its transformers module, about 2 minutes)")
     return 0
 
 
@@ -257,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, help="number of random sequences (default: sized from #params)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--method", default="auto", choices=["auto", "dense", "certify"])
+    p.add_argument(
+        "--hf",
+        metavar="TYPE",
+        help="audit the attention module of a Hugging Face transformers model type (gpt2, opt, llama, mistral, "
+        "qwen2, gpt_neox, phi) at --embed (default 32) and --heads (default 4); needs the [hf] extra",
+    )
     p.add_argument("--threads", type=int, help="torch/LAPACK threads (default: the cores not busy with other work)")
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
     p.set_defaults(func=cmd_audit)
@@ -299,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_experiments)
     p = sub.add_parser("presets", help="list the published architectures")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--verify", action="store_true", help="audit each structure through its transformers module")
+    p.add_argument("--threads", type=int, help="torch/LAPACK threads (default: the cores not busy with other work)")
     p.set_defaults(func=cmd_presets)
     return ap
 

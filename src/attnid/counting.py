@@ -7,9 +7,12 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
   ``n D q + D E`` parameters to ``n`` such products has image dimension ``r (n q + E − r)``:
   ``D²`` unidentified per group when ``D ≤ E`` (the ``S / S⁻ᵀ`` invariance).
 * QK block with RoPE (``D ≤ E``): only the commutant of the rotations survives: ``D`` per group
-  (one ``[[a, −b], [b, a]]`` block per frequency), and it acts on ``[W_K | b_K]`` too.
+  (one ``[[a, −b], [b, a]]`` block per frequency), and it acts on ``[W_K | b_K]`` too. With partial
+  RoPE on ``R < D`` dimensions: ``R`` for the rotated part plus the no-RoPE fibre of the other
+  ``D − R`` dimensions (``(D − R)²`` when ``D − R ≤ E``); no symmetry couples the two parts.
 * Key bias without RoPE: ``b_Kᵀ q`` is constant over keys, so all ``G D`` key-bias entries are
-  unidentified. With RoPE the key bias is identified (``b_Kᵀ R_{n−m} q`` varies with the key).
+  unidentified. With RoPE the key bias is identified (``b_Kᵀ R_{n−m} q`` varies with the key); with
+  partial RoPE its ``D − R`` unrotated coordinates are not (``G (D − R)``).
 * VO block: ``W_O^h [W_V^g]`` products, ``r = min(C, E)``: ``n E C + C E − r (n E + E − r)``
   per group, ``C²`` when ``C ≤ E``.
 * Value bias: ``Σ_h W_O^h b_V^g`` is a constant output; with an output bias it is absorbed
@@ -88,12 +91,10 @@ def count(cfg: AttentionConfig) -> Count:
     if cfg.rope and D > E:
         raise ValueError(f"head_dim: counting with RoPE assumes D <= E (D={D}, E={E})")
     q_cols = E + (1 if "q" in cfg.bias else 0)
-    if cfg.rope:
-        qk = G * D
-    else:
-        qk = G * _product_fiber(n, D, q_cols, E)
+    R = cfg.R  # rotated dimensions (0 without RoPE)
+    qk = G * (R + (_product_fiber(n, D - R, q_cols, E) if D > R else 0))
     vo = G * _product_fiber(n, C, E, E)
-    key_bias = 0 if ("k" not in cfg.bias or cfg.rope) else G * D
+    key_bias = G * (D - R) if "k" in cfg.bias else 0
     if "v" not in cfg.bias:
         value_bias = 0
     elif "o" in cfg.bias:

@@ -1,7 +1,8 @@
 """The invariances of attention (paper §4.1–4.9; chapters 2–4) and their tangent directions.
 
 * QK: ``(S W_Q, S⁻ᵀ W_K)`` with one ``S ∈ R^{D×D}`` per key group (acting on the biases too).
-  With RoPE, ``S`` must commute with the rotations (:func:`attnid.rope.commutant_basis`).
+  With RoPE, ``S`` must commute with the rotations (:func:`attnid.rope.commutant_basis`); with
+  partial RoPE it is free on the unrotated dimensions.
 * VO: ``(W_O S⁻¹, S W_V)`` with one ``S ∈ R^{C×C}`` per value group (and ``b_V -> S b_V``).
 * Key bias: any shift of ``b_K`` (no RoPE).
 * Value bias: ``b_V`` can be moved into ``b_O`` (``b_O += Σ_h W_O^h b_V^g``).
@@ -49,7 +50,8 @@ def transform_vo(p: AttentionParams, cfg: AttentionConfig, S: torch.Tensor) -> A
 
 
 def shift_key_bias(p: AttentionParams, delta: torch.Tensor) -> AttentionParams:
-    """``b_K -> b_K + delta`` (``delta``: ``(G, D)``). Invariant without RoPE only."""
+    """``b_K -> b_K + delta`` (``delta``: ``(G, D)``). Invariant without RoPE, and with partial RoPE
+    for a ``delta`` on the unrotated dimensions only."""
     out = dict(p)
     out["b_K"] = p["b_K"] + delta.to(p["b_K"].dtype)
     return out
@@ -76,9 +78,9 @@ def value_bias_direction(p: AttentionParams, cfg: AttentionConfig, delta: torch.
 # ----------------------------------------------------------------- tangent directions
 def qk_generators(cfg: AttentionConfig) -> torch.Tensor:
     """Matrices ``S`` whose QK directions span the invariant subspace: ``(k, D, D)``,
-    all ``D²`` unit matrices, or the ``D``-dim RoPE commutant."""
+    all ``D²`` unit matrices, or the RoPE commutant (``R + (D − R)²``)."""
     if cfg.rope:
-        return commutant_basis(cfg.D)
+        return commutant_basis(cfg.D, cfg.R)
     return torch.eye(cfg.D * cfg.D, dtype=torch.float64).reshape(-1, cfg.D, cfg.D)
 
 
@@ -129,12 +131,13 @@ def tangent_basis(p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.T
             S[g * cfg.C * cfg.C + i] = 1.0
             cols["vo"].append(flatten(vo_direction(p, cfg, S.reshape(G, cfg.C, cfg.C))))
     zero = {k: torch.zeros_like(v) for k, v in p.items()}
-    if "b_K" in p and not cfg.rope:
-        for j in range(p["b_K"].numel()):
-            d = dict(zero)
-            unit = torch.zeros_like(p["b_K"]).reshape(-1).index_fill(0, torch.tensor([j]), 1.0)
-            d["b_K"] = unit.reshape(p["b_K"].shape)
-            cols["key_bias"].append(flatten(d))
+    if "b_K" in p:  # the unrotated coordinates of the key bias (all of them without RoPE)
+        for g in range(G):
+            for i in range(cfg.R, cfg.D):
+                d = dict(zero)
+                d["b_K"] = torch.zeros_like(p["b_K"])
+                d["b_K"][g, i] = 1.0
+                cols["key_bias"].append(flatten(d))
     if "b_V" in p:
         # the map b_V -> Σ_h W_O^h b_V^g, as an (E, G*C) matrix
         W_sum = p["W_O"].reshape(G, cfg.H // G, cfg.E, cfg.C).sum(1)  # (G, E, C)

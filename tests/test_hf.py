@@ -1,0 +1,123 @@
+"""Real attention modules of Hugging Face transformers against the closed form (the [hf] extra)."""
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from attnid.attention import AttentionConfig  # noqa: E402
+from attnid.audit import audit  # noqa: E402
+from attnid.hf import HF_TYPES, HFAuditError, audit_hf, equivalent_config, verify_presets  # noqa: E402
+from attnid.presets import PRESETS, preset_rows  # noqa: E402
+
+# every model type through its own attention class and rotary code, with the settings it can express
+CASES = {
+    "gpt2": dict(),  # fused Conv1D, all biases
+    "opt": dict(bias="none"),
+    "llama": dict(groups=2, bias="all"),  # RoPE, GQA, attention_bias
+    "mistral": dict(groups=1),  # multi-query
+    "qwen2": dict(groups=2),  # q/k/v biases under full RoPE: the key bias is identified
+    "gpt_neox": dict(rope_dims=2),  # partial rotary, fused interleaved qkv with biases
+    "phi": dict(groups=2, rope_dims=2),  # partial rotary, biases, GQA
+}
+
+
+def test_every_model_type_is_tested():
+    assert set(CASES) == set(HF_TYPES)
+
+
+@pytest.mark.parametrize("hf_type", list(CASES))
+def test_real_module_count_equals_the_closed_form(hf_type):
+    r = audit_hf(hf_type, embed=16, heads=4, **CASES[hf_type])
+    assert r.unidentified == r.details["theory_unidentified"]
+    assert r.sv_gap > 1e6
+    assert r.seconds < 60
+
+
+@pytest.mark.parametrize("hf_type", [t for t, spec in HF_TYPES.items() if spec.rotary])
+def test_rotate_half_and_interleaved_pairing_give_the_same_count(hf_type):
+    """transformers pairs dimension i with i + R/2, our layer 2i with 2i + 1: the Jacobians agree."""
+    kw = dict(embed=16, heads=4, **CASES[hf_type])
+    theirs = audit_hf(hf_type, **kw)
+    ours = audit(equivalent_config(hf_type, **kw), method="dense")
+    assert theirs.unidentified == ours.unidentified
+    assert theirs.total_params == ours.total_params
+
+
+def test_float32_internals_are_reported_not_miscounted():
+    """The eager GPT-NeoX path runs its softmax in float32: the bias symmetries hold only to ~1e-8 and
+    the singular values show no gap. The audit refuses to read a count off them."""
+    with pytest.raises(HFAuditError, match="no clear gap"):
+        audit_hf("gpt_neox", embed=16, heads=4, rope_dims=2, attn_implementation="eager")
+    r = audit_hf("gpt_neox", embed=16, heads=4, rope_dims=2, attn_implementation="eager", check=False)
+    assert r.sv_gap < 1e6
+
+
+def test_settings_a_model_type_cannot_express_are_refused():
+    with pytest.raises(ValueError, match="gpt2 has no grouped-query attention"):
+        equivalent_config("gpt2", embed=16, heads=4, groups=2)
+    with pytest.raises(ValueError, match="qwen2 can have biases 'qkv', not 'none'"):
+        equivalent_config("qwen2", embed=16, heads=4, bias="none")
+    with pytest.raises(ValueError, match="llama rotates all head dimensions"):
+        equivalent_config("llama", embed=16, heads=4, rope_dims=2)
+    with pytest.raises(ValueError, match="opt has no rotary embeddings"):
+        equivalent_config("opt", embed=16, heads=4, rope_dims=2)
+    with pytest.raises(ValueError, match="unknown model type"):
+        equivalent_config("bert", embed=16, heads=4)
+    assert equivalent_config("gpt_neox", embed=32, heads=4) == AttentionConfig(
+        32, 4, bias="all", rope_dims=4, causal=True
+    )
+
+
+def test_every_preset_with_a_model_type_is_verified():
+    verified = verify_presets()
+    for name, p in PRESETS.items():
+        r = verified[name]
+        if p.hf_type is None:
+            assert r is None
+        else:
+            assert r is not None and r.unidentified == r.details["theory_unidentified"], name
+            assert r.details["hf_type"] == p.hf_type
+            # the audited structure is the preset's: same sharing, biases, and RoPE on all, part or none
+            c = r.details["config"]
+            assert (c["G"] == c["H"]) == (p.config.G == p.config.H)
+            assert (c["G"] == 1) == (p.config.G == 1)
+            assert c["bias"] == (p.config.bias or "none")
+            assert (c["R"] == 0, c["R"] == c["D"]) == (p.config.R == 0, p.config.R == p.config.D)
+    rows = preset_rows(verified)
+    assert [r["verified"] for r in rows] == [None if p.hf_type is None else True for p in PRESETS.values()]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "attnid", *args], capture_output=True, text=True)
+
+
+def test_cli_audit_hf_json():
+    import json
+
+    r = _cli("audit", "--hf", "qwen2", "--embed", "16", "--heads", "4", "--groups", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["hf_type"] == "qwen2" and d["module"].endswith("Qwen2Attention")
+    assert d["unidentified"] == d["theory_unidentified"] == 40
+    assert {"total_params", "rank", "sv_gap", "seconds", "details"} <= set(d)
+
+
+def test_cli_rejects_what_the_model_type_cannot_express():
+    r = _cli("audit", "--hf", "gpt2", "--embed", "16", "--heads", "4", "--groups", "2")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "attnid: error: groups: gpt2 has no grouped-query attention (groups must equal heads)"
+    ]
+
+
+def test_without_transformers_the_message_says_how_to_install():
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "from attnid.hf import audit_hf\n"
+        "try:\n    audit_hf('llama')\nexcept ImportError as e:\n    print(e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert 'pip install -e ".[hf]"' in r.stdout
