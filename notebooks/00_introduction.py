@@ -24,6 +24,48 @@
 # figure from code. It is built on a small Python package, `attnid`, which you can also point at
 # your own attention layers.
 #
+# :::{admonition} This book in one figure
+# :class: tip
+#
+# ```{glue:figure} headline
+# :name: fig-headline
+#
+# Share of the attention weights that no data can identify, per layer, for the published
+# architectures of chapter 4 (closed form, which chapter 4 checks against the Jacobian of the real
+# Hugging Face modules). The line is the paper's $1/(2H)$ for plain multi-head attention.
+# ```
+#
+# Across the {glue:text}`n_models` published architectures, {glue:text}`worst_share:.2%` (the
+# most) to {glue:text}`best_share:.4%` (the least) of each attention layer's weights are
+# unidentified; plain multi-head attention follows $1/(2H)$, and RoPE with grouped keys (GQA) takes
+# the share far below it.
+# :::
+#
+# ## What each chapter found
+#
+# Every number below is measured by the chapter it names, in this build.
+#
+# - {doc}`01_definitions`: the layer as the paper writes it (tokens as columns) is the same
+#   function as PyTorch's and nanoGPT's attention, to
+#   {glue:text}`01_definitions.ipynb::max_difference:.0e` in float64.
+# - {doc}`02_invariances`: the two reparameterisations change the output by at most
+#   {glue:text}`02_invariances.ipynb::max_change:.0e`, and the Jacobian rank gives the closed-form
+#   count on all {glue:text}`02_invariances.ipynb::n_configs:d` configurations tested.
+# - {doc}`03_biases`: the key bias's gradient is {glue:text}`03_biases.ipynb::key_bias_grad:.0e`
+#   (zero) without RoPE and {glue:text}`03_biases.ipynb::key_bias_grad_rope:.2f` with it.
+# - {doc}`04_rope_gqa`: in Llama-2-70B, RoPE with GQA leaves
+#   {glue:text}`04_rope_gqa.ipynb::llama_qk:,` unidentified query–key dimensions per layer, not
+#   the paper's 131,072; {glue:text}`04_rope_gqa.ipynb::n_verified:d` preset structures were
+#   verified through the real `transformers` modules.
+# - {doc}`05_equivalence`: a single head matching 12 heads is
+#   {glue:text}`05_equivalence.ipynb::width_h12:.2f` times as wide, not the paper's 1.60.
+# - {doc}`06_training_dynamics`: the unidentified share of an SGD step is
+#   {glue:text}`06_training_dynamics.ipynb::rho_sgd:.0e` (round-off), of an AdamW step
+#   {glue:text}`06_training_dynamics.ipynb::rho_adamw:.2f`.
+# - {doc}`07_heads`: splitting the same width into more heads, AdamW's unidentified share of a
+#   step is {glue:text}`07_heads.ipynb::rho_h1:.2f` of its isotropic value at $H = 1$ and
+#   {glue:text}`07_heads.ipynb::rho_hmax:.2f` at $H = 16$.
+#
 # ## The answer in one line
 #
 # The scores of one head depend on the query and key weights only through the product
@@ -36,33 +78,78 @@
 # $$ (eq-one-over-2h)
 
 # %% tags=["parameters"]
-profile = "cpu"  # "smoke" (seconds), "cpu" (the book's default), "paper" (paper scale, GPU)
+# "smoke" (seconds), "cpu" (the book's default), "paper" (paper scale, GPU)
+profile = "cpu"
 seed = 0
 device = "auto"
 
 # %%
 import pandas as pd
+from myst_nb import glue
 
 from attnid import AttentionConfig, count
 from attnid.lm.profiles import check_profile
+from attnid.plotting import label_points, set_style, table
+from attnid.presets import preset_rows
 
 check_profile(profile)
+set_style()
 rows = []
 for H in (1, 2, 4, 6, 8, 12, 16):
     c = count(AttentionConfig(384, H))
     rows.append(
         {
             "heads H": H,
-            "head dim D": 384 // H,
+            "head size D": 384 // H,
             "weights": c.total_params,
             "unidentified": c.unidentified,
             "unidentified share": c.unidentified / c.total_params,
             "1/(2H)": 1 / (2 * H),
         }
     )
-table = pd.DataFrame(rows).set_index("heads H")
-assert all(abs(r["unidentified share"] - r["1/(2H)"]) < 1e-15 for r in rows)
-table.style.format({"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}", "weights": "{:,}", "unidentified": "{:,}"})
+shares = pd.DataFrame(rows)
+assert (shares["unidentified share"] - shares["1/(2H)"]).abs().max() < 1e-15
+table(shares, formats={"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}"})
+
+# %% tags=["hide-input"]
+import matplotlib.pyplot as plt
+import numpy as np
+
+models = pd.DataFrame(preset_rows())
+models["share"] = 1 - models["identified_fraction"]
+fig, ax = plt.subplots(figsize=(7.5, 5.2))
+Hs = np.geomspace(1, 100, 50)
+ax.plot(Hs, 1 / (2 * Hs), "k-", lw=1.5, label="1/(2H): multi-head, D = E/H")
+kinds = {
+    "multi-head": models["groups"] == models["heads"],
+    "grouped keys (GQA/MQA)": models["groups"] < models["heads"],
+}
+for (label, mask), marker in zip(kinds.items(), "os"):
+    ax.scatter(
+        models.loc[mask, "heads"],
+        models.loc[mask, "share"],
+        s=60,
+        marker=marker,
+        label=label,
+        zorder=3,
+    )
+# one label per point (models with the same layer share it)
+points = (
+    models.groupby(["heads", "share"], sort=False)["name"].agg(", ".join).reset_index()
+)
+ax.set(xscale="log", yscale="log", xlim=(0.6, 300), ylim=(4e-5, 1))
+label_points(ax, points["heads"], points["share"], list(points["name"]))
+ax.set(
+    xlabel="query heads H per layer",
+    ylabel="unidentified share of attention weights",
+    title="Published attention layers",
+)
+ax.legend(loc="lower left")
+glue("headline", fig, display=False)
+glue("n_models", len(models), display=False)
+glue("worst_share", float(models["share"].max()), display=False)
+glue("best_share", float(models["share"].min()), display=False)
+plt.close(fig)
 
 # %% [markdown]
 # The table counts the weights of one attention layer with embedding size $E = 384$ (the size of the
@@ -88,15 +175,16 @@ table.style.format({"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}", "weights
 # Every chapter is a jupytext text file in `notebooks/`. From a clone of the repository:
 #
 # ```bash
-# make book                                   # all chapters, profile "cpu", then the HTML
+# make book                                     # every chapter (profile cpu), then the HTML
 # make chapter NB=notebooks/00_introduction.py  # one chapter, then the HTML
-# make book PROFILE=paper DEVICE=cuda         # paper-scale runs on a GPU
+# make book PROFILE=paper DEVICE=cuda           # paper-scale runs on a GPU
 # ```
 #
 # or drive papermill yourself, with any parameters of the chapter's parameters cell:
 #
 # ```bash
-# jupytext --to ipynb --set-kernel python3 -o intro.ipynb notebooks/00_introduction.py
+# jupytext --to ipynb --set-kernel python3 \
+#     -o intro.ipynb notebooks/00_introduction.py
 # papermill intro.ipynb intro-out.ipynb -p profile smoke -p seed 1
 # ```
 #

@@ -34,6 +34,14 @@
 # {cite:t}`vaswani2017attention`. Eq. {eq}`eq-layer` is the form the identification arguments of
 # {cite:t}`morrow2026identification` use, because each head's contribution appears as a product of
 # matrices whose factors can trade scale and rotation without changing the product.
+#
+# :::{admonition} In this chapter
+# :class: tip
+# The column form of Eq. {eq}`eq-layer` is the layer everybody uses: on the same weights it agrees
+# with `torch.nn.MultiheadAttention`, a concatenate-and-project implementation and nanoGPT's own
+# attention module to {glue:text}`max_difference:.0e` (largest difference, float64), with and
+# without a causal mask. A layer of $H$ heads of size $E/H$ has $4E^2$ weights whatever $H$ is.
+# :::
 
 # %% tags=["parameters"]
 profile = "cpu"
@@ -43,6 +51,7 @@ device = "auto"
 # %%
 import pandas as pd
 import torch
+from myst_nb import glue
 from torch import nn
 
 from attnid.attention import (
@@ -57,10 +66,10 @@ from attnid.attention import (
 from attnid.counting import multi_head_params, single_head_params
 from attnid.lm.gpt import CausalSelfAttention, GPTConfig
 from attnid.lm.profiles import check_profile
+from attnid.plotting import table
 
 check_profile(profile)
 torch.manual_seed(seed)
-pd.set_option("display.precision", 3)
 
 # %% [markdown]
 # ## Three implementations, one layer
@@ -77,19 +86,35 @@ for causal in (False, True):
     mha = nn.MultiheadAttention(E, H, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         for prm in mha.parameters():
-            prm.add_(0.2 * torch.randn_like(prm))  # torch starts biases at zero; make them matter
+            prm.add_(
+                0.2 * torch.randn_like(prm)
+            )  # torch starts biases at zero; make them matter
     cfg, p = from_torch_mha(mha, causal=causal)
     x = torch.randn(B, L, E, dtype=torch.float64)
     y_col = attention(x.transpose(1, 2), p, cfg).transpose(1, 2)
     mask = torch.ones(L, L, dtype=torch.bool).triu(1) if causal else None
     y_torch = mha(x, x, x, need_weights=False, attn_mask=mask)[0]
     y_cat = concat_project_attention(x, p, cfg)
-    compared = [("concatenate-and-project", y_cat), ("torch.nn.MultiheadAttention", y_torch)]
-    if causal:  # nanoGPT's attention is causal: its own module, weights copied in, float64
-        gpt_attn = CausalSelfAttention(GPTConfig(n_embd=E, n_head=H, bias=True)).double().eval()
+    compared = [
+        ("concatenate-and-project", y_cat),
+        ("torch.nn.MultiheadAttention", y_torch),
+    ]
+    if (
+        causal
+    ):  # nanoGPT's attention is causal: its own module, weights copied in, float64
+        gpt_attn = (
+            CausalSelfAttention(GPTConfig(n_embd=E, n_head=H, bias=True))
+            .double()
+            .eval()
+        )
         with torch.no_grad():
             for prm, value in zip(
-                (gpt_attn.c_attn.weight, gpt_attn.c_attn.bias, gpt_attn.c_proj.weight, gpt_attn.c_proj.bias),
+                (
+                    gpt_attn.c_attn.weight,
+                    gpt_attn.c_attn.bias,
+                    gpt_attn.c_proj.weight,
+                    gpt_attn.c_proj.bias,
+                ),
                 to_fused(cfg, p),
             ):
                 prm.copy_(value)
@@ -105,7 +130,8 @@ for causal in (False, True):
         )
 equal = pd.DataFrame(rows)
 assert (equal["max |ΔY|"] <= 1e-10).all()
-equal.style.format({"max |ΔY|": "{:.1e}", "max |Y|": "{:.2f}"}).hide(axis="index")
+glue("max_difference", float(equal["max |ΔY|"].max()), display=False)
+table(equal, formats={"max |ΔY|": "{:.1e}", "max |Y|": "{:.2f}"})
 
 # %% [markdown]
 # The differences are at the level of float64 round-off (about $10^{-16}$ relative), so the
@@ -133,7 +159,7 @@ for E_, H_ in [(64, 8), (384, 6), (768, 12), (1024, 16), (12288, 96)]:
     )
     assert multi_head_params(E_, H_, D, D) == 4 * E_ * E_
 counts = pd.DataFrame(rows)
-counts.style.format("{:,}").hide(axis="index")
+table(counts)
 
 # %% [markdown]
 # The last row is the size of GPT-3's attention layer (175B model): 604 million weights per layer.
@@ -146,7 +172,9 @@ counts.style.format("{:,}").hide(axis="index")
 # %%
 cfg = AttentionConfig(6, 3, bias="all")
 p = init_params(cfg, seed=seed)
-X = torch.randn(1, 6, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+X = torch.randn(
+    1, 6, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)
+)
 steps = attention_steps(X, p, cfg)
 torch.set_printoptions(precision=3, sci_mode=False)
 print("X (E x L) =\n", X[0])

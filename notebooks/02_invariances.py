@@ -25,6 +25,16 @@
 # weights that no data can tell apart. The values and outputs have the same freedom,
 # $(W_O S^{-1}, S W_V)$ with $S \in \mathbb{R}^{C\times C}$. Symmetries of this kind, and the flat
 # directions they create, are surveyed by {cite:t}`zhao2025symmetry`.
+#
+# :::{admonition} In this chapter
+# :class: tip
+# Both reparameterisations leave a causal layer with biases unchanged to
+# {glue:text}`max_change:.0e` (largest output change, $\kappa(S) \le 10^4$, float64). Along the
+# tangent of the symmetry the output changes like $t^{\,}${glue:text}`slope_tangent:.2f`, along a
+# generic direction like $t^{\,}${glue:text}`slope_generic:.2f`. At $D = E/H$ a share $1/(2H)$ of the
+# weights is unidentified, and the closed form equals the rank of the Jacobian on all
+# {glue:text}`n_configs` configurations tested.
+# :::
 
 # %% tags=["parameters"]
 profile = "cpu"
@@ -37,12 +47,13 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
+from myst_nb import glue
 
 from attnid.attention import AttentionConfig, attention, init_params
 from attnid.audit import audit, qk_product_rank, svd_construction_rank
 from attnid.counting import count, orthonormal_qk_dof, qk_identified_fraction
 from attnid.lm.profiles import check_profile
-from attnid.plotting import set_style
+from attnid.plotting import set_style, table
 from attnid.symmetry import qk_direction, step_response, transform_qk, transform_vo
 
 check_profile(profile)
@@ -68,7 +79,9 @@ Y = attention(X, p, cfg)
 def conditioned(n, kappa):
     U, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
     V, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
-    return U @ torch.diag(torch.logspace(0, np.log10(kappa), n, dtype=torch.float64)) @ V.T
+    return (
+        U @ torch.diag(torch.logspace(0, np.log10(kappa), n, dtype=torch.float64)) @ V.T
+    )
 
 
 kappas = [1, 1e2, 1e4, 1e6, 1e8] if not small else [1, 1e4]
@@ -78,16 +91,27 @@ for kappa in kappas:
     rows.append(
         {
             "κ(S)": kappa,
-            "QK: max |ΔY|": float((attention(X, transform_qk(p, cfg, S), cfg) - Y).abs().max()),
-            "VO: max |ΔY|": float((attention(X, transform_vo(p, cfg, S), cfg) - Y).abs().max()),
+            "QK: max |ΔY|": float(
+                (attention(X, transform_qk(p, cfg, S), cfg) - Y).abs().max()
+            ),
+            "VO: max |ΔY|": float(
+                (attention(X, transform_vo(p, cfg, S), cfg) - Y).abs().max()
+            ),
         }
     )
 inv = pd.DataFrame(rows)
 eps = np.finfo(np.float64).eps
+
+# %% tags=["hide-input"]
 fig, ax = plt.subplots()
 ax.loglog(inv["κ(S)"], inv["QK: max |ΔY|"], "o-", label=r"$(S W_Q,\ S^{-\top} W_K)$")
 ax.loglog(inv["κ(S)"], inv["VO: max |ΔY|"], "s-", label=r"$(W_O S^{-1},\ S W_V)$")
-ax.loglog(inv["κ(S)"], eps * inv["κ(S)"] * float(Y.abs().max()), "k--", label=r"$\varepsilon_{64}\,\kappa(S)\,\max|Y|$")
+ax.loglog(
+    inv["κ(S)"],
+    eps * inv["κ(S)"] * float(Y.abs().max()),
+    "k--",
+    label=r"$\varepsilon_{64}\,\kappa(S)\,\max|Y|$",
+)
 ax.set(
     xlabel="condition number κ(S)",
     ylabel="max |ΔY| (output units)",
@@ -95,9 +119,13 @@ ax.set(
 )
 ax.legend()
 plt.show()
-assert (inv.loc[inv["κ(S)"] <= 1e4, ["QK: max |ΔY|", "VO: max |ΔY|"]] <= 1e-10).all().all()
+assert (
+    (inv.loc[inv["κ(S)"] <= 1e4, ["QK: max |ΔY|", "VO: max |ΔY|"]] <= 1e-10).all().all()
+)
 roundoff = eps * inv[["κ(S)"]].to_numpy() * float(Y.abs().max())
 assert (inv[["QK: max |ΔY|", "VO: max |ΔY|"]].to_numpy() <= 100 * roundoff).all()
+well_conditioned = inv.loc[inv["κ(S)"] <= 1e4, ["QK: max |ΔY|", "VO: max |ΔY|"]]
+glue("max_change", float(well_conditioned.to_numpy().max()), display=False)
 
 # %% [markdown]
 # The paper names three familiar special cases of $S$: a permutation of a head's query/key dimensions
@@ -111,8 +139,12 @@ def special(kind: str) -> torch.Tensor:
     if kind == "permutation":
         return torch.eye(D_, dtype=torch.float64)[torch.randperm(D_, generator=gen)]
     if kind == "orthogonal":
-        return torch.linalg.qr(torch.randn(D_, D_, generator=gen, dtype=torch.float64))[0]
-    return torch.diag(torch.exp(2 * torch.randn(D_, generator=gen, dtype=torch.float64)))
+        return torch.linalg.qr(torch.randn(D_, D_, generator=gen, dtype=torch.float64))[
+            0
+        ]
+    return torch.diag(
+        torch.exp(2 * torch.randn(D_, generator=gen, dtype=torch.float64))
+    )
 
 
 rows = []
@@ -127,8 +159,10 @@ for kind in ("permutation", "orthogonal", "compensating scaling"):
         }
     )
 special_table = pd.DataFrame(rows)
-assert (special_table["max |ΔY|"] <= 1e-10).all() and (special_table["max |ΔW_Q|"] > 1e-2).all()
-special_table.style.format({"max |ΔW_Q|": "{:.2f}", "max |ΔY|": "{:.1e}"}).hide(axis="index")
+assert (special_table["max |ΔY|"] <= 1e-10).all() and (
+    special_table["max |ΔW_Q|"] > 1e-2
+).all()
+table(special_table, formats={"max |ΔW_Q|": "{:.2f}", "max |ΔY|": "{:.1e}"})
 
 # %% [markdown]
 # The smallest case makes the point most plainly. With one input dimension ($E = 1$) a head's query and
@@ -150,7 +184,7 @@ rank_one = pd.DataFrame(
     ]
 )
 assert (rank_one["unidentified (2D − rank)"] == rank_one["2D − 1"]).all()
-rank_one.style.hide(axis="index")
+table(rank_one)
 
 # %% [markdown]
 # ## First order is not second order
@@ -163,19 +197,31 @@ rank_one.style.hide(axis="index")
 # %%
 S = torch.randn(cfg.G, cfg.D, cfg.D, generator=gen, dtype=torch.float64)
 tangent = qk_direction(p, cfg, S)
-generic = {k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in p.items()}
+generic = {
+    k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in p.items()
+}
 steps = np.logspace(-5, -1, 9)
 resp_t = step_response(p, cfg, X, tangent, steps).numpy()
 resp_g = step_response(p, cfg, X, generic, steps).numpy()
 slope_t = np.polyfit(np.log(steps[:6]), np.log(resp_t[:6]), 1)[0]
 slope_g = np.polyfit(np.log(steps[:6]), np.log(resp_g[:6]), 1)[0]
+
+# %% tags=["hide-input"]
 fig, ax = plt.subplots()
-ax.loglog(steps, resp_t, "o-", label=f"tangent $(SW_Q, -S^\\top W_K)$: slope {slope_t:.2f}")
+ax.loglog(
+    steps, resp_t, "o-", label=f"tangent $(SW_Q, -S^\\top W_K)$: slope {slope_t:.2f}"
+)
 ax.loglog(steps, resp_g, "s-", label=f"generic direction: slope {slope_g:.2f}")
-ax.set(xlabel="step size t", ylabel="max |Y(θ + t d) − Y(θ)|", title="Output change along a direction")
+ax.set(
+    xlabel="step size t",
+    ylabel="max |Y(θ + t d) − Y(θ)|",
+    title="Output change along a direction",
+)
 ax.legend()
 plt.show()
 assert abs(slope_t - 2) < 0.1 and abs(slope_g - 1) < 0.1
+glue("slope_tangent", float(slope_t), display=False)
+glue("slope_generic", float(slope_g), display=False)
 
 # %% [markdown]
 # ## Counting: $D^2$ per head, $2DE - D^2$ left
@@ -215,7 +261,7 @@ assert (prod["2DE − D²"] == prod["rank, free factors"]).all()
 assert (prod["SVD: independent constraints"] == prod["D"] * (prod["D"] + 1)).all()
 assert (prod["2DE − D²"] == prod["SVD: tangent dimension"]).all()
 assert (prod["SVD: tangent dimension"] == prod["SVD: rank on the tangent"]).all()
-prod.style.format({"identified share 1 − D/(2E)": "{:.3f}"}).hide(axis="index")
+table(prod, formats={"identified share 1 − D/(2E)": "{:.3f}"})
 
 # %% [markdown]
 # ## The identified fraction over heads and head sizes
@@ -226,24 +272,44 @@ prod.style.format({"identified share 1 − D/(2E)": "{:.3f}"}).hide(axis="index"
 # The map depends on $H$ and $D$ only through $D/E$: the number of heads does not enter the fraction
 # at all, only the head size relative to the width, and every cell of a column is the same.
 
-# %% mystnb={"figure": {"name": "fig-heatmap", "caption": "Identified fraction 1 − D/(2E) of the attention weights at E = 384 over heads H and head size D; red cells are D = E/H, where it equals 1 − 1/(2H)."}}
+# %%
 E0 = 384
 Hs = [1, 2, 3, 4, 6, 8, 12, 16]
 Ds = [16, 32, 48, 64, 96, 128, 192, 384]
 frac = pd.DataFrame(
-    [[count(AttentionConfig(E0, H_, head_dim=D_)).identified_fraction for D_ in Ds] for H_ in Hs],
+    [
+        [count(AttentionConfig(E0, H_, head_dim=D_)).identified_fraction for D_ in Ds]
+        for H_ in Hs
+    ],
     index=pd.Index(Hs, name="heads H"),
     columns=pd.Index(Ds, name="head dim D"),
 )
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-heatmap", "caption": "Identified fraction 1 − D/(2E) of the attention weights at E = 384 over heads H and head size D; red cells are D = E/H, where it equals 1 − 1/(2H)."}}
 fig, ax = plt.subplots(figsize=(7.5, 4.8))
-sns.heatmap(frac, annot=True, fmt=".3f", cmap="viridis", cbar_kws={"label": "identified fraction"}, ax=ax)
+sns.heatmap(
+    frac,
+    annot=True,
+    fmt=".3f",
+    cmap="viridis",
+    cbar_kws={"label": "identified fraction"},
+    ax=ax,
+)
 for i, H_ in enumerate(Hs):
     if E0 // H_ in Ds:
-        ax.add_patch(plt.Rectangle((Ds.index(E0 // H_), i), 1, 1, fill=False, ec="red", lw=2))
+        ax.add_patch(
+            plt.Rectangle((Ds.index(E0 // H_), i), 1, 1, fill=False, ec="red", lw=2)
+        )
 ax.set_title(f"Identified fraction of attention weights, E = {E0} (red: D = E/H)")
 plt.show()
-assert all(abs(frac.loc[H_, E0 // H_] - (1 - 1 / (2 * H_))) < 1e-12 for H_ in Hs if E0 // H_ in Ds)
-assert np.allclose(frac.to_numpy(), 1 - np.array(Ds)[None, :] / (2 * E0))  # a function of D/E alone
+assert all(
+    abs(frac.loc[H_, E0 // H_] - (1 - 1 / (2 * H_))) < 1e-12
+    for H_ in Hs
+    if E0 // H_ in Ds
+)
+assert np.allclose(
+    frac.to_numpy(), 1 - np.array(Ds)[None, :] / (2 * E0)
+)  # a function of D/E alone
 
 # %% [markdown]
 # ## Theory against the Jacobian
@@ -285,22 +351,38 @@ for c in grid:
             "Jacobian": r.unidentified,
             "sv gap": r.sv_gap,
             "unidentified share": r.unidentified / r.total_params,
-            "1/(2H) (if D=C=E/H)": 1 / (2 * c.H) if c.D == c.C == c.E // c.H else np.nan,
+            "1/(2H) (if D=C=E/H)": 1 / (2 * c.H)
+            if c.D == c.C == c.E // c.H
+            else np.nan,
         }
     )
 jac = pd.DataFrame(rows)
 assert (jac["theory"] == jac["Jacobian"]).all() and (jac["sv gap"] > 1e6).all()
-jac.style.format({"sv gap": "{:.1e}", "unidentified share": "{:.4f}", "1/(2H) (if D=C=E/H)": "{:.4f}"}).hide(
-    axis="index"
+glue("n_configs", len(jac), display=False)
+table(
+    jac,
+    formats={
+        "sv gap": "{:.1e}",
+        "unidentified share": "{:.4f}",
+        "1/(2H) (if D=C=E/H)": "{:.4f}",
+    },
 )
 
 # %%
 mh = jac[~jac["1/(2H) (if D=C=E/H)"].isna()]
+
+# %% tags=["hide-input"]
 fig, ax = plt.subplots()
 Hgrid = np.arange(1, 17)
 ax.plot(Hgrid, 1 / (2 * Hgrid), "k-", label="1/(2H)")
-ax.plot(mh["H"], mh["unidentified share"], "o", ms=9, label="Jacobian rank (random point)")
-ax.set(xlabel="heads H", ylabel="unidentified share of weights", title="Unidentified share against the number of heads")
+ax.plot(
+    mh["H"], mh["unidentified share"], "o", ms=9, label="Jacobian rank (random point)"
+)
+ax.set(
+    xlabel="heads H",
+    ylabel="unidentified share of weights",
+    title="Unidentified share against the number of heads",
+)
 ax.legend()
 plt.show()
 

@@ -28,6 +28,15 @@
 # so the heads only contribute the constant $\sum_h W_O^h b_V^h$, which the output bias $b_O$ can
 # absorb. The query bias enters through $x_i^\top W_K^\top b_Q$, which does depend on the key: it is
 # identified.
+#
+# :::{admonition} In this chapter
+# :class: tip
+# Without RoPE the key bias has no effect at all: shifting it by up to $10^2$ changes the output
+# by at most {glue:text}`max_shift_change:.0e`, and its gradient is
+# {glue:text}`key_bias_grad:.0e`, against {glue:text}`key_bias_grad_rope:.2f` under RoPE. The value
+# bias folds into the output bias; with biases the closed-form count equals the Jacobian on all
+# {glue:text}`n_bias_configs` configurations tested.
+# :::
 
 # %% tags=["parameters"]
 profile = "cpu"
@@ -39,13 +48,20 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from myst_nb import glue
 
 from attnid.attention import AttentionConfig, attention, init_params
 from attnid.audit import audit
 from attnid.counting import count
 from attnid.lm.profiles import check_profile
-from attnid.plotting import set_style
-from attnid.symmetry import absorb_value_bias, bias_gradient_norms, bias_gradients, shift_key_bias, value_bias_direction
+from attnid.plotting import set_style, table
+from attnid.symmetry import (
+    absorb_value_bias,
+    bias_gradient_norms,
+    bias_gradients,
+    shift_key_bias,
+    value_bias_direction,
+)
 
 check_profile(profile)
 set_style()
@@ -66,20 +82,35 @@ for size in (1e-2, 1.0, 1e2):
     rows.append(
         {
             "change": f"key bias + shift of size {size:g}",
-            "max |ΔY|": float((attention(X, shift_key_bias(p, delta), cfg) - Y).abs().max()),
+            "max |ΔY|": float(
+                (attention(X, shift_key_bias(p, delta), cfg) - Y).abs().max()
+            ),
         }
     )
 absorbed = absorb_value_bias(p, cfg)
 rows.append(
-    {"change": "value bias moved into b_O (b_V = 0)", "max |ΔY|": float((attention(X, absorbed, cfg) - Y).abs().max())}
+    {
+        "change": "value bias moved into b_O (b_V = 0)",
+        "max |ΔY|": float((attention(X, absorbed, cfg) - Y).abs().max()),
+    }
 )
-q = dict(p, b_Q=p["b_Q"] + 1e-2 * torch.randn(p["b_Q"].shape, generator=gen, dtype=torch.float64))
+q = dict(
+    p,
+    b_Q=p["b_Q"]
+    + 1e-2 * torch.randn(p["b_Q"].shape, generator=gen, dtype=torch.float64),
+)
 rows.append(
-    {"change": "query bias + shift of size 0.01 (control)", "max |ΔY|": float((attention(X, q, cfg) - Y).abs().max())}
+    {
+        "change": "query bias + shift of size 0.01 (control)",
+        "max |ΔY|": float((attention(X, q, cfg) - Y).abs().max()),
+    }
 )
 bias_table = pd.DataFrame(rows)
-assert (bias_table["max |ΔY|"][:4] <= 1e-10).all() and bias_table["max |ΔY|"].iloc[4] > 1e-4
-bias_table.style.format({"max |ΔY|": "{:.1e}"}).hide(axis="index")
+assert (bias_table["max |ΔY|"][:4] <= 1e-10).all() and bias_table["max |ΔY|"].iloc[
+    4
+] > 1e-4
+glue("max_shift_change", float(bias_table["max |ΔY|"][:3].max()), display=False)
+table(bias_table, formats={"max |ΔY|": "{:.1e}"})
 
 # %% [markdown]
 # A shift of the key bias by 100 leaves the output unchanged to round-off; the softmax removes it
@@ -92,11 +123,13 @@ bias_table.style.format({"max |ΔY|": "{:.1e}"}).hide(axis="index")
 # is zero up to float64 round-off, while the other biases get ordinary gradients
 # ({numref}`fig-bias-grads`). With RoPE (last group of bars) the picture changes; see below.
 
-# %% mystnb={"figure": {"name": "fig-bias-grads", "caption": "Gradient norm of each bias for a random linear loss at a random point (float64), without and with RoPE. The key bias has a zero gradient up to round-off, but only without RoPE."}}
+# %%
 cfg_rope = cfg.with_(rope=True)
 g_plain = bias_gradient_norms(p, cfg, X, seed=seed)
 g_rope = bias_gradient_norms(init_params(cfg_rope, seed=seed), cfg_rope, X, seed=seed)
 names = list(g_plain)
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-bias-grads", "caption": "Gradient norm of each bias for a random linear loss at a random point (float64), without and with RoPE. The key bias has a zero gradient up to round-off, but only without RoPE."}}
 fig, ax = plt.subplots()
 w = 0.38
 xs = np.arange(len(names))
@@ -105,11 +138,18 @@ ax.bar(xs + w / 2, [g_rope[n] for n in names], w, label="with RoPE")
 ax.set_yscale("log")
 ax.axhline(np.finfo(np.float64).eps, color="k", ls=":", label="float64 ε")
 ax.set_xticks(xs, [f"${n[0]}_{n[2]}$" for n in names])
-ax.set(ylabel="‖∂⟨R, Y⟩ / ∂b‖", title="Bias gradients at a random point", ylim=(1e-18, 1e3))
+ax.set(
+    ylabel="‖∂⟨R, Y⟩ / ∂b‖", title="Bias gradients at a random point", ylim=(1e-18, 1e3)
+)
 ax.legend()
 plt.show()
-assert g_plain["b_K"] < 1e-12 and min(g_plain["b_Q"], g_plain["b_V"], g_plain["b_O"]) > 1e-3
+assert (
+    g_plain["b_K"] < 1e-12
+    and min(g_plain["b_Q"], g_plain["b_V"], g_plain["b_O"]) > 1e-3
+)
 assert g_rope["b_K"] > 1e-3
+glue("key_bias_grad", float(g_plain["b_K"]), display=False)
+glue("key_bias_grad_rope", float(g_rope["b_K"]), display=False)
 
 # %% [markdown]
 # The value bias has a large gradient, and yet it is unidentified. There is no contradiction: what is
@@ -121,10 +161,13 @@ assert g_rope["b_K"] > 1e-3
 grads = bias_gradients(p, cfg, X, seed=seed)
 rows = []
 for trial in range(3):
-    d = value_bias_direction(p, cfg, torch.randn(cfg.G, cfg.C, generator=gen, dtype=torch.float64))
+    d = value_bias_direction(
+        p, cfg, torch.randn(cfg.G, cfg.C, generator=gen, dtype=torch.float64)
+    )
     along = sum(float((grads[k] * d[k]).sum()) for k in d)
     scale = float(
-        torch.cat([grads[k].reshape(-1) for k in d]).norm() * torch.cat([v.reshape(-1) for v in d.values()]).norm()
+        torch.cat([grads[k].reshape(-1) for k in d]).norm()
+        * torch.cat([v.reshape(-1) for v in d.values()]).norm()
     )
     rows.append(
         {
@@ -136,8 +179,13 @@ for trial in range(3):
     )
 vdir = pd.DataFrame(rows)
 assert (vdir["relative to ‖∇‖‖d‖"] < 1e-12).all()
-vdir.style.format({"‖∇b_V‖": "{:.2f}", "⟨∇, combined direction⟩": "{:.1e}", "relative to ‖∇‖‖d‖": "{:.1e}"}).hide(
-    axis="index"
+table(
+    vdir,
+    formats={
+        "‖∇b_V‖": "{:.2f}",
+        "⟨∇, combined direction⟩": "{:.1e}",
+        "relative to ‖∇‖‖d‖": "{:.1e}",
+    },
 )
 
 # %% [markdown]
@@ -153,7 +201,11 @@ vdir.style.format({"‖∇b_V‖": "{:.2f}", "⟨∇, combined direction⟩": "{
 
 # %%
 rows = []
-combos = ["none", "q", "k", "v", "qk", "vo", "qkv", "all"] if not small else ["none", "k", "all"]
+combos = (
+    ["none", "q", "k", "v", "qk", "vo", "qkv", "all"]
+    if not small
+    else ["none", "k", "all"]
+)
 for b in combos:
     for rope in (False, True):
         c = AttentionConfig(12, 3, bias=b, rope=rope, causal=True)
@@ -171,7 +223,8 @@ for b in combos:
         )
 bias_counts = pd.DataFrame(rows)
 assert (bias_counts["theory total"] == bias_counts["Jacobian"]).all()
-bias_counts.style.format({"sv gap": "{:.1e}"}).hide(axis="index")
+glue("n_bias_configs", len(bias_counts), display=False)
+table(bias_counts, formats={"sv gap": "{:.1e}"})
 
 # %% [markdown]
 # ## What RoPE does to the key-bias invariance
@@ -192,7 +245,14 @@ bias_counts.style.format({"sv gap": "{:.1e}"}).hide(axis="index")
 # %%
 p_rope = init_params(cfg_rope, seed=seed)
 delta = torch.randn(cfg.G, cfg.D, generator=gen, dtype=torch.float64)
-change = float((attention(X, shift_key_bias(p_rope, delta), cfg_rope) - attention(X, p_rope, cfg_rope)).abs().max())
+change = float(
+    (
+        attention(X, shift_key_bias(p_rope, delta), cfg_rope)
+        - attention(X, p_rope, cfg_rope)
+    )
+    .abs()
+    .max()
+)
 print(f"RoPE layer, key bias shifted by a random vector: max |ΔY| = {change:.3f}")
 assert change > 1e-3
 

@@ -18,6 +18,14 @@
 # embedding dimension $E'$ have to be? The paper answers "roughly 60% larger for 12 heads". This
 # chapter derives $E'$ under each way of counting and checks which one is right.
 #
+# :::{admonition} In this chapter
+# :class: tip
+# A single head with as many identified weights as a 12-head layer is
+# {glue:text}`width_h12:.2f` times as wide, not the paper's {glue:text}`width_h12_paper:.2f`: the
+# Jacobian shows that a single head with a square value map loses a third of its weights, not half,
+# on all {glue:text}`n_widths` widths tested.
+# :::
+#
 # **The multi-head layer.** $H$ heads with $D = C = E/H$ have $4E^2$ weights, of which $2E^2/H$ are
 # unidentified (chapter on invariances), so
 #
@@ -49,12 +57,17 @@ device = "auto"
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from myst_nb import glue
 
 from attnid.attention import AttentionConfig
 from attnid.audit import audit, audit_block
-from attnid.counting import CONVENTIONS, equivalent_single_head_width, single_head_total_over_multi
+from attnid.counting import (
+    CONVENTIONS,
+    equivalent_single_head_width,
+    single_head_total_over_multi,
+)
 from attnid.lm.profiles import check_profile
-from attnid.plotting import set_style
+from attnid.plotting import panels, set_style, table
 
 check_profile(profile)
 set_style()
@@ -85,7 +98,8 @@ for Ep in [4, 6] if profile == "smoke" else [4, 6, 8]:
 single = pd.DataFrame(rows)
 assert (single["conv. 1 Jacobian unidentified"] == single["E'"] ** 2).all()
 assert (single["conv. 2 Jacobian unidentified"] == 2 * single["E'"] ** 2).all()
-single.style.hide(axis="index")
+glue("n_widths", len(single), display=False)
+table(single)
 
 # %% [markdown]
 # The single head with a square value map loses $E'^2$ of its $3E'^2$ weights — a third, not a half.
@@ -93,9 +107,10 @@ single.style.hide(axis="index")
 #
 # ## $E'/E$ and the size of the equivalent single head
 
-# %% mystnb={"figure": {"name": "fig-equivalence", "caption": "Left: width E'/E of a single head with as many identified parameters as an H-head layer of width E, for each counting convention. Right: its total weights relative to the multi-head layer's 4E². The marker is the paper's 'roughly 60% larger for 12 heads'."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-equivalence", "caption": "Left: width E'/E of a single head with as many identified parameters as an H-head layer of width E, for each counting convention. Right: its total weights relative to the multi-head layer's 4E². The marker is the paper's 'roughly 60% larger for 12 heads'."}}
 Hs = np.arange(1, 33)
-fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+fig, axes = panels(2, height=3.6)
+axes = axes[0]
 labels = {
     "qk_square_v": "1: Q, K, square V (correct)",
     "full_head": "2: full head Q, K, V, O (correct)",
@@ -103,15 +118,33 @@ labels = {
 }
 styles = {"qk_square_v": "-", "full_head": "--", "half_of_all": ":"}
 for conv in CONVENTIONS:
-    axes[0].plot(Hs, [equivalent_single_head_width(h, conv) for h in Hs], styles[conv], lw=2, label=labels[conv])
-    axes[1].plot(Hs, [single_head_total_over_multi(h, conv) for h in Hs], styles[conv], lw=2, label=labels[conv])
+    axes[0].plot(
+        Hs,
+        [equivalent_single_head_width(h, conv) for h in Hs],
+        styles[conv],
+        lw=2,
+        label=labels[conv],
+    )
+    axes[1].plot(
+        Hs,
+        [single_head_total_over_multi(h, conv) for h in Hs],
+        styles[conv],
+        lw=2,
+        label=labels[conv],
+    )
 w12 = equivalent_single_head_width(12, "half_of_all")
 axes[0].plot([12], [w12], "o", color="C3", ms=9, label=f"H = 12: E'/E = {w12:.2f}")
-axes[0].set(xlabel="heads H of the multi-head layer", ylabel="E' / E", title="Width of the equivalent single head")
-axes[1].set(xlabel="heads H of the multi-head layer", ylabel="single-head weights / 4E²", title="Its size")
-axes[0].legend(fontsize=8)
-axes[1].legend(fontsize=8)
-plt.tight_layout()
+axes[0].set(
+    xlabel="heads H of the multi-head layer",
+    ylabel="E' / E",
+    title="Width of the equivalent single head",
+)
+axes[1].set(
+    xlabel="heads H of the multi-head layer",
+    ylabel="single-head weights / 4E²",
+    title="Its size",
+)
+fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
 plt.show()
 
 # %%
@@ -124,9 +157,15 @@ rows = [
     for c in CONVENTIONS
 ]
 eq12 = pd.DataFrame(rows)
-assert abs(equivalent_single_head_width(12, "half_of_all") - 1.60) < 0.01  # the paper's 60%
-assert abs(equivalent_single_head_width(12, "qk_square_v") - np.sqrt(2 - 1 / 12)) < 1e-12  # ≈ 1.38
-eq12.style.format({"E'/E at H = 12": "{:.3f}", "weights relative to 4E²": "{:.3f}"}).hide(axis="index")
+assert (
+    abs(equivalent_single_head_width(12, "half_of_all") - 1.60) < 0.01
+)  # the paper's 60%
+assert (
+    abs(equivalent_single_head_width(12, "qk_square_v") - np.sqrt(2 - 1 / 12)) < 1e-12
+)  # ≈ 1.38
+glue("width_h12", equivalent_single_head_width(12, "qk_square_v"), display=False)
+glue("width_h12_paper", equivalent_single_head_width(12, "half_of_all"), display=False)
+table(eq12, formats={"E'/E at H = 12": "{:.3f}", "weights relative to 4E²": "{:.3f}"})
 
 # %% [markdown]
 # :::{important}

@@ -24,6 +24,15 @@
 # validation loss, on a fixed seeded set of batches, when it alone is removed. Every training run does
 # this analysis on its own device when it finishes and stores it in its run record (`heads.json`), so
 # this chapter reads records and never loads weights.
+#
+# :::{admonition} In this chapter
+# :class: tip
+# Within 5 % of the AdamW model's validation loss, {glue:text}`prunable_5:.0%` of its heads can be
+# removed. Splitting the same width into more heads raises the identified fraction from 1/2 to
+# $1 - 1/(2H)$, and AdamW's unidentified share of a step goes from {glue:text}`rho_h1:.2f` of its
+# isotropic value at $H = 1$ to {glue:text}`rho_hmax:.2f` at $H = 16$ (this build's head-count
+# sweep).
+# :::
 
 # %% tags=["parameters"]
 profile = "cpu"
@@ -35,6 +44,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
+from myst_nb import glue
 
 from attnid import count
 from attnid.lm.profiles import (
@@ -47,7 +57,7 @@ from attnid.lm.profiles import (
 )
 from attnid.lm.records import RecordError, find_runs, load_run, rho_key, series
 from attnid.lm.train import train
-from attnid.plotting import set_style
+from attnid.plotting import panels, set_style, table
 
 check_profile(profile)
 set_style()
@@ -59,33 +69,45 @@ def md(text: str) -> None:
 
 
 def run_record(case: str, s: int):
-    """The finished record of ``case`` (seed ``s``): trained here unless the paper profile has no GPU."""
+    """The finished record of ``case`` (seed ``s``): trained here, or read from the
+    paper records when the paper profile has no GPU."""
     if profile == "paper" and not dev.startswith("cuda"):
         found = find_runs("paper", [case], seed=s)
         if case not in found or found[case].heads is None:
             raise RecordError(
-                f"no paper-scale record with a head analysis for {case} (seed {s}): make the "
-                "chapter-6 and chapter-7 runs on a GPU with `attnid experiments --profile paper "
-                "--device cuda` and `attnid experiments --profile paper --suite heads --device cuda`"
+                f"no paper-scale record with a head analysis for {case} (seed {s}): "
+                "make the "
+                "chapter-6 and chapter-7 runs on a GPU with `attnid experiments "
+                "--profile paper "
+                "--device cuda` and `attnid experiments --profile paper --suite heads "
+                "--device cuda`"
             )
         return found[case]
     train(make_config(profile, case, seed=s, device=device), progress=False)
     return load_run(profile, case, seed=s)
 
 
-adamw = run_record("adamw", seed)  # the chapter-6 run: its record holds the head analysis
+adamw = run_record(
+    "adamw", seed
+)  # the chapter-6 run: its record holds the head analysis
 heads = adamw.heads
 importance, baseline = np.array(heads["importance"]), heads["baseline"]
 L, H = importance.shape
-paper = find_runs("paper", ["adamw"], seed=seed).get("adamw") if profile != "paper" else None
+paper = (
+    find_runs("paper", ["adamw"], seed=seed).get("adamw")
+    if profile != "paper"
+    else None
+)
 md(
-    f"AdamW model of chapter 6 ({profile} profile): {L} layers × {H} heads, validation loss "
-    f"{baseline:.4f} on {heads['n_batches']} fixed batches. Head analysis at paper scale: "
+    f"AdamW model of chapter 6 ({profile} profile): {L} layers × {H} heads, validation "
+    "loss "
+    f"{baseline:.4f} on {heads['n_batches']} fixed batches. Head analysis at paper "
+    "scale: "
     + (
         "in this build's records."
         if profile == "paper"
-        else "pending (the paper-scale records predate the head analysis; `attnid experiments --profile paper "
-        "--device cuda` on a GPU makes it)."
+        else "pending (the paper-scale records predate the head analysis; "
+        "`attnid experiments --profile paper --device cuda` on a GPU makes it)."
         if paper is None or paper.heads is None
         else "available."
     )
@@ -102,21 +124,28 @@ md(
 rho = np.nanmean(series(adamw.rows, rho_key(adamw))[1], axis=0)  # (L, H)
 erank = np.array(heads["effective_rank"])
 D = RunConfig.from_dict(adamw.config).gpt_config().head_dim
-fig, axes = plt.subplots(1, 3, figsize=(14, 2.2 + 0.6 * L))
+fig, axes = panels(3, height=1.6 + 0.6 * L)
 for ax, grid, title, cmap, fmt in (
-    (axes[0], importance, "importance (Δ val loss)", "magma", "{:.3f}"),
-    (axes[1], rho, "mean ρ (AdamW)", "viridis", "{:.3f}"),
-    (axes[2], erank, f"QK effective rank (D = {D})", "cividis", "{:.1f}"),
+    (axes.flat[0], importance, "importance (Δ val loss)", "magma", "{:.3f}"),
+    (axes.flat[1], rho, "mean ρ (AdamW)", "viridis", "{:.3f}"),
+    (axes.flat[2], erank, f"QK effective rank (D = {D})", "cividis", "{:.1f}"),
 ):
     im = ax.imshow(grid, cmap=cmap, aspect="auto")
     for (i, j), v in np.ndenumerate(grid):
-        ax.text(j, i, fmt.format(v), ha="center", va="center", color="w" if v < grid.mean() else "k", fontsize=8)
+        ax.text(
+            j,
+            i,
+            fmt.format(v),
+            ha="center",
+            va="center",
+            color="w" if v < grid.mean() else "k",
+            fontsize=9.5,
+        )
     ax.set_xticks(range(H), [f"h{j + 1}" for j in range(H)])
     ax.set_yticks(range(L), [f"layer {i + 1}" for i in range(L)])
     ax.set_title(title)
     ax.grid(False)
     fig.colorbar(im, ax=ax, shrink=0.8)
-plt.tight_layout()
 plt.show()
 assert importance.max() > 0
 
@@ -130,9 +159,20 @@ assert importance.max() > 0
 curve = heads["pruning_curve"]
 f1, f5 = heads["prunable"]["0.01"], heads["prunable"]["0.05"]
 fig, ax = plt.subplots()
-ax.plot([c["fraction"] for c in curve], [c["loss"] for c in curve], "o-", label="validation loss")
+ax.plot(
+    [c["fraction"] for c in curve],
+    [c["loss"] for c in curve],
+    "o-",
+    label="validation loss",
+)
 for tol, f, c in ((0.01, f1, "C2"), (0.05, f5, "C1")):
-    ax.axhline(baseline * (1 + tol), color=c, ls="--", lw=1, label=f"+{tol:.0%}: up to {f:.0%} of heads prunable")
+    ax.axhline(
+        baseline * (1 + tol),
+        color=c,
+        ls="--",
+        lw=1,
+        label=f"+{tol:.0%}: up to {f:.0%} of heads prunable",
+    )
     ax.axvline(f, color=c, ls=":", lw=1)
 ax.set(
     xlabel="fraction of heads removed",
@@ -145,6 +185,7 @@ plt.show()
 # %% tags=["hide-input"]
 assert curve[0]["loss"] == baseline and 0 <= f1 <= f5 <= 1
 md(f"Prunable within 1 %: {f1:.0%} of heads; within 5 %: {f5:.0%}.")
+glue("prunable_5", float(f5), display=False)
 
 # %% [markdown]
 # ## More heads at the same width
@@ -161,7 +202,9 @@ for case in SUITES["heads"].cases:
     for s in seeds:
         rec = run_record(case, s)
         cfg = make_config(profile, case, seed=s)
-        arch = cfg.gpt_config().attention_config().with_(bias="none")  # the weights, as in chapter 2
+        arch = (
+            cfg.gpt_config().attention_config().with_(bias="none")
+        )  # the weights, as in chapter 2
         D = arch.D
         rho_heads = np.nanmean(series(rec.rows, rho_key(rec))[1], axis=0)  # (L, H)
         imp = np.array(rec.heads["importance"])
@@ -176,12 +219,14 @@ for case in SUITES["heads"].cases:
                 "identified fraction": count(arch).identified_fraction,
                 "mean ρ": float(rho_heads.mean()),
                 "isotropic": D / (2 * (cfg.n_embd + 1)),
-                "corr": float(np.corrcoef(imp.ravel(), rho_heads.ravel())[0, 1]) if cfg.n_head > 1 else np.nan,
+                "corr": float(np.corrcoef(imp.ravel(), rho_heads.ravel())[0, 1])
+                if cfg.n_head > 1
+                else np.nan,
                 "QK effective rank": float(np.mean(rec.heads["effective_rank"])),
             }
         )
 sweep = pd.DataFrame(records)
-table = (
+summary = (
     sweep.groupby(["case", "H", "D"], sort=False)
     .agg(
         **{
@@ -197,23 +242,25 @@ table = (
     )
     .reset_index()
 )
-table["ρ / isotropic"] = table["mean ρ (AdamW)"] / table["isotropic D/(2(E+1))"]
-main = table[table["case"] != "heads_H4_D8"]
+summary["ρ / isotropic"] = summary["mean ρ (AdamW)"] / summary["isotropic D/(2(E+1))"]
+main = summary[summary["case"] != "heads_H4_D8"]
 assert np.allclose(main["identified fraction"], 1 - 1 / (2 * main["H"]))
-assert (table["val loss (mean)"] < np.log(65)).all()
-table.drop(columns="case").style.format(
-    {
+assert (summary["val loss (mean)"] < np.log(65)).all()
+glue("rho_h1", float(main["ρ / isotropic"].iloc[0]), display=False)
+glue("rho_hmax", float(main["ρ / isotropic"].iloc[-1]), display=False)
+table(
+    summary.drop(columns="case"),
+    formats={
         "val loss (mean)": "{:.4f}",
         "val loss (min)": "{:.4f}",
         "val loss (max)": "{:.4f}",
-        "weights / layer": "{:,}",
         "identified fraction": "{:.4f}",
         "mean ρ (AdamW)": "{:.4f}",
         "isotropic D/(2(E+1))": "{:.4f}",
         "QK effective rank": "{:.2f}",
         "ρ / isotropic": "{:.2f}",
-    }
-).hide(axis="index").set_table_styles([{"selector": "th, td", "props": "padding: 0.1em 0.7em; text-align: right;"}])
+    },
+)
 
 # %% [markdown]
 # ### Does AdamW's unidentified share follow $1/(2H)$?
@@ -229,16 +276,22 @@ ax.loglog(m["H"], m["mean ρ"], "o", alpha=0.6, label="AdamW mean ρ (each seed)
 ax.loglog(main["H"], main["mean ρ (AdamW)"], "-", color="C0", label="mean over seeds")
 ax.loglog(main["H"], main["isotropic D/(2(E+1))"], "k--", label="isotropic D/(2(E+1))")
 ax.set_xticks(list(HEAD_COUNTS), [str(h) for h in HEAD_COUNTS])
-ax.set(xlabel="heads H (D = E/H)", ylabel="mean ρ", title=f"Unidentified share of AdamW's steps ({profile})")
-ax.legend(fontsize=8)
+ax.set(
+    xlabel="heads H (D = E/H)",
+    ylabel="mean ρ",
+    title=f"Unidentified share of AdamW's steps ({profile})",
+)
+ax.legend()
 plt.show()
 
 # %% tags=["hide-input"]
 ratio = main.set_index("H")["ρ / isotropic"]
 slope = np.polyfit(np.log(main["H"]), np.log(main["mean ρ (AdamW)"]), 1)[0]
 md(
-    f"AdamW's mean ρ is {ratio.iloc[0]:.2f} of the isotropic share at H = {ratio.index[0]} and "
-    f"{ratio.iloc[-1]:.2f} of it at H = {ratio.index[-1]}; its log–log slope against H is {slope:.2f} "
+    f"AdamW's mean ρ is {ratio.iloc[0]:.2f} of the isotropic share at H = "
+    f"{ratio.index[0]} and "
+    f"{ratio.iloc[-1]:.2f} of it at H = {ratio.index[-1]}; its log–log slope against H "
+    f"is {slope:.2f} "
     f"(the isotropic share has slope −1). "
     + (
         "It falls more slowly than 1/(2H)."
@@ -252,25 +305,41 @@ md(
 # %% tags=["hide-input"]
 corr = sweep.dropna(subset=["corr"])
 md(
-    "Correlation across heads between importance and mean ρ, per run (n = number of heads): "
+    "Correlation across heads between importance and mean ρ, per run (n = number of "
+    "heads): "
     + "; ".join(
-        f"H = {r.H}{'' if r.case != 'heads_H4_D8' else ' (D = 8)'}, seed {r.seed}: {r.corr:+.2f} "
+        f"H = {r.H}{'' if r.case != 'heads_H4_D8' else ' (D = 8)'}, seed {r.seed}: "
+        f"{r.corr:+.2f} "
         f"(n = {r.H * adamw.config['n_layer']})"
         for r in corr.itertuples()
     )
     + ". "
-    f"Over these {len(corr)} runs it ranges from {corr['corr'].min():+.2f} to {corr['corr'].max():+.2f}."
+    f"Over these {len(corr)} runs it ranges from {corr['corr'].min():+.2f} to "
+    f"{corr['corr'].max():+.2f}."
 )
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-head-sweep", "caption": "Head-count sweep of this build (profile in the title): final validation loss against the number of heads at fixed width (mean and range over seeds), with the identified fraction 1 − 1/(2H) on the right axis; the square is the control with H = 4 and D = 8."}}
 fig, ax = plt.subplots()
-err = [main["val loss (mean)"] - main["val loss (min)"], main["val loss (max)"] - main["val loss (mean)"]]
-ax.errorbar(main["H"], main["val loss (mean)"], yerr=err, fmt="o-", capsize=4, label=f"D = E/H ({len(seeds)} seed(s))")
-ctrl = table[table["case"] == "heads_H4_D8"]
+err = [
+    main["val loss (mean)"] - main["val loss (min)"],
+    main["val loss (max)"] - main["val loss (mean)"],
+]
+ax.errorbar(
+    main["H"],
+    main["val loss (mean)"],
+    yerr=err,
+    fmt="o-",
+    capsize=4,
+    label=f"D = E/H ({len(seeds)} seed(s))",
+)
+ctrl = summary[summary["case"] == "heads_H4_D8"]
 ax.errorbar(
     ctrl["H"],
     ctrl["val loss (mean)"],
-    yerr=[ctrl["val loss (mean)"] - ctrl["val loss (min)"], ctrl["val loss (max)"] - ctrl["val loss (mean)"]],
+    yerr=[
+        ctrl["val loss (mean)"] - ctrl["val loss (min)"],
+        ctrl["val loss (max)"] - ctrl["val loss (mean)"],
+    ],
     fmt="s",
     color="C3",
     capsize=4,
@@ -285,12 +354,18 @@ ax.set(
     title=f"Head count at fixed width ({profile})",
 )
 ax2 = ax.twinx()
-ax2.plot(main["H"], main["identified fraction"], "d--", color="0.4", label="identified fraction 1 − 1/(2H)")
+ax2.plot(
+    main["H"],
+    main["identified fraction"],
+    "d--",
+    color="0.4",
+    label="identified fraction 1 − 1/(2H)",
+)
 ax2.set_ylabel("identified fraction of attention weights")
 ax2.grid(False)
 h1, l1 = ax.get_legend_handles_labels()
 h2, l2 = ax2.get_legend_handles_labels()
-ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper center")
+ax.legend(h1 + h2, l1 + l2, loc="upper center")
 plt.show()
 
 # %% tags=["hide-input"]
@@ -298,8 +373,10 @@ by_h = main.set_index("H")["val loss (mean)"]
 spread = float((main["val loss (max)"] - main["val loss (min)"]).max())
 gain = by_h.loc[1] - by_h.min()
 md(
-    f"Validation loss: H = 1 → {by_h.loc[1]:.4f}, best at H = {by_h.idxmin()} ({by_h.min():.4f}), a difference of "
-    f"{gain:.4f} against a largest seed-to-seed range of {spread:.4f} over {len(seeds)} seed(s): "
+    f"Validation loss: H = 1 → {by_h.loc[1]:.4f}, best at H = {by_h.idxmin()} "
+    f"({by_h.min():.4f}), a difference of "
+    f"{gain:.4f} against a largest seed-to-seed range of {spread:.4f} over {len(seeds)}"
+    " seed(s): "
     + (
         "one seed gives no noise estimate, so no conclusion."
         if len(seeds) < 2
@@ -308,8 +385,10 @@ md(
         else "larger than the seed noise."
     )
     + f" Control (H = 4, D = 8): {float(ctrl['val loss (mean)'].iloc[0]):.4f} with "
-    f"{int(ctrl['weights / layer'].iloc[0]):,} weights per layer, against {by_h.loc[4]:.4f} with "
-    f"{int(main.set_index('H').loc[4, 'weights / layer']):,} for H = 4, D = {int(main.set_index('H').loc[4, 'D'])}."
+    f"{int(ctrl['weights / layer'].iloc[0]):,} weights per layer, against "
+    f"{by_h.loc[4]:.4f} with "
+    f"{int(main.set_index('H').loc[4, 'weights / layer']):,} for H = 4, D = "
+    f"{int(main.set_index('H').loc[4, 'D'])}."
 )
 
 # %% [markdown]

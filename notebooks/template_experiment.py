@@ -19,6 +19,13 @@
 #
 # Here it audits one attention layer: it counts the parameters with no effect on the output twice,
 # from the closed form and from the rank of the Jacobian {cite:p}`morrow2026identification`.
+#
+# :::{admonition} In this chapter
+# :class: tip
+# The layer of the parameters cell has {glue:text}`total_params:,` parameters; the closed form and
+# the rank of the Jacobian both find {glue:text}`unidentified:,` of them unidentified (singular-value
+# gap {glue:text}`sv_gap:.0e`). Change the parameters cell and this box follows.
+# :::
 
 # %% tags=["parameters"]
 profile = "cpu"
@@ -32,6 +39,7 @@ rope = False
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+from myst_nb import glue
 
 from attnid import AttentionConfig, count
 from attnid.audit import audit
@@ -43,18 +51,26 @@ set_style()
 cfg = AttentionConfig(embed, heads, bias=bias, rope=rope, causal=True)
 theory = count(cfg)
 result = audit(cfg, seed=seed, method="dense")
-print(
-    f"{theory.total_params} parameters: closed form {theory.unidentified} unidentified, "
-    f"Jacobian {result.unidentified} (singular-value gap {result.sv_gap:.1e})"
-)
+print(f"{theory.total_params} parameters")
+print(f"closed form: {theory.unidentified} unidentified")
+print(f"Jacobian:    {result.unidentified} (singular-value gap {result.sv_gap:.1e})")
 assert result.unidentified == theory.unidentified
+glue("total_params", theory.total_params, display=False)
+glue("unidentified", result.unidentified, display=False)
+glue("sv_gap", result.sv_gap, display=False)
 
 # %%
 sv = np.array(result.singular_values)
 fig, ax = plt.subplots()
-ax.semilogy(np.arange(1, len(sv) + 1), sv / sv[0], ".", label="singular values / largest")
+ax.semilogy(
+    np.arange(1, len(sv) + 1), sv / sv[0], ".", label="singular values / largest"
+)
 ax.axvline(result.rank + 0.5, color="C3", ls="--", label=f"rank = {result.rank}")
 ax.axhline(result.tol / sv[0], color="0.4", ls=":", label="tolerance")
-ax.set(xlabel="index", ylabel="relative singular value", title=f"Jacobian spectrum, E={embed}, H={heads}")
+ax.set(
+    xlabel="index",
+    ylabel="relative singular value",
+    title=f"Jacobian spectrum, E={embed}, H={heads}",
+)
 ax.legend()
 plt.show()

@@ -15,6 +15,7 @@ with ``2i + 1``; the two differ by a fixed permutation of a head's coordinates, 
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -123,7 +124,9 @@ HF_TYPES: dict[str, HFType] = {
 
 def _transformers():
     try:
-        import transformers
+        with warnings.catch_warnings():  # its import warns about the environment (tqdm, torch), not the audit
+            warnings.simplefilter("ignore")
+            import transformers
     except ImportError as e:
         raise ImportError(f'auditing Hugging Face modules needs transformers ({TESTED}): pip install -e ".[hf]"') from e
     return transformers
@@ -171,7 +174,9 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     ``"sdpa"`` computes in the input's float64; ``"eager"`` runs some models' softmax in float32."""
     tf = _transformers()
     t = HF_TYPES[hf_type]
-    mod = importlib.import_module(f"transformers.models.{t.module}.modeling_{t.module}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = importlib.import_module(f"transformers.models.{t.module}.modeling_{t.module}")
     config = getattr(tf, t.config)(**t.config_kwargs(cfg, attn_implementation))
     attn = getattr(mod, t.attention)(config, layer_idx=0).to(torch.float64).eval()
     g = torch.Generator().manual_seed(seed)

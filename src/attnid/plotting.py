@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 PALETTE = "colorblind"
+DPI = 110  # every figure's pixels per inch
+MIN_FONT_PT = 9.5  # the smallest text drawn (legends); the book shows figures at ≥ 0.85 scale, so ≥ 8 pt
+PAGE_WIDTH_IN = 8.0  # the widest figure: at the book's column width its text stays ≥ 8 pt
 
 
 def set_style() -> None:
-    """Seaborn ``whitegrid`` theme, colour-blind palette, readable sizes, light background."""
+    """Seaborn ``whitegrid`` theme, colour-blind palette, text sizes readable at the book's width."""
     import matplotlib as mpl
     import seaborn as sns
 
@@ -14,17 +17,82 @@ def set_style() -> None:
     mpl.rcParams.update(
         {
             "figure.figsize": (7.0, 4.2),
-            "figure.dpi": 110,
-            "savefig.dpi": 110,
-            "axes.titlesize": 12,
+            "figure.dpi": DPI,
+            "savefig.dpi": DPI,
+            "axes.titlesize": 11.5,
             "axes.titleweight": "bold",
             "axes.labelsize": 11,
-            "legend.fontsize": 9,
+            "xtick.labelsize": 10,
+            "ytick.labelsize": 10,
+            "legend.fontsize": MIN_FONT_PT,
+            "legend.title_fontsize": MIN_FONT_PT,
+            "font.size": 10,
             "legend.frameon": True,
             "figure.facecolor": "white",
             "axes.facecolor": "white",
         }
     )
+
+
+def panels(n: int, *, height: float = 3.6, **subplots_kw):
+    """``fig, axes`` for ``n`` panels, at most two per row, ``PAGE_WIDTH_IN`` wide (one panel: 7 in);
+    ``axes`` has shape ``(rows, min(n, 2))``. Extra cells of an odd last row are removed."""
+    import matplotlib.pyplot as plt
+
+    cols = 1 if n == 1 else 2
+    rows = -(-n // cols)
+    width = 7.0 if n == 1 else PAGE_WIDTH_IN
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(width, height * rows), squeeze=False, layout="constrained", **subplots_kw
+    )
+    for ax in axes.flat[n:]:
+        ax.remove()
+    return fig, axes
+
+
+def label_points(ax, x, y, labels, *, fontsize: float = MIN_FONT_PT) -> list:
+    """Label each point ``(x[i], y[i])`` beside it: to its right, else to its left, else nudged up or down
+    (with a thin leader line), whichever first overlaps no marker and no label placed before it (points
+    are labelled from the top down). Set the axes' scales and limits first. Returns the annotations."""
+    import numpy as np
+
+    fig = ax.figure
+    fig.canvas.draw()
+    px = fontsize * fig.dpi / 72  # the height of a label in display pixels
+    xs, ys = np.asarray(x, float), np.asarray(y, float)
+    xy = ax.transData.transform(np.column_stack([xs, ys]))
+    boxes = [(u - 0.5 * px, u + 0.5 * px, v - 0.5 * px, v + 0.5 * px) for u, v in xy]  # the markers
+    gap = 0.8 * px
+    out = []
+    for i in np.argsort(-xy[:, 1], kind="stable"):
+        u, v = xy[i]
+        width = 0.56 * px * len(str(labels[i]))
+        choice = None
+        for k in range(12):
+            dv = (k + 1) // 2 * px / 2 * (1 if k % 2 else -1)  # 0, +, −, ++, −−, ...
+            for side in (1, -1):
+                x0 = u + gap if side > 0 else u - gap - width
+                box = (x0, x0 + width, v + dv - px / 2, v + dv + px / 2)
+                if not any(a < box[1] and box[0] < b and c < box[3] and box[2] < d for a, b, c, d in boxes):
+                    choice = (side, dv, box)
+                    break
+            if choice:
+                break
+        side, dv, box = choice or (1, 0.0, (u + gap, u + gap + width, v - px / 2, v + px / 2))
+        boxes.append(box)
+        out.append(
+            ax.annotate(
+                str(labels[i]),
+                (xs[i], ys[i]),
+                xytext=(side * gap * 72 / fig.dpi, dv * 72 / fig.dpi),
+                textcoords="offset points",
+                ha="left" if side > 0 else "right",
+                va="center",
+                fontsize=fontsize,
+                arrowprops=dict(arrowstyle="-", color="0.6", lw=0.6) if abs(dv) > px / 4 else None,
+            )
+        )
+    return out
 
 
 def table(df, *, formats: dict | None = None, digits: int = 3):

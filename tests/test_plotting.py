@@ -1,0 +1,58 @@
+"""The book's table and figure helpers (attnid.plotting)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd  # noqa: E402
+
+from attnid.plotting import MIN_FONT_PT, PAGE_WIDTH_IN, panels, set_style, table  # noqa: E402
+
+
+def test_table_hides_the_index_and_aligns_numbers():
+    df = pd.DataFrame({"model": ["a", "b"], "H": [16, 4], "D": [4, 16], "params": [1234567, 8], "share": [0.5, 1e-5]})
+    html = table(df).to_html()
+    assert "1,234,567" in html and "1e-05" in html and "0.5" in html
+    assert '<th class="blank' not in html and "row_heading" not in html  # no index
+    # H and D stay separate cells: "16" and "4" are two <td>s, never "164"
+    assert ">16</td>" in html and ">4</td>" in html and "164" not in html
+    styles = html.split("</style>")[0]
+    assert "text-align: right" in styles and "text-align: left" in styles
+
+
+def test_table_formats_override_and_missing_values():
+    df = pd.DataFrame({"x": [0.123456, None], "ok": [True, False]})
+    html = table(df, formats={"x": "{:.2f}"}).to_html()
+    assert "0.12" in html and "–" in html and "yes" in html and "no" in html
+
+
+def test_panels_two_per_row_within_the_page_width():
+    set_style()
+    for n, shape in ((1, (1, 1)), (2, (1, 2)), (3, (2, 2)), (4, (2, 2))):
+        fig, axes = panels(n)
+        assert axes.shape == shape
+        assert len(fig.axes) == n  # the spare cell of an odd row is removed
+        assert fig.get_size_inches()[0] <= PAGE_WIDTH_IN
+    assert matplotlib.rcParams["legend.fontsize"] >= MIN_FONT_PT
+    assert min(matplotlib.rcParams[k] for k in ("xtick.labelsize", "ytick.labelsize", "axes.labelsize")) >= MIN_FONT_PT
+
+
+def test_point_labels_do_not_overlap():
+    import matplotlib.pyplot as plt
+
+    from attnid.plotting import label_points
+
+    set_style()
+    fig, ax = plt.subplots()
+    x = [1, 1.05, 1.1, 2, 2, 2, 2, 5]
+    y = [1, 1.02, 0.98, 1.5, 1.45, 1.4, 1.55, 0.2]
+    ax.scatter(x, y)
+    ax.set(xscale="log", xlim=(0.5, 20), ylim=(0, 2))
+    notes = label_points(ax, x, y, [f"model-{i}" for i in range(len(x))])
+    fig.canvas.draw()
+    boxes = [n.get_window_extent() for n in notes]
+    assert len(boxes) == len(x)
+    for i in range(len(boxes)):
+        for j in range(i):
+            assert not boxes[i].overlaps(boxes[j]), (i, j)
+    plt.close(fig)

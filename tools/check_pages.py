@@ -1,0 +1,223 @@
+"""Open every page of a built book in headless Chromium, as a reader would, and report what is wrong.
+
+    python tools/check_pages.py build/cpu/_build/html [--screenshots build/cpu/screenshots]
+
+For every page, at 1300 px in light and in dark mode:
+
+* no code block (``div.highlight pre``) is wider than its box;
+* every image in the page body is loaded and at least 500 px wide as displayed, unless it sits in an
+  element of class ``small-figure`` (a cell tagged ``small-figure``), and is shown large enough that
+  the smallest text of a figure (``attnid.plotting.MIN_FONT_PT`` at ``DPI``) reads at 8 pt or more;
+* no console errors and no request leaves the local server; no raw or untypeset math;
+* every chapter (a page executed from a notebook) has a glued number before its first subsection.
+
+At 390 px (a phone): the navigation opens, every image fits the screen, and the page itself does not
+scroll sideways (code blocks may). Screenshots of every page go to ``--screenshots`` (light, dark,
+phone). Exit status 1 when anything is wrong. ``tests/test_book.py`` runs this on the smoke book.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+from attnid.plotting import DPI, MIN_FONT_PT  # how every figure of the book is drawn
+
+CHROMIUM = "/usr/bin/chromium"
+WIDE, PHONE = 1300, 390
+MIN_IMAGE_PX = 500
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+LOAD_IMAGES = """async () => { await Promise.all([...document.images].map(img => {
+    img.loading = 'eager'; return img.complete ? 0 : new Promise(r => { img.onload = img.onerror = r; });
+})); }"""
+MEASURE = (
+    """() => {
+  const body = document.querySelector('main article') || document.body;
+  const pre = [...body.querySelectorAll('div.highlight pre')]
+      .filter(p => p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)
+      .map(p => `${p.scrollWidth}>${p.clientWidth}px: `
+                + p.innerText.split('\\n').find(l => l.length > 0)?.slice(0, 60));
+  const imgs = [...body.querySelectorAll('img')].filter(i => i.offsetParent !== null);
+  const broken = imgs.filter(i => !(i.naturalWidth > 0)).map(i => i.src.split('/').pop());
+  const narrow = imgs.filter(i => i.naturalWidth > 0 && !i.closest('.small-figure')
+      && i.getBoundingClientRect().width < MIN).map(i => `${Math.round(i.getBoundingClientRect().width)}px`);
+  // figures are drawn at DPI px per inch with text of at least FONT pt: shown at this width, in CSS pt
+  const tiny = imgs.filter(i => i.naturalWidth > 0 && !i.closest('.small-figure')
+      && i.getBoundingClientRect().width / i.naturalWidth * DPI / 96 * FONT < 8)
+      .map(i => `${(i.getBoundingClientRect().width / i.naturalWidth * DPI / 96 * FONT).toFixed(1)} pt`);
+  const untypeset = [...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container')).length;
+  const text = document.body.innerText;
+  const first = body.querySelector('section');  // the title's section, up to its first subsection
+  const glued = [];
+  for (const child of (first ? first.children : [])) {
+    if (child.tagName === 'SECTION') break;
+    glued.push(...[...child.querySelectorAll('.pasted-text, .pasted-inline')].map(e => e.innerText));
+  }
+  return {pre, broken, narrow, tiny, untypeset, rawMath: text.includes('$$') || text.includes('\\\\['),
+          glued: glued.filter(t => /[0-9]/.test(t)),
+          mode: document.documentElement.dataset.mode || document.documentElement.dataset.theme || '',
+          docWidth: document.documentElement.scrollWidth,
+          imgTooWide: imgs.filter(i => i.getBoundingClientRect().right > window.innerWidth + 1).length};
+}""".replace("MIN", str(MIN_IMAGE_PX))
+    .replace("DPI", str(DPI))
+    .replace("FONT", str(MIN_FONT_PT))
+)
+
+
+def _serve(html: Path):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(html)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def pages_of(html: Path) -> list[str]:
+    return sorted(
+        p.relative_to(html).as_posix()
+        for p in html.rglob("*.html")
+        if "_static" not in p.parts and p.name not in ("search.html", "genindex.html")
+    )
+
+
+def check_book(html: Path, screenshots: Path | None = None, chromium: str = CHROMIUM) -> list[str]:
+    """Every problem found, one line each (empty: the book reads well)."""
+    from playwright.sync_api import sync_playwright
+
+    html = Path(html)
+    if screenshots:
+        screenshots.mkdir(parents=True, exist_ok=True)
+    server, base = _serve(html)
+    problems: list[str] = []
+    # the chapters: pages executed from a notebook (myst-nb keeps its source as .ipynb)
+    chapters = {
+        p.relative_to(html / "_sources").as_posix().removesuffix(".ipynb") for p in html.glob("_sources/**/*.ipynb")
+    }
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
+            for rel in pages_of(html):
+                if rel == "index.html":  # a redirect to the first chapter
+                    continue
+                chapter = rel.removesuffix(".html") in chapters
+                for mode in ("light", "dark"):
+                    problems += _check_page(browser, base, rel, mode, screenshots, chapter)
+                problems += _check_phone(browser, base, rel, screenshots)
+            browser.close()
+    finally:
+        server.shutdown()
+    return problems
+
+
+def _open(browser, base: str, rel: str, width: int, mode: str):
+    ctx = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=mode)
+    ctx.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
+    page = ctx.new_page()
+    errors: list[str] = []
+    outside: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    def route(r):
+        if urlparse(r.request.url).hostname == "127.0.0.1":
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(f"{base}/{rel}", wait_until="load")
+    page.wait_for_load_state("networkidle")
+    page.evaluate("async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }")
+    page.evaluate(LOAD_IMAGES)
+    return ctx, page, errors, outside
+
+
+def _shot_name(rel: str, what: str) -> str:
+    return rel.replace("/", "_").removesuffix(".html") + f"-{what}.png"
+
+
+def _check_page(browser, base: str, rel: str, mode: str, screenshots: Path | None, chapter: bool) -> list[str]:
+    ctx, page, errors, outside = _open(browser, base, rel, WIDE, mode)
+    m = page.evaluate(MEASURE)
+    out = []
+    where = f"{rel} ({mode}, {WIDE} px)"
+    if m["mode"] != mode:
+        out.append(f"{where}: the page is in {m['mode']!r} mode, not {mode!r}")
+    for what, bad in (
+        ("code wider than its box", m["pre"]),
+        ("broken images", m["broken"]),
+        (f"images narrower than {MIN_IMAGE_PX} px", m["narrow"]),
+        ("figures whose smallest text shows below 8 pt", m["tiny"]),
+        ("console errors", errors),
+        ("requests leaving 127.0.0.1", outside),
+    ):
+        if bad:
+            out.append(f"{where}: {len(bad)} {what}: {bad[:3]}")
+    if m["rawMath"] or m["untypeset"]:
+        out.append(f"{where}: raw math left ({m['untypeset']} untypeset elements)")
+    if chapter and not m["glued"] and mode == "light":
+        out.append(f"{rel}: the first section has no glued number (an 'In this chapter' box)")
+    if screenshots:
+        page.screenshot(path=str(screenshots / _shot_name(rel, mode)), full_page=True)
+    ctx.close()
+    return out
+
+
+def _check_phone(browser, base: str, rel: str, screenshots: Path | None) -> list[str]:
+    ctx, page, errors, _ = _open(browser, base, rel, PHONE, "light")
+    m = page.evaluate(MEASURE)
+    out = []
+    where = f"{rel} ({PHONE} px)"
+    if m["docWidth"] > PHONE + 1:
+        out.append(f"{where}: the page scrolls sideways ({m['docWidth']} px wide)")
+    if m["imgTooWide"]:
+        out.append(f"{where}: {m['imgTooWide']} images wider than the screen")
+    toggle = page.locator(".primary-toggle:visible").first
+    if toggle.count() == 0:
+        out.append(f"{where}: no navigation toggle")
+    else:
+        toggle.click(timeout=5000)
+        page.wait_for_timeout(400)
+        visible = page.evaluate(
+            "() => { const n = document.querySelector('.bd-sidebar-primary');"
+            " if (!n) return false; const r = n.getBoundingClientRect(); return r.right > 50 && r.width > 100; }"
+        )
+        if not visible:
+            out.append(f"{where}: the navigation does not open")
+        page.keyboard.press("Escape")
+    if errors:
+        out.append(f"{where}: console errors: {errors[:3]}")
+    if screenshots:
+        page.screenshot(path=str(screenshots / _shot_name(rel, "phone")))
+    ctx.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("html", type=Path, help="the built book (…/_build/html)")
+    ap.add_argument("--screenshots", type=Path, help="write a screenshot of every page here")
+    a = ap.parse_args()
+    problems = check_book(a.html, a.screenshots)
+    print("\n".join(problems) if problems else f"{len(pages_of(a.html))} pages: no problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
