@@ -29,9 +29,10 @@
 # :::{admonition} In this chapter
 # :class: tip
 # Both reparameterisations leave a causal layer with biases unchanged to
-# {glue:text}`max_change:.0e` (largest output change, $\kappa(S) \le 10^4$, float64). Along the
-# tangent of the symmetry the output changes like $t^{\,}${glue:text}`slope_tangent:.2f`, along a
-# generic direction like $t^{\,}${glue:text}`slope_generic:.2f`. At $D = E/H$ a share $1/(2H)$ of the
+# {glue:text}`max_change:.0e` (largest output change, $\kappa(S) \le 10^4$, float64). A step $t$
+# along the tangent of the symmetry changes the output at order {glue:text}`slope_tangent:.2f` in
+# $t$ (the log–log slope), a step along a generic direction at order
+# {glue:text}`slope_generic:.2f`. At $D = E/H$ a share $1/(2H)$ of the
 # weights is unidentified, and the closed form equals the rank of the Jacobian on all
 # {glue:text}`n_configs` configurations tested.
 # :::

@@ -143,6 +143,8 @@ def test_ctrl_c_during_train_says_how_to_resume(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a test run started in the background (nohup, `&`) ignores SIGINT, and so would the child
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 120
     while not (tmp_path / "cpu" / "sgd" / "config.json").exists() and time.time() < deadline:

@@ -188,23 +188,24 @@ def _check_phone(browser, base: str, rel: str, screenshots: Path | None) -> list
         out.append(f"{where}: the page scrolls sideways ({m['docWidth']} px wide)")
     if m["imgTooWide"]:
         out.append(f"{where}: {m['imgTooWide']} images wider than the screen")
+    if screenshots:  # the page as a phone shows it, before the navigation is opened
+        page.screenshot(path=str(screenshots / _shot_name(rel, "phone")))
     toggle = page.locator(".primary-toggle:visible").first
     if toggle.count() == 0:
         out.append(f"{where}: no navigation toggle")
     else:
         toggle.click(timeout=5000)
-        page.wait_for_timeout(400)
+        page.wait_for_timeout(800)  # the drawer slides in
         visible = page.evaluate(
-            "() => { const n = document.querySelector('.bd-sidebar-primary');"
-            " if (!n) return false; const r = n.getBoundingClientRect(); return r.right > 50 && r.width > 100; }"
+            "() => { const n = document.querySelector('dialog[open] .bd-sidebar-primary, dialog[open]');"
+            " if (!n) return false; const r = n.getBoundingClientRect();"
+            " return r.left >= -1 && r.width > 150 && !!n.querySelector('nav a'); }"
         )
         if not visible:
             out.append(f"{where}: the navigation does not open")
         page.keyboard.press("Escape")
     if errors:
         out.append(f"{where}: console errors: {errors[:3]}")
-    if screenshots:
-        page.screenshot(path=str(screenshots / _shot_name(rel, "phone")))
     ctx.close()
     return out
 

@@ -119,7 +119,13 @@ def table(df, *, formats: dict | None = None, digits: int = 3):
         elif all(isinstance(v, numbers.Number) or v is None for v in s):
             numeric.append(col)
     styler = df.style.format(formats, na_rep="–").hide(axis="index")
-    styler = styler.set_properties(subset=[c for c in df.columns if c not in numeric], **{"text-align": "left"})
-    styler = styler.set_properties(subset=numeric, **{"text-align": "right", "font-variant-numeric": "tabular-nums"})
-    return styler.set_table_styles([{"selector": "th", "props": [("text-align", "right"), ("padding", "0 0.8em")]},
-                                    {"selector": "td", "props": [("padding", "0.1em 0.8em")]}])  # fmt: skip
+    styler = styler.set_table_styles(
+        [
+            {"selector": "th", "props": "padding: 0.2em 0.8em; vertical-align: bottom"},
+            {"selector": "td", "props": "padding: 0.15em 0.8em; white-space: nowrap"},
+        ]
+    )
+    align = {c: "right" if c in numeric else "left" for c in df.columns}  # a header sits over its column
+    return styler.set_table_styles(
+        {c: [{"selector": "th, td", "props": f"text-align: {a}"}] for c, a in align.items()}, overwrite=False
+    )
