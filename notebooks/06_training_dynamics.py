@@ -149,7 +149,9 @@ for label, recs in scales.items():
                 "case": case,
                 "status": "finished" if r else "pending",
                 "steps": r.config["max_iters"] if r else None,
-                "best val loss": r.summary.get("best_val_loss") if r else None,
+                "best val loss (nats/char)": r.summary.get("best_val_loss")
+                if r
+                else None,
                 "precision": r.summary.get("precision", "?") if r else "",
                 "ρ measured from": r.summary.get("rho_method", "") if r else "",
                 "code": prov.get("code_commit", "this build") if r else "",
@@ -170,7 +172,9 @@ md(
     )
     + "."
 )
-table(short(status), formats={"best val loss": "{:.3f}", "steps": "{:,.0f}"})
+table(
+    short(status), formats={"best val loss (nats/char)": "{:.3f}", "steps": "{:,.0f}"}
+)
 
 # %% [markdown]
 # The paper-scale records (6 layers, 6 heads, $E = 384$, context 256, batch 64, 5,000 steps) were made on

@@ -248,12 +248,13 @@ assert np.allclose(main["identified fraction"], 1 - 1 / (2 * main["H"]))
 assert (summary["val loss (mean)"] < np.log(65)).all()
 glue("rho_h1", float(main["ρ / isotropic"].iloc[0]), display=False)
 glue("rho_hmax", float(main["ρ / isotropic"].iloc[-1]), display=False)
+loss_units = {
+    f"val loss ({k})": f"val loss, nats/char ({k})" for k in ("mean", "min", "max")
+}
 table(
-    summary.drop(columns="case"),
+    summary.drop(columns="case").rename(columns=loss_units),
     formats={
-        "val loss (mean)": "{:.4f}",
-        "val loss (min)": "{:.4f}",
-        "val loss (max)": "{:.4f}",
+        **{c: "{:.4f}" for c in loss_units.values()},
         "identified fraction": "{:.4f}",
         "mean ρ (AdamW)": "{:.4f}",
         "isotropic D/(2(E+1))": "{:.4f}",
