@@ -46,7 +46,6 @@ class HFType:
     groups: bool = False  # grouped-query attention (num_key_value_heads)
     head_dim: bool = False  # a head size other than E/H
     partial_rope: bool = False  # rotary on part of each head
-    call: str = "rope"  # how the module is called: "rope" (position_embeddings) or "plain"
 
     def config_kwargs(self, cfg: AttentionConfig, attn_implementation: str = "sdpa") -> dict:
         """The keyword arguments of the model's config class for the architecture ``cfg``."""
@@ -87,8 +86,8 @@ class HFType:
 
 
 HF_TYPES: dict[str, HFType] = {
-    "gpt2": HFType("gpt2", "GPT2Config", "GPT2Attention", None, biases=("qkvo",), call="plain"),
-    "opt": HFType("opt", "OPTConfig", "OPTAttention", None, biases=("qkvo", ""), call="plain"),
+    "gpt2": HFType("gpt2", "GPT2Config", "GPT2Attention", None, biases=("qkvo",)),
+    "opt": HFType("opt", "OPTConfig", "OPTAttention", None, biases=("qkvo", "")),
     "llama": HFType(
         "llama",
         "LlamaConfig",
