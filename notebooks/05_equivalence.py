@@ -118,20 +118,12 @@ labels = {
 }
 styles = {"qk_square_v": "-", "full_head": "--", "half_of_all": ":"}
 for conv in CONVENTIONS:
-    axes[0].plot(
-        Hs,
-        [equivalent_single_head_width(h, conv) for h in Hs],
-        styles[conv],
-        lw=2,
-        label=labels[conv],
-    )
-    axes[1].plot(
-        Hs,
-        [single_head_total_over_multi(h, conv) for h in Hs],
-        styles[conv],
-        lw=2,
-        label=labels[conv],
-    )
+    for ax, quantity in zip(
+        axes, (equivalent_single_head_width, single_head_total_over_multi)
+    ):
+        ax.plot(
+            Hs, [quantity(h, conv) for h in Hs], styles[conv], lw=2, label=labels[conv]
+        )
 w12 = equivalent_single_head_width(12, "half_of_all")
 axes[0].plot([12], [w12], "o", color="C3", ms=9, label=f"H = 12: E'/E = {w12:.2f}")
 axes[0].set(

@@ -1,2 +1,15 @@
 """Shared test setup. No global dtype: each test states float64 where the math needs it, and the
 model and training tests run in float32, as the book does."""
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    """The tiny Shakespeare corpus ($ATTNID_DATA, the local copy, or a download); skipped without it."""
+    from attnid.lm import data as data_mod
+
+    try:
+        return data_mod.load()
+    except data_mod.DataError as e:
+        pytest.skip(f"corpus not available: {e}")

@@ -5,18 +5,9 @@ import stat
 
 import pytest
 
-from attnid.lm import data as data_mod
 from attnid.lm.launch import SlurmOptions, launch, make_executor
 from attnid.lm.profiles import make_config
 from attnid.lm.records import is_finished, load_run, run_dir
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    try:
-        return data_mod.load()
-    except data_mod.DataError as e:
-        pytest.skip(f"corpus not available: {e}")
 
 
 def _configs(cases=("sgd", "adamw")):

@@ -10,14 +10,6 @@ from attnid.lm.train import Interrupted, rebalance_model, train
 
 
 @pytest.fixture(scope="module")
-def corpus():
-    try:
-        return data_mod.load()
-    except data_mod.DataError as e:
-        pytest.skip(f"corpus not available: {e}")
-
-
-@pytest.fixture(scope="module")
 def smoke_runs(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     return out, {c: train(make_config("smoke", c), out=out, data=corpus, progress=False) for c in CASES}

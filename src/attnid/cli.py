@@ -81,6 +81,15 @@ def cmd_count(a) -> int:
     return 0
 
 
+def _print_audit(out: dict, as_json: bool) -> None:
+    """An audit's result: JSON, or one ``key value`` line each (details flattened in)."""
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    for k, v in {**{k: v for k, v in out.items() if k != "details"}, **out["details"]}.items():
+        print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
+
+
 def _audit_hf(a) -> int:
     """``attnid audit --hf TYPE``: the real transformers module, compared with the closed form."""
     from .hf import audit_hf
@@ -105,12 +114,7 @@ def _audit_hf(a) -> int:
         **r.as_dict(),
         "theory_unidentified": d["theory_unidentified"],
     }
-    if a.json:
-        print(json.dumps(out, indent=2))
-    else:
-        details = out.pop("details")
-        for k, v in {**out, **details}.items():
-            print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
+    _print_audit(out, a.json)
     from .hf import MIN_GAP
 
     if r.sv_gap < MIN_GAP or r.unidentified != d["theory_unidentified"]:
@@ -141,12 +145,7 @@ def cmd_audit(a) -> int:
     )
     theory = count(cfg).unidentified if not (cfg.rope and cfg.D > cfg.E) else None
     out = {"architecture": _arch(cfg), **r.as_dict(), "theory_unidentified": theory}
-    if a.json:
-        print(json.dumps(out, indent=2))
-    else:
-        details = out.pop("details")
-        for k, v in {**out, **details}.items():
-            print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
+    _print_audit(out, a.json)
     if theory is not None and r.unidentified != theory:
         print(
             f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters, the closed form "
