@@ -14,7 +14,8 @@ key weights and the bias gradients; ``after_step()`` (after ``opt.step()``) retu
   (norms over all heads of a layer); ``tau`` ``= tr β`` per head;
 - ``grad_bq``, ``grad_bk`` (bias-gradient norms before clipping) and ``norm_bq``, ``norm_bk`` per head.
 
-All of it is computed on the model's device in float64 and crosses to the host once per row.
+The keys, shapes and units are :data:`attnid.lm.metrics.SCHEMA`. All of it is computed on the
+model's device in float64 and crosses to the host once per row.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import math
 import torch
 
 from .. import dynamics
+from .metrics import Key
 
 
 def optimizer_update(opt: torch.optim.Optimizer, p: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
@@ -111,7 +113,7 @@ class IdentificationProbe:
         self._grads = {}
         if self._old[1] is not None and self.layers[0].c_attn.bias.grad is not None:
             _, g_q, _, g_k = self._split(*self._stacked("grad"))
-            self._grads = {"grad_bq": g_q.norm(dim=-1), "grad_bk": g_k.norm(dim=-1)}
+            self._grads = {Key.GRAD_BQ: g_q.norm(dim=-1), Key.GRAD_BK: g_k.norm(dim=-1)}
 
     @torch.no_grad()
     def after_step(self, **scalars: torch.Tensor | float) -> dict:
@@ -147,19 +149,19 @@ class IdentificationProbe:
         G_Q1, G_K1 = dynamics.gram(Q1), dynamics.gram(K1)
         beta_t = G_Q1 - G_K1
         per_layer = lambda M: torch.linalg.matrix_norm(M).norm(dim=-1)  # noqa: E731  (L, H, n, n) -> (L,)
-        tensors = {
+        tensors: dict[str, torch.Tensor] = {
             **{k: torch.as_tensor(v, dtype=torch.float64) for k, v in scalars.items()},
-            "rho": rho,
-            "rho_w": rho_w,
-            "rho_diff": rho_diff,
-            "beta_drift": per_layer(beta_t - self.beta0) / per_layer(self.beta0),
-            "beta_rel": per_layer(beta_t) / (per_layer(G_Q1) + per_layer(G_K1)),
-            "tau": beta_t.diagonal(dim1=-2, dim2=-1).sum(-1),
+            Key.RHO: rho,
+            Key.RHO_W: rho_w,
+            Key.RHO_DIFF: rho_diff,
+            Key.BETA_DRIFT: per_layer(beta_t - self.beta0) / per_layer(self.beta0),
+            Key.BETA_REL: per_layer(beta_t) / (per_layer(G_Q1) + per_layer(G_K1)),
+            Key.TAU: beta_t.diagonal(dim1=-2, dim2=-1).sum(-1),
             **self._grads,
         }
         if b1 is not None:
             _, b_Q1, _, b_K1 = self._split(w1, b1)
-            tensors["norm_bq"], tensors["norm_bk"] = b_Q1.norm(dim=-1), b_K1.norm(dim=-1)
+            tensors[Key.NORM_BQ], tensors[Key.NORM_BK] = b_Q1.norm(dim=-1), b_K1.norm(dim=-1)
         self._old = None
         return to_host(tensors)
 

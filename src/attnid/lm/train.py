@@ -19,7 +19,9 @@ import math
 import platform
 import sys
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,9 +30,14 @@ from . import records
 from .ablation import analyse, fixed_batches
 from .data import CharData, load
 from .gpt import GPT, GPTConfig
+from .metrics import Key
 from .probe import IdentificationProbe
 from .profiles import RunConfig, resolve_device, resolve_precision
 from .records import RecordError
+
+# Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
+EVAL_SEED = 1_000_003  # the validation batches of the evaluation after step t: EVAL_SEED * (seed + 1) + t
+REBALANCE_SEED = 2_000_033  # the batch that checks a rebalance after step t: REBALANCE_SEED * (seed + 1) + t
 
 
 def lr_at(cfg: RunConfig, it: int) -> float:
@@ -99,7 +106,7 @@ def evaluate(model: GPT, data: CharData, cfg: RunConfig, device: str, step: int)
     """Mean validation loss over ``eval_iters`` batches from a generator seeded by (seed, step); one host sync."""
     was = model.training
     model.eval()
-    gen = torch.Generator().manual_seed(1_000_003 * (cfg.seed + 1) + step)
+    gen = torch.Generator().manual_seed(EVAL_SEED * (cfg.seed + 1) + step)
     losses = [
         model(*data.batch("val", cfg.batch_size, cfg.block_size, gen, device))[1].float() for _ in range(cfg.eval_iters)
     ]
@@ -145,8 +152,11 @@ def train(
     device = resolve_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)
     d = records.run_dir(cfg.profile, cfg.case, cfg.seed, out)
+    options: dict[str, Any] = dict(
+        device=device, precision=precision, progress=progress, metrics=metrics, stop_after=stop_after
+    )
     if not save:
-        return _run(cfg, d, device, precision, data, progress, metrics, stop_after, save=False)
+        return _run(cfg, d, data=data, **options, save=False)
     from filelock import FileLock, Timeout
 
     lock = FileLock(str(d.parent / f".{d.name}.lock"))
@@ -181,16 +191,184 @@ def train(
             records.write_json(d / "config.json", cfg.as_dict())
         threads = torch.get_num_threads()
         try:
-            return _run(cfg, d, device, precision, data, progress, metrics, stop_after, save=True)
+            return _run(cfg, d, data=data, **options, save=True)
         finally:
             torch.set_num_threads(threads)  # a resume may have restored the run's own count
     finally:
         lock.release()
 
 
+@dataclass
+class Checkpoint:
+    """Everything a run needs to resume with identical rows (``checkpoint.pt``)."""
+
+    step: int  # the next step to take
+    model: dict
+    opt: dict
+    gen: torch.Tensor  # the training-batch generator
+    rng: torch.Tensor  # torch's global RNG (dropout)
+    cuda_rng: torch.Tensor | None
+    rows: list[dict]
+    rebalances: list[dict]
+    beta0: torch.Tensor | None  # the probe's initial β
+    threads: int  # CPU reductions depend on the thread count
+    elapsed: float  # seconds of training before this checkpoint
+
+    def save(self, path: Path) -> None:
+        buf = io.BytesIO()
+        torch.save(vars(self), buf)
+        records.atomic_write(path, buf.getvalue())
+
+    @classmethod
+    def load(cls, path: Path) -> "Checkpoint":
+        try:
+            ck = torch.load(path, map_location="cpu", weights_only=False)  # RNG states stay on the host
+            return cls(**{f.name: ck[f.name] for f in fields(cls)})
+        except Exception as e:  # noqa: BLE001  (a damaged pickle raises many types)
+            raise RecordError(f"{path}: damaged checkpoint ({type(e).__name__}); rerun with --force") from None
+
+
+@dataclass
+class Run:
+    """The state the steps of the loop share."""
+
+    cfg: RunConfig
+    model: GPT
+    opt: torch.optim.Optimizer
+    data: CharData
+    device: str
+    precision: str
+    gen: torch.Generator
+    probe: IdentificationProbe | None
+    rows: list[dict] = field(default_factory=list)
+    rebalances: list[dict] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    def checkpoint(self, step: int, seconds: float) -> Checkpoint:
+        cuda = self.device.startswith("cuda")
+        return Checkpoint(
+            step=step,
+            model=self.model.state_dict(),
+            opt=self.opt.state_dict(),
+            gen=self.gen.get_state(),
+            rng=torch.get_rng_state(),
+            cuda_rng=torch.cuda.get_rng_state() if cuda else None,
+            rows=self.rows,
+            rebalances=self.rebalances,
+            beta0=None if self.probe is None else self.probe.beta0.cpu(),
+            threads=torch.get_num_threads(),
+            elapsed=self.elapsed + seconds,
+        )
+
+    def restore(self, ck: Checkpoint) -> None:
+        self.model.load_state_dict(ck.model)
+        self.opt.load_state_dict(ck.opt)
+        self.gen.set_state(ck.gen)
+        torch.set_rng_state(ck.rng)
+        if self.device.startswith("cuda") and ck.cuda_rng is not None:
+            torch.cuda.set_rng_state(ck.cuda_rng)
+        self.rows, self.rebalances, self.elapsed = ck.rows, ck.rebalances, ck.elapsed
+        if ck.threads and ck.threads != torch.get_num_threads():
+            torch.set_num_threads(ck.threads)  # CPU reductions depend on the thread count: resume exactly
+
+
+# ------------------------------------------------------------------------------ the steps of the loop
+def train_step(run: Run, step_model, it: int, probe: IdentificationProbe | None) -> tuple[torch.Tensor, float]:
+    """One optimizer step (learning rate, batch, forward, backward, clipping, step); ``probe`` is told
+    before and after. Returns the loss and the learning rate."""
+    cfg = run.cfg
+    lr = lr_at(cfg, it)
+    for group in run.opt.param_groups:
+        group["lr"] = lr
+    x, y = run.data.batch("train", cfg.batch_size, cfg.block_size, run.gen, run.device)
+    with precision_context(run.precision, run.device):
+        _, loss = step_model(x, y)
+    run.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if probe is not None:
+        probe.before_step()
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+    run.opt.step()
+    return loss, lr
+
+
+def rebalance_hook(run: Run, it: int) -> None:
+    """Every ``rebalance_interval`` steps (rebalancing cases): rebalance every head, and record the loss of a
+    fixed batch (seeded by the run's seed and the step) before and after."""
+    cfg = run.cfg
+    if not (cfg.rebalance and (it + 1) % cfg.rebalance_interval == 0):
+        return
+    gen = torch.Generator().manual_seed(REBALANCE_SEED * (cfg.seed + 1) + it + 1)
+    xb, yb = run.data.batch("val", cfg.batch_size, cfg.block_size, gen, run.device)
+    run.model.eval()
+    with torch.no_grad():
+        before = run.model(xb, yb)[1].item()
+        rebalance_model(run.model)
+        after = run.model(xb, yb)[1].item()
+    run.model.train()
+    run.rebalances.append({"step": it + 1, "loss_before": before, "loss_after": after})
+
+
+def evaluation_hook(run: Run, it: int, row: dict | None, loss: torch.Tensor, lr: float) -> dict | None:
+    """At the first and last step and every ``eval_interval`` steps: the validation loss and, with the probe,
+    the QK singular values, added to the step's row (made here if the probe did not record this step)."""
+    cfg = run.cfg
+    if not ((it + 1) % cfg.eval_interval == 0 or it == cfg.max_iters - 1 or it == 0):
+        return row
+    if row is None:
+        row = {Key.STEP: it + 1, Key.LR: lr, Key.TRAIN_LOSS: loss.item()}
+    with precision_context(run.precision, run.device):
+        row[Key.VAL_LOSS] = evaluate(run.model, run.data, cfg, run.device, it + 1)
+    if run.probe is not None:
+        row[Key.QK_SV] = run.probe.qk_singular_values()
+    return row
+
+
+class Progress:
+    """A tqdm bar with the loss and tokens/s every 20 steps (or nothing when ``enabled`` is false)."""
+
+    def __init__(self, cfg: RunConfig, start: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=cfg.max_iters, initial=start, desc=f"{cfg.profile}/{cfg.case}", unit="step")
+        self.tokens_per_step = cfg.batch_size * cfg.block_size
+        self.t_window, self.steps_window = time.perf_counter(), 0
+
+    def update(self, loss: torch.Tensor, last: bool) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        self.steps_window += 1
+        if self.steps_window >= 20 or last:
+            now = time.perf_counter()
+            tok_s = self.steps_window * self.tokens_per_step / (now - self.t_window)
+            self.bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_s:,.0f}")
+            self.t_window, self.steps_window = now, 0
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def head_analysis(run: Run) -> dict:
+    """The end-of-run head analysis (chapter 7 reads it, never the weights) on fixed seeded batches."""
+    cfg = run.cfg
+    batches = fixed_batches(
+        run.data, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed, device=run.device
+    )
+    sv = next((r[Key.QK_SV] for r in reversed(run.rows) if r.get(Key.QK_SV) is not None), None)
+    with precision_context(run.precision, run.device):
+        return analyse(run.model, batches, sv)
+
+
+# ------------------------------------------------------------------------------ the loop
 def _run(
     cfg: RunConfig,
     d: Path,
+    *,
     device: str,
     precision: str,
     data: CharData | None,
@@ -202,131 +380,50 @@ def _run(
     data = data or load()
     model, opt = build(cfg, data.vocab_size, device)
     step_model = torch.compile(model) if cfg.compile and device.startswith("cuda") else model
-    gen = torch.Generator().manual_seed(cfg.seed)
-    rows: list[dict] = []
-    rebalances: list[dict] = []
-    start, elapsed, beta0 = 0, 0.0, None
+    run = Run(cfg, model, opt, data, device, precision, torch.Generator().manual_seed(cfg.seed), probe=None)
     ckpt_file = d / "checkpoint.pt"
+    start, beta0 = 0, None
     if save and ckpt_file.exists():
-        try:
-            ck = torch.load(ckpt_file, map_location="cpu", weights_only=False)  # RNG states stay on the host
-        except Exception as e:  # noqa: BLE001  (a damaged pickle raises many types)
-            raise RecordError(f"{ckpt_file}: damaged checkpoint ({type(e).__name__}); rerun with --force") from None
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        gen.set_state(ck["gen"])
-        torch.set_rng_state(ck["rng"])
-        if device.startswith("cuda") and ck.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(ck["cuda_rng"])
-        rows, rebalances, start, elapsed = ck["rows"], ck["rebalances"], ck["step"], ck["elapsed"]
-        beta0 = ck["beta0"].to(device)
-        if ck.get("threads") and ck["threads"] != torch.get_num_threads():
-            torch.set_num_threads(ck["threads"])  # CPU reductions depend on the thread count: resume exactly
-    probe = IdentificationProbe(model, opt, beta0=beta0) if metrics else None
-    tokens_per_step = cfg.batch_size * cfg.block_size
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cfg.max_iters, initial=start, desc=f"{cfg.profile}/{cfg.case}", unit="step")
+        ck = Checkpoint.load(ckpt_file)
+        run.restore(ck)
+        start, beta0 = ck.step, None if ck.beta0 is None else ck.beta0.to(device)
+    run.probe = IdentificationProbe(model, opt, beta0=beta0) if metrics else None
+    bar = Progress(cfg, start, progress)
     model.train()
     t0 = time.perf_counter()
-    t_window, steps_window = t0, 0
-
-    def checkpoint(next_step: int) -> None:
-        if not save:
-            return
-        records.write_rows(d, rows)  # readable progress; the checkpoint is what resume uses
-        buf = io.BytesIO()
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "opt": opt.state_dict(),
-                "gen": gen.get_state(),
-                "rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state() if device.startswith("cuda") else None,
-                "rows": rows,
-                "rebalances": rebalances,
-                "step": next_step,
-                "beta0": None if probe is None else probe.beta0.cpu(),
-                "threads": torch.get_num_threads(),
-                "elapsed": elapsed + time.perf_counter() - t0,
-            },
-            buf,
-        )
-        records.atomic_write(ckpt_file, buf.getvalue())
-
     loss = torch.zeros(())
     it, saved = start, start
     try:
         for it in range(start, cfg.max_iters):
             if stop_after is not None and it >= stop_after:
                 raise Interrupted(f"stopped before step {it}")
-            lr = lr_at(cfg, it)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            x, y = data.batch("train", cfg.batch_size, cfg.block_size, gen, device)
-            with precision_context(precision, device):
-                _, loss = step_model(x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
             last = it == cfg.max_iters - 1
-            step_probe = probe if (it % cfg.metric_interval == 0 or last) else None
-            if step_probe is not None:
-                step_probe.before_step()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            row: dict | None = None
-            if step_probe is not None:
-                row = {"step": it + 1, "lr": lr, **step_probe.after_step(train_loss=loss.detach())}
-            if cfg.rebalance and (it + 1) % cfg.rebalance_interval == 0:
-                xb, yb = data.batch("val", cfg.batch_size, cfg.block_size, torch.Generator().manual_seed(it), device)
-                model.eval()
-                with torch.no_grad():
-                    before = model(xb, yb)[1].item()
-                    rebalance_model(model)
-                    after = model(xb, yb)[1].item()
-                model.train()
-                rebalances.append({"step": it + 1, "loss_before": before, "loss_after": after})
-            if (it + 1) % cfg.eval_interval == 0 or last or it == 0:  # validation loss, with or without metrics
-                if row is None:
-                    row = {"step": it + 1, "lr": lr, "train_loss": loss.item()}
-                with precision_context(precision, device):
-                    row["val_loss"] = evaluate(model, data, cfg, device, it + 1)
-                if probe is not None:
-                    row["qk_sv"] = probe.qk_singular_values()
+            probe = run.probe if (it % cfg.metric_interval == 0 or last) else None
+            loss, lr = train_step(run, step_model, it, probe)
+            row = None
+            if probe is not None:
+                row = {Key.STEP: it + 1, Key.LR: lr, **probe.after_step(**{Key.TRAIN_LOSS: loss.detach()})}
+            rebalance_hook(run, it)
+            row = evaluation_hook(run, it, row, loss, lr)
             if row is not None:
-                rows.append(row)
-            steps_window += 1
-            if bar is not None:
-                bar.update(1)
-                if steps_window >= 20 or last:
-                    now = time.perf_counter()
-                    bar.set_postfix(
-                        loss=f"{loss.item():.3f}", tok_s=f"{steps_window * tokens_per_step / (now - t_window):,.0f}"
-                    )
-                    t_window, steps_window = now, 0
-            if (it + 1) % cfg.ckpt_interval == 0 and not last:
-                checkpoint(it + 1)
+                run.rows.append(row)
+            bar.update(loss, last)
+            if save and (it + 1) % cfg.ckpt_interval == 0 and not last:
+                records.write_rows(d, run.rows)  # readable progress; the checkpoint is what resume uses
+                run.checkpoint(it + 1, time.perf_counter() - t0).save(ckpt_file)
                 saved = it + 1
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted at step {it} (last checkpoint: step {saved}); rerun the same command to resume"
         ) from None
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     train_seconds = time.perf_counter() - t0
-    heads, t_heads = None, time.perf_counter()
-    if metrics:  # chapter 7 reads this, never the weights
-        batches = fixed_batches(data, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed, device=device)
-        sv = next((r["qk_sv"] for r in reversed(rows) if r.get("qk_sv") is not None), None)
-        with precision_context(precision, device):
-            heads = analyse(model, batches, sv)
+    t_heads = time.perf_counter()
+    heads = head_analysis(run) if metrics else None
     t_heads = time.perf_counter() - t_heads
-    wall = elapsed + time.perf_counter() - t0
-    vals = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
+    rows = run.rows
+    vals = [r[Key.VAL_LOSS] for r in rows if r.get(Key.VAL_LOSS) is not None]
     summary = {
         "profile": cfg.profile,
         "case": cfg.case,
@@ -334,10 +431,10 @@ def _run(
         "steps": cfg.max_iters,
         "final_val_loss": vals[-1] if vals else None,
         "best_val_loss": min(vals) if vals else None,
-        "final_train_loss": rows[-1]["train_loss"] if rows else loss.item(),
-        "wall_seconds": wall,
+        "final_train_loss": rows[-1][Key.TRAIN_LOSS] if rows else loss.item(),
+        "wall_seconds": run.elapsed + time.perf_counter() - t0,
         "head_analysis_seconds": t_heads,
-        "tokens_per_second": tokens_per_step * (cfg.max_iters - start) / max(train_seconds, 1e-9),
+        "tokens_per_second": cfg.batch_size * cfg.block_size * (cfg.max_iters - start) / max(train_seconds, 1e-9),
         "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
         "precision": precision,
         "compile": bool(cfg.compile and device.startswith("cuda")),
@@ -347,7 +444,7 @@ def _run(
         "attnid": __version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "rebalances": rebalances,
+        "rebalances": run.rebalances,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     if save:
