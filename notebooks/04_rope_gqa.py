@@ -173,7 +173,6 @@ for R in [None, 2, 4, 6, 8]:
     )
 partial = pd.DataFrame(rows)
 assert (partial["layer, closed form"] == partial["layer, Jacobian"]).all()
-assert (partial["QK (closed form)"] == partial["G (R + (D − R)²)"]).all()
 table(partial, formats={"singular-value gap": "{:.1e}"})
 
 # %% [markdown]

@@ -149,12 +149,6 @@ rows = [
     for c in CONVENTIONS
 ]
 eq12 = pd.DataFrame(rows)
-assert (
-    abs(equivalent_single_head_width(12, "half_of_all") - 1.60) < 0.01
-)  # the paper's 60%
-assert (
-    abs(equivalent_single_head_width(12, "qk_square_v") - np.sqrt(2 - 1 / 12)) < 1e-12
-)  # ≈ 1.38
 glue("width_h12", equivalent_single_head_width(12, "qk_square_v"), display=False)
 glue("width_h12_paper", equivalent_single_head_width(12, "half_of_all"), display=False)
 table(eq12, formats={"E'/E at H = 12": "{:.3f}", "weights relative to 4E²": "{:.3f}"})

@@ -139,3 +139,45 @@ def test_a_fork_under_any_name_is_executed_by_make_chapter(tmp_path):
     assert fork in todo and fork in forced and set(book_tool.chapters()) <= set(todo)
     todo, forced = book_tool.plan("execute", None, force=False)
     assert todo == book_tool.chapters() and not forced
+
+
+def test_cache_sees_the_records_a_chapter_reads(tmp_path):
+    """A chapter that reads run records re-executes when one is removed (or added, or remade), and only then."""
+    home = tmp_path / "home"
+    shutil.copytree(ROOT / "data" / "runs" / "paper", home / "data" / "runs" / "paper")
+    (home / "pyproject.toml").write_text("")
+    reader = tmp_path / "reads_records.py"
+    reader.write_text(
+        '# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n'
+        '# %%\nfrom attnid.lm.analysis import load_suite\n\nprint(sorted(load_suite("paper", "dynamics").runs))\n'
+    )
+    out = tmp_path / "b"
+
+    def run() -> str:
+        env = {**os.environ, "ATTNID_RUNS": RUNS, "ATTNID_HOME": str(home)}
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "book.py"), "execute", "--profile", "smoke", "--out", str(out),
+             str(reader)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        return statuses(r.stdout)[str(reader)]
+
+    assert run() == "executed"
+    assert run() == "cached"
+    shutil.rmtree(home / "data" / "runs" / "paper" / "sgd")
+    assert run() == "executed"
+    assert run() == "cached"
+
+
+def test_records_digest_changes_with_the_records(tmp_path):
+    from attnid.lm.records import summaries_digest
+
+    root = tmp_path / "runs"
+    shutil.copytree(ROOT / "data" / "runs" / "paper", root / "paper")
+    before = summaries_digest(["paper"], ["sgd", "adamw"], roots=[root])
+    assert before == summaries_digest(["paper"], ["sgd", "adamw"], roots=[root])
+    assert before != summaries_digest(["paper"], ["sgd"], roots=[root])
+    (root / "paper" / "adamw-s1").mkdir()
+    shutil.copy(root / "paper" / "adamw" / "summary.json", root / "paper" / "adamw-s1")
+    assert before != summaries_digest(["paper"], ["sgd", "adamw"], roots=[root])  # a seed added
+    assert summaries_digest(["paper"], ["sgd_wd"], roots=[root]) != summaries_digest(["paper"], [], roots=[root])

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from attnid.attention import AttentionConfig, attention, init_params
@@ -47,17 +48,6 @@ def test_step_along_subspace_has_rho_one():
     S = torch.randn(3, 4, 4, dtype=torch.float64)
     rho = unidentified_step_fraction(Q, K, S @ Q, -S.mT @ K)
     assert (rho - 1).abs().max() <= 1e-10
-
-
-def test_isotropic_steps_average_one_over_2H():
-    E, H = 24, 6
-    D = E // H
-    Q, K = _qk(D=D, E=E)
-    g = torch.Generator().manual_seed(1)
-    A = torch.randn(400, D, E, generator=g, dtype=torch.float64)
-    B = torch.randn(400, D, E, generator=g, dtype=torch.float64)
-    rho = unidentified_step_fraction(Q.expand(400, D, E), K.expand(400, D, E), A, B)
-    assert abs(rho.mean().item() - 1 / (2 * H)) < 0.02
 
 
 def test_zero_update_gives_nan_not_a_spike():
@@ -124,6 +114,25 @@ def test_rebalancing_under_rope_uses_the_commutant_only():
     full = rebalance_qk(p["W_Q"], p["b_Q"], p["W_K"], p["b_K"])
     q = dict(p, W_Q=full[0], b_Q=full[1], W_K=full[2], b_K=full[3])
     assert (attention(X, q, cfg) - Y).abs().max() > 1e-3
+
+
+def test_rope_rebalance_handles_the_rotate_half_layout():
+    """rotate_half pairs rows (i, i + D/2) where this package pairs (2i, 2i+1): the two layouts differ by a
+    fixed row permutation, and the rebalance commutes with it. An unknown layout is refused."""
+    from attnid.dynamics import rebalance_qk_rope
+
+    g = torch.Generator().manual_seed(4)
+    W_Q, W_K = (torch.randn(2, 6, 7, generator=g, dtype=torch.float64) * s for s in (3.0, 1.0))
+    b_Q, b_K = torch.randn(2, 6, generator=g, dtype=torch.float64), torch.randn(2, 6, generator=g, dtype=torch.float64)
+    perm = torch.tensor([0, 2, 4, 1, 3, 5])  # interleaved row 2i -> i, 2i+1 -> i + D/2
+    inter = rebalance_qk_rope(W_Q, b_Q, W_K, b_K)
+    half = rebalance_qk_rope(W_Q[:, perm], b_Q[:, perm], W_K[:, perm], b_K[:, perm], layout="half")
+    for a, b in zip(inter, half):
+        assert (a[:, perm] - b).abs().max() <= 1e-12
+    mixed = rebalance_qk_rope(W_Q[:, perm], b_Q[:, perm], W_K[:, perm], b_K[:, perm])  # the wrong pairing
+    assert (mixed[0] - half[0]).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="layout"):
+        rebalance_qk_rope(W_Q, b_Q, W_K, b_K, layout="neox")
 
 
 def test_several_updates_share_one_solve():

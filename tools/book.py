@@ -7,7 +7,8 @@ content hash, write the reproducibility page, build the Jupyter Book strictly.
 
 Chapter sources are jupytext percent files ``notebooks/*.py``. Each is converted one way to
 ``.ipynb`` and executed into ``<out>/_generated/``; a chapter is re-executed only when the hash
-of its source, its parameters and every file under ``src/`` changes.
+of its source, its parameters, every file under ``src/`` or the run records it reads changes
+(the ``summary.json`` of each record, so adding, removing or remaking a record counts).
 """
 
 from __future__ import annotations
@@ -53,11 +54,25 @@ def tree_hash(src_dir: Path) -> str:
     return h.hexdigest()
 
 
-def chapter_hash(nb: Path, params: dict, src_digest: str) -> str:
+def records_read(nb: Path, profile: str) -> str:
+    """The digest of the run records a chapter reads: a chapter that calls ``load_suite`` reads the
+    records of the suites it names (``"dynamics"``, ``"heads"``) at its profile and at paper scale."""
+    text = nb.read_text()
+    if "load_suite(" not in text:
+        return ""
+    from attnid.lm.profiles import SUITES
+    from attnid.lm.records import summaries_digest
+
+    cases = [c for name, suite in SUITES.items() if f'"{name}"' in text for c in suite.cases]
+    return summaries_digest([profile, "paper"], cases)
+
+
+def chapter_hash(nb: Path, params: dict, src_digest: str, records_digest: str = "") -> str:
     h = hashlib.sha256()
     h.update(nb.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
     h.update(src_digest.encode())
+    h.update(records_digest.encode())
     return h.hexdigest()
 
 
@@ -91,7 +106,8 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{nb.stem}.ipynb"
     stamp = out_dir / f"{nb.stem}.hash"
-    digest = chapter_hash(nb, params, src_digest)
+    profile = params.get("profile", "cpu")
+    digest = chapter_hash(nb, params, src_digest, records_read(nb, profile))
     if not force and target.exists() and stamp.exists() and stamp.read_text() == digest:
         return "cached"
     notebook = jupytext.read(nb)
@@ -136,7 +152,7 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
     }
     nbformat.write(executed, target)
-    stamp.write_text(digest)
+    stamp.write_text(chapter_hash(nb, params, src_digest, records_read(nb, profile)))  # records it made count
     return "executed"
 
 

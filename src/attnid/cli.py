@@ -1,4 +1,5 @@
-"""The ``attnid`` command: ``count``, ``audit``, ``presets`` (``--json`` for machine output)."""
+"""The ``attnid`` command: ``count``, ``audit``, ``presets``, ``train``, ``experiments``, ``claims`` (``--json``
+for machine output)."""
 
 from __future__ import annotations
 
@@ -272,6 +273,38 @@ def cmd_experiments(a) -> int:
     return 0
 
 
+def cmd_claims(a) -> int:
+    """The §5 claims evaluated on the records found (chapter 6's table); trains nothing."""
+    from pathlib import Path
+
+    from .lm.analysis import evaluate_claims, load_suite
+    from .lm.profiles import PROFILES
+
+    if a.profile not in PROFILES:
+        raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(PROFILES)}")
+    seeds = None
+    if a.seed_set is not None:
+        try:
+            seeds = sorted({int(s) for s in a.seed_set.split(",") if s.strip()})
+        except ValueError:
+            raise ValueError(f"seed-set: expected comma-separated seeds such as 0,1,2, got {a.seed_set!r}") from None
+        if not seeds or min(seeds) < 0:
+            raise ValueError(f"seed-set: expected non-negative seeds such as 0,1,2, got {a.seed_set!r}")
+    runs = load_suite(a.profile, "dynamics", seeds=seeds, base=Path(a.runs) if a.runs else None)
+    rows = evaluate_claims(runs)
+    if a.json:
+        print(json.dumps(rows, indent=2, allow_nan=False))
+        return 0
+    print(f"profile {a.profile}: the paper's §5 claims on {sum(len(v) for v in runs.runs.values())} records")
+    print(f"{'id':<22}{'value':>11}{'range':>22}  {'test':<10}{'seeds':>6}  verdict")
+    for r in rows:
+        v = "-" if r["value"] is None else f"{r['value']:.3g}"
+        rng = "" if r["low"] is None or r["seeds"] < 2 else f"{r['low']:.3g} .. {r['high']:.3g}"
+        print(f"{r['id']:<22}{v:>11}{rng:>22}  {r['op']} {r['threshold']:<8g}{r['seeds']:>6}  {r['verdict']}"
+              + (f" ({r['reason']})" if r["reason"] else ""))  # fmt: skip
+    return 0
+
+
 def _exec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
@@ -343,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--array-parallelism", type=int, default=16, help="slurm: runs of the array at once")
     g.add_argument("--wait", action="store_true", help="slurm: wait for the runs and print their results")
     p.set_defaults(func=cmd_experiments)
+    p = sub.add_parser("claims", help="the paper's §5 claims, evaluated on the run records found")
+    p.add_argument("--profile", default="cpu", help="smoke | cpu | paper")
+    p.add_argument("--seed-set", help="comma-separated seeds to use (default: every seed found)")
+    p.add_argument("--runs", help="a runs folder (default: $ATTNID_RUNS, else data/runs); then the committed records")
+    p.add_argument("--json", action="store_true", help="a JSON list, one object per claim")
+    p.set_defaults(func=cmd_claims)
     p = sub.add_parser("presets", help="list the published architectures")
     p.add_argument("--json", action="store_true")
     p.add_argument("--verify", action="store_true", help="audit each structure through its transformers module")

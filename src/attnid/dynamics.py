@@ -131,16 +131,39 @@ def qk_singular_values(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(_sym_sqrt(gram(K)) @ _sym_sqrt(gram(Q)))
 
 
-def rebalance_qk_rope(W_Q: torch.Tensor, b_Q: torch.Tensor | None, W_K: torch.Tensor, b_K: torch.Tensor | None):
-    """Rebalancing restricted to the RoPE commutant (chapter 4): only one scaled rotation per
-    frequency pair is allowed, and rotations do not change norms, so the minimum-norm point scales pair
-    ``i`` by ``a_i = (‖K_i‖² / ‖Q_i‖²)^{1/4}`` (rows ``2i, 2i+1`` of the augmented matrices). Afterwards each
-    pair has ``‖Q_i‖ = ‖K_i‖`` (the trace of every 2×2 diagonal block of β is zero), but β itself is not zero."""
+ROPE_LAYOUTS = ("interleaved", "half")
+
+
+def rebalance_qk_rope(
+    W_Q: torch.Tensor,
+    b_Q: torch.Tensor | None,
+    W_K: torch.Tensor,
+    b_K: torch.Tensor | None,
+    *,
+    layout: str = "interleaved",
+):
+    """Rebalancing restricted to the RoPE commutant (chapter 4), for full RoPE (every coordinate rotated):
+    only one scaled rotation per frequency pair is allowed, and rotations do not change norms, so the
+    minimum-norm point scales pair ``i`` by ``a_i = (‖K_i‖² / ‖Q_i‖²)^{1/4}``. Afterwards each pair has
+    ``‖Q_i‖ = ‖K_i‖`` (the trace of every 2×2 diagonal block of β is zero), but β itself is not zero.
+
+    ``layout`` says which rows form a pair: ``"interleaved"`` (rows ``2i, 2i+1``, this package's RoPE,
+    :mod:`attnid.rope`) or ``"half"`` (rows ``i, i + D/2``, the ``rotate_half`` of Hugging Face models)."""
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout: expected one of {', '.join(ROPE_LAYOUTS)}, got {layout!r}")
     Q, K = augment(W_Q, b_Q), augment(W_K, b_K)
     D = Q.shape[-2]
-    q2 = (Q * Q).sum(-1).reshape(*Q.shape[:-2], D // 2, 2).sum(-1)
-    k2 = (K * K).sum(-1).reshape(*K.shape[:-2], D // 2, 2).sum(-1)
-    a = (k2 / q2).pow(0.25).repeat_interleave(2, dim=-1)[..., None]  # (..., D, 1)
+    if D % 2:
+        raise ValueError(f"rebalance_qk_rope: RoPE pairs need an even head dimension, got D = {D}")
+
+    def pair_energy(M: torch.Tensor) -> torch.Tensor:  # (..., D, n) -> (..., D/2)
+        e = (M * M).sum(-1)
+        if layout == "interleaved":
+            return e.reshape(*e.shape[:-1], D // 2, 2).sum(-1)
+        return e[..., : D // 2] + e[..., D // 2 :]
+
+    ratio = (pair_energy(K) / pair_energy(Q)).pow(0.25)
+    a = (ratio.repeat_interleave(2, dim=-1) if layout == "interleaved" else torch.cat([ratio, ratio], -1))[..., None]
     Q2, K2 = a * Q, K / a
     return split_augmented(Q2, K2, W_Q, b_Q, W_K, b_K)
 

@@ -118,7 +118,7 @@ def table(df, *, formats: dict | None = None, digits: int = 3):
             numeric.append(col)
         elif all(isinstance(v, numbers.Number) or v is None for v in s):
             numeric.append(col)
-    styler = df.style.format(formats, na_rep="–").hide(axis="index")
+    styler = df.style.format(formats, na_rep="–", escape="html").hide(axis="index")
     styler = styler.set_table_styles(
         [
             {"selector": "th", "props": "padding: 0.2em 0.8em; vertical-align: bottom"},
@@ -129,3 +129,11 @@ def table(df, *, formats: dict | None = None, digits: int = 3):
     return styler.set_table_styles(
         {c: [{"selector": "th, td", "props": f"text-align: {a}"}] for c, a in align.items()}, overwrite=False
     )
+
+
+def band(ax, x, mean, low, high, *, color, label: str | None = None, **line_kw):
+    """A line at ``mean`` with the range ``[low, high]`` shaded (over seeds); returns the line."""
+    (line,) = ax.plot(x, mean, color=color, label=label, **line_kw)
+    if (low != high).any():
+        ax.fill_between(x, low, high, color=color, alpha=0.2, lw=0)
+    return line

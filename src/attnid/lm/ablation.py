@@ -84,11 +84,20 @@ def max_prunable_fraction(curve: list[dict], tolerance: float) -> float:
     return best
 
 
+PRUNE_TOLERANCES = (0.01, 0.05)  # loss increases (relative) within which heads count as prunable
+
+
+def prunable(heads: dict, tolerance: float) -> float:
+    """The fraction of heads removable within ``tolerance`` as stored in a record's ``heads.json``."""
+    return heads["prunable"][f"{tolerance:g}"]
+
+
 def analyse(model: GPT, batches, qk_singular_values=None) -> dict:
     """The end-of-run head analysis stored in a run record (``heads.json``, read by chapter 7).
 
     Keys: ``baseline`` (loss with every head), ``importance`` ``(n_layer, H)``, ``pruning_curve``
-    (:func:`pruning_curve`), ``prunable`` (fraction of heads removable within 1 % and 5 %), ``n_batches``
+    (:func:`pruning_curve`), ``prunable`` (fraction of heads removable within each of ``PRUNE_TOLERANCES``;
+    read it with :func:`prunable`), ``n_batches``
     and, given the final QK singular values ``(n_layer, H, D)``, ``effective_rank`` ``(n_layer, H)``.
     """
     baseline, importance = head_importance(model, batches)
@@ -97,7 +106,7 @@ def analyse(model: GPT, batches, qk_singular_values=None) -> dict:
         "baseline": baseline,
         "importance": importance.tolist(),
         "pruning_curve": curve,
-        "prunable": {"0.01": max_prunable_fraction(curve, 0.01), "0.05": max_prunable_fraction(curve, 0.05)},
+        "prunable": {f"{tol:g}": max_prunable_fraction(curve, tol) for tol in PRUNE_TOLERANCES},
         "n_batches": len(batches),
     }
     if qk_singular_values is not None:

@@ -43,11 +43,16 @@ class SlurmOptions:
             raise ValueError(f"gpus_per_job must be non-negative, got {self.gpus_per_job}")
 
 
-def run_job(config: dict, force: bool = False) -> dict:
-    """One run, as a job executes it: train and return the summary (without its rows)."""
+def run_job(config: dict, force: bool = False, threads: int | None = None) -> dict:
+    """One run, as a job executes it: train (with ``threads`` CPU threads if given) and return the summary
+    (without its rows)."""
     from .data import load
     from .train import train
 
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     s = train(RunConfig.from_dict(config), data=load(), force=force, progress=False)
     return {k: v for k, v in s.items() if k not in ("rows", "heads")}
 
@@ -94,9 +99,12 @@ def launch(
     slurm: SlurmOptions | None = None,
     wait: bool | None = None,
     report: Callable[[str], None] = print,
+    threads: int | None = None,
+    progress: bool = True,
 ) -> list:
     """Run or submit every config. Returns the summaries (``inline``, ``local``, ``debug``, or ``slurm``
-    with ``wait``) or the submitted submitit jobs (``slurm``)."""
+    with ``wait``) or the submitted submitit jobs (``slurm``). ``threads``: CPU threads of each local job
+    (default: what the job's process picks, :func:`attnid.lm.profiles.default_threads` from the CLI)."""
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
     if not isinstance(parallel, int) or parallel < 1:
@@ -115,7 +123,7 @@ def launch(
         from .train import train
 
         data = load()
-        return [done(i, c, train(c, data=data, force=force, progress=True)) for i, c in enumerate(configs, 1)]
+        return [done(i, c, train(c, data=data, force=force, progress=progress)) for i, c in enumerate(configs, 1)]
 
     ex = make_executor(launcher, folder, slurm)
     if launcher == "slurm":
@@ -127,7 +135,61 @@ def launch(
 
     # local and debug: each run its own job, at most `parallel` at a time
     def one(i: int, cfg: RunConfig) -> dict:
-        return done(i, cfg, ex.submit(run_job, cfg.as_dict(), force).result())
+        return done(i, cfg, ex.submit(run_job, cfg.as_dict(), force, threads).result())
 
     with ThreadPoolExecutor(max_workers=1 if launcher == "debug" else parallel) as pool:
         return list(pool.map(one, range(1, n + 1), configs))
+
+
+def pending_configs(configs: Sequence[RunConfig], base: Path | None = None) -> list[RunConfig]:
+    """The configs without a finished record of the same identity (a record of another config is kept in
+    the list, so that training it reports the mismatch)."""
+    from . import records
+
+    out = []
+    for cfg in configs:
+        d = records.run_dir(cfg.profile, cfg.case, cfg.seed, base)
+        if records.is_finished(d) and (d / "config.json").is_file():
+            try:
+                same = RunConfig.from_dict(records.read_json(d / "config.json")).identity() == cfg.identity()
+            except (records.RecordError, TypeError):
+                same = False
+            if same:
+                continue
+        out.append(cfg)
+    return out
+
+
+def run_suite(
+    profile: str,
+    suite: str,
+    *,
+    seeds: Sequence[int] | None = None,
+    device: str = "auto",
+    parallel: int | None = None,
+    report: Callable[[str], None] = lambda _: None,
+) -> int:
+    """Train every run of ``suite`` at ``profile`` (``seeds``, default the suite's) that has no finished record;
+    returns how many were trained. What chapters 6 and 7 call.
+
+    On the CPU the runs go ``parallel`` at a time (default: one per idle core, at most 4) as local processes
+    of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
+    two cores do about 1.5x the work of one two-thread process (``tools/bench.py --seeds``). On a GPU,
+    where processes time-share the device, they run one after another."""
+    from .profiles import SUITES, default_threads, make_config, resolve_device
+
+    if suite not in SUITES:
+        raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
+    seeds = list(SUITES[suite].seeds[profile] if seeds is None else seeds)
+    cfgs = pending_configs([make_config(profile, c, seed=s, device=device) for s in seeds for c in SUITES[suite].cases])
+    if not cfgs:
+        return 0
+    dev = resolve_device(device)
+    n = min(4, default_threads()) if parallel is None else parallel
+    if dev != "cpu" or n < 2 or len(cfgs) < 2:
+        launch(cfgs, "inline", report=report, progress=False)
+    else:
+        from . import records
+
+        launch(cfgs, "local", parallel=n, threads=1, folder=records.runs_root() / ".submitit", report=report)
+    return len(cfgs)

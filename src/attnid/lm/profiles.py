@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 from .gpt import GPTConfig, ModelShape
@@ -49,7 +50,7 @@ SUITES: dict[str, Suite] = {
                 for lr in (SGD_LR / 2, SGD_LR / 4, SGD_LR / 8)
             },
         },
-        seeds={"smoke": (0,), "cpu": (0,), "paper": (0,)},
+        seeds={"smoke": (0,), "cpu": (0, 1, 2), "paper": (0,)},  # 3 seeds: a verdict needs a spread
     ),
     # chapter 7: head-count sweep at fixed E (D = E/H), AdamW, and a control with fewer parameters
     "heads": Suite(
@@ -66,7 +67,11 @@ OPTIMIZER_CASES = ("sgd", "sgd_wd", "adamw", "adamw_rebalance")  # the panels of
 LR_SWEEP: dict[float, str] = {  # SGD learning rate -> case, for every SGD case without weight decay
     c["lr"]: name for name, c in SUITES["dynamics"].cases.items() if c["optimizer"] == "sgd" and not c["weight_decay"]
 }
-HEAD_COUNTS = tuple(sorted({c["n_head"] for name, c in SUITES["heads"].cases.items() if "head_dim" not in c}))
+HEAD_CASES: dict[int, str] = {  # H -> case of chapter 7's head-count sweep at D = E/H
+    c["n_head"]: name for name, c in SUITES["heads"].cases.items() if "head_dim" not in c
+}
+HEAD_COUNTS = tuple(sorted(HEAD_CASES))
+HEADS_CONTROL = next(name for name, c in SUITES["heads"].cases.items() if "head_dim" in c)  # H = 4, D = 8
 
 
 def suite_of(case: str) -> str:
@@ -150,6 +155,15 @@ class RunConfig(ModelShape):
         if "betas" in d:
             d["betas"] = tuple(d["betas"])
         return cls(**d)
+
+
+def lr_at(cfg: RunConfig, it: int) -> float:
+    """Linear warmup, then cosine decay to ``min_lr_ratio * lr`` at ``max_iters`` (as in nanoGPT)."""
+    if it < cfg.warmup_iters:
+        return cfg.lr * (it + 1) / (cfg.warmup_iters + 1)
+    ratio = (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * min(1.0, ratio)))
+    return cfg.lr * (cfg.min_lr_ratio + coeff * (1 - cfg.min_lr_ratio))
 
 
 def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto", **overrides) -> RunConfig:

@@ -237,22 +237,26 @@ def find_runs(profile: str, cases: list[str], seed: int = 0, base: Path | None =
     return found
 
 
+def summaries_digest(profiles: list[str], cases: list[str], roots: list[Path] | None = None) -> str:
+    """sha256 over the ``summary.json`` of every finished record of ``cases`` (any seed) at ``profiles``
+    under ``roots`` (default: the runs folder and the committed records): it changes when a record is
+    added, removed or remade. The book's cache uses it for the chapters that read records."""
+    h = hashlib.sha256()
+    for root in dict.fromkeys(roots or [runs_root(), committed_root()]):
+        for profile in dict.fromkeys(profiles):
+            folder = Path(root) / profile
+            if not folder.is_dir():
+                continue
+            for d in sorted(folder.iterdir()):
+                name, _, seed = d.name.partition("-s")
+                if name in cases and (not seed or seed.isdigit()) and (d / "summary.json").is_file():
+                    h.update(f"{profile}/{d.name}\n".encode())
+                    h.update((d / "summary.json").read_bytes())
+    return h.hexdigest()
+
+
 # ------------------------------------------------------------------------------ reading rows as arrays
 def series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, values)`` of one metric over the rows that hold it; values ``(n_rows, *shape)`` float."""
     have = [r for r in rows if r.get(key) is not None and r.get(key) != []]
     return (np.array([r["step"] for r in have], dtype=int), np.array([r[key] for r in have], dtype=float))
-
-
-def rho_key(rec: Record) -> str:
-    """``"rho"`` (float64 optimizer update), or ``"rho_diff"`` for a format-1 record that only has
-    the float32 weight difference."""
-    return "rho" if any("rho" in r for r in rec.rows[:3]) else "rho_diff"
-
-
-def scale_label(rec: Record) -> str:
-    """E.g. ``"paper scale (6 × 6 × 384, H200)"`` or ``"cpu (2 × 4 × 64, cpu)"``."""
-    c = rec.config
-    device = str(rec.summary.get("device", "?")).replace("NVIDIA ", "")
-    name = "paper scale" if c.get("profile") == "paper" else f"{c.get('profile')} rerun"
-    return f"{name} ({c['n_layer']} × {c['n_head']} × {c['n_embd']}, {device})"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import platform
 import sys
 import time
@@ -32,21 +31,12 @@ from .data import CharData, load
 from .gpt import GPT, GPTConfig
 from .metrics import Key
 from .probe import IdentificationProbe
-from .profiles import RunConfig, resolve_device, resolve_precision
+from .profiles import RunConfig, lr_at, resolve_device, resolve_precision
 from .records import RecordError
 
 # Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
 EVAL_SEED = 1_000_003  # the validation batches of the evaluation after step t: EVAL_SEED * (seed + 1) + t
 REBALANCE_SEED = 2_000_033  # the batch that checks a rebalance after step t: REBALANCE_SEED * (seed + 1) + t
-
-
-def lr_at(cfg: RunConfig, it: int) -> float:
-    """Linear warmup, then cosine decay to ``min_lr_ratio * lr`` at ``max_iters`` (as in nanoGPT)."""
-    if it < cfg.warmup_iters:
-        return cfg.lr * (it + 1) / (cfg.warmup_iters + 1)
-    ratio = (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters)
-    coeff = 0.5 * (1.0 + math.cos(math.pi * min(1.0, ratio)))
-    return cfg.lr * (cfg.min_lr_ratio + coeff * (1 - cfg.min_lr_ratio))
 
 
 def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.optim.Optimizer]:

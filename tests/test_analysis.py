@@ -1,0 +1,221 @@
+"""The §5 analysis (attnid.lm.analysis), the metrics schema and `attnid claims`: on the committed
+paper-scale records (no training) and on smoke runs."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnid.dynamics import unidentified_step_fraction
+from attnid.lm import analysis
+from attnid.lm.analysis import Claim, SuiteRuns, evaluate_claim, evaluate_claims, load_suite
+from attnid.lm.metrics import SCHEMA, Key, check_row
+from attnid.lm.profiles import SUITES, make_config
+from attnid.lm.records import Record, RecordError, committed_root, load_run
+from attnid.lm.train import train
+
+PAPER = committed_root() / "paper"
+
+
+def _strict(text: str):
+    """json.loads that refuses NaN and Infinity, as JavaScript and jq do."""
+
+    def bad(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=bad)
+
+
+@pytest.fixture(scope="module")
+def paper():
+    runs = load_suite("paper")
+    if not {"sgd", "sgd_wd", "adamw"} <= set(runs.runs):
+        pytest.skip("the committed paper-scale records are not in this checkout")
+    return runs
+
+
+# ------------------------------------------------------------------------------ the weight-decay law
+def test_wd_law_matches_the_paper_scale_record(paper):
+    """β_T = Π(1 − η_t λ)² β_0 under SGD + weight decay: the H200 record measures drift 0.936 in every layer."""
+    law = analysis.wd_beta_law(paper.first("sgd_wd"))
+    cfg = make_config("paper", "sgd_wd")
+    log_factor = 2 * sum(math.log1p(-analysis.lr_at(cfg, t) * cfg.weight_decay) for t in range(cfg.max_iters))
+    assert law["predicted"] == pytest.approx(1 - math.exp(log_factor), rel=1e-12)
+    assert law["predicted"] == pytest.approx(0.9358, abs=1e-4)
+    assert law["relative_error"] < 2e-4
+    assert np.allclose(law["per_layer"], law["predicted"], rtol=3e-4)  # every layer, not only the mean
+    # over training too: the curve follows the prediction at every recorded step after the first
+    curve_err = np.abs(law["measured_curve"].mean(1) - law["predicted_curve"])[1:] / law["predicted_curve"][1:]
+    assert curve_err.max() < 0.05
+
+
+def test_wd_law_refuses_a_run_without_decay(paper):
+    with pytest.raises(ValueError, match="not an SGD run with weight decay"):
+        analysis.wd_beta_law(paper.first("sgd"))
+
+
+# ------------------------------------------------------------------------------ one run's numbers
+def test_rho_key_comes_from_the_records_method(paper):
+    assert analysis.rho_key(paper.first("adamw")) == Key.RHO_DIFF  # the H200 records: float32 difference
+    rec = paper.first("adamw")
+    odd = Record(rec.path, rec.config, {**rec.summary, "rho_method": "guesswork"}, rec.rows)
+    with pytest.raises(RecordError, match="unknown rho_method"):
+        analysis.rho_key(odd)
+
+
+def test_isotropic_share_is_that_of_the_bias_augmented_matrices():
+    """A random isotropic step of a head's [W_Q | b_Q], [W_K | b_K] (D × (E+1)) has mean ρ D/(2(E+1));
+    at E = 4, D = 2 that is 0.2, against 0.25 for D/(2E): the tolerance separates the two."""
+    E, H, n = 4, 2, 6000
+    D = E // H
+    g = torch.Generator().manual_seed(0)
+    Q = torch.randn(H, D, E + 1, generator=g, dtype=torch.float64)
+    K = torch.randn(H, D, E + 1, generator=g, dtype=torch.float64)
+    A = torch.randn(n, H, D, E + 1, generator=g, dtype=torch.float64)
+    B = torch.randn(n, H, D, E + 1, generator=g, dtype=torch.float64)
+    rho = unidentified_step_fraction(Q.expand(n, H, D, E + 1), K.expand(n, H, D, E + 1), A, B).mean().item()
+    iso = analysis.isotropic_rho(make_config("smoke", "adamw", n_embd=E, n_head=H).as_dict())
+    assert iso == pytest.approx(D / (2 * (E + 1)))
+    assert abs(rho - iso) < 0.01
+    assert abs(rho - D / (2 * E)) > 0.035
+    no_bias = analysis.isotropic_rho(make_config("smoke", "adamw", n_embd=E, n_head=H, bias=False).as_dict())
+    assert no_bias == pytest.approx(D / (2 * E))
+
+
+def test_paper_scale_numbers(paper):
+    """The figures the paper-scale records hold (their README gives the same)."""
+    sgd, adamw = paper.first("sgd"), paper.first("adamw")
+    assert analysis.mean_rho(sgd) == pytest.approx(6.7e-7, rel=0.02)
+    assert analysis.isotropic_rho(adamw.config) == pytest.approx(64 / (2 * 385))
+    assert analysis.best_val_loss(adamw) == pytest.approx(1.473, abs=1e-3)
+    assert np.allclose(analysis.final_drift(sgd)[[0, -1]], [0.47, 0.007], atol=0.005)
+    assert analysis.layer_trend(sgd) < 0  # six layers: the drift falls with depth
+
+
+# ------------------------------------------------------------------------------ verdicts
+def _runs(values: dict[int, float], layers: int = 2) -> SuiteRuns:
+    """A suite whose one case ``x`` has, per seed, a record whose summary holds ``v``."""
+    cfg = make_config("smoke", "sgd", n_layer=layers).as_dict()
+    runs = SuiteRuns("smoke", "dynamics")
+    runs.runs["x"] = {s: Record(Path(f"/x-s{s}"), cfg, {"v": v}, []) for s, v in values.items()}
+    return runs
+
+
+def _claim(**kw) -> Claim:
+    base = dict(id="t", claim="t", metric="v", value=lambda c: c["x"].summary["v"], op=">", threshold=1.0, why="")
+    return Claim(**{**base, "cases": ("x",), **kw})
+
+
+@pytest.mark.parametrize(
+    "values, verdict",
+    [
+        ({0: 2.0, 1: 3.0, 2: 1.5}, "yes"),
+        ({0: 0.2, 1: 0.3, 2: 0.9}, "no"),
+        ({0: 0.5, 1: 1.5, 2: 2.0}, "inconclusive"),  # the spread crosses the threshold
+        ({0: 2.0, 1: 3.0}, "inconclusive"),  # too few seeds for a spread
+        ({}, "pending"),
+    ],
+)
+def test_verdict_rules(values, verdict):
+    row = evaluate_claim(_claim(), _runs(values))
+    assert row["verdict"] == verdict
+    assert row["seeds"] == len(values)
+    if values:
+        assert row["value"] == pytest.approx(np.mean(list(values.values())))
+        assert (row["low"], row["high"]) == (min(values.values()), max(values.values()))
+
+
+def test_a_law_needs_one_seed_and_a_trend_needs_layers():
+    assert evaluate_claim(_claim(min_seeds=1), _runs({0: 2.0}))["verdict"] == "yes"
+    row = evaluate_claim(_claim(min_layers=3), _runs({0: 2.0, 1: 2.0, 2: 2.0}, layers=2))
+    assert row["verdict"] == "inconclusive" and "3 layers" in row["reason"]
+
+
+def test_claims_are_complete_data():
+    ids = [c.id for c in analysis.CLAIMS]
+    assert len(ids) == len(set(ids)) and "wd_beta_law" in ids
+    for c in analysis.CLAIMS:
+        assert c.op in ("<", ">") and c.why and c.metric and set(c.cases) <= set(SUITES["dynamics"].cases)
+        assert c.min_seeds in (1, analysis.MIN_SEEDS)
+
+
+def test_claims_on_paper_records(paper):
+    rows = {r["id"]: r for r in evaluate_claims(paper)}
+    law = rows["wd_beta_law"]
+    assert law["verdict"] == "yes" and law["measured"] == pytest.approx(law["predicted"], rel=1e-3)
+    assert rows["sgd_orthogonal"]["verdict"] == "yes"
+    assert rows["drift_falls_with_lr"]["verdict"] == "pending"  # the sweep is not recorded at paper scale
+    assert rows["adamw_closest"]["verdict"] == "inconclusive" and rows["adamw_closest"]["seeds"] == 1
+    assert "λ = 0.001" in rows["adamw_closest"]["depends_on"]
+
+
+def test_claims_cli_json_is_strict(paper, capsys):
+    from attnid.cli import main
+
+    assert main(["claims", "--profile", "paper", "--json"]) == 0
+    rows = _strict(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == list(analysis.CLAIM_IDS)
+    for r in rows:
+        assert {"id", "claim", "profile", "value", "threshold", "control", "seeds", "verdict"} <= set(r)
+        assert r["verdict"] in ("yes", "no", "inconclusive", "pending") and r["profile"] == "paper"
+    assert main(["claims", "--profile", "paper", "--seed-set", "0,x"]) == 2
+
+
+# ------------------------------------------------------------------------------ smoke runs
+@pytest.fixture(scope="module")
+def smoke_suite(corpus, tmp_path_factory):
+    """The dynamics suite at smoke size, 3 seeds of the cases that the claims without the sweep need."""
+    out = tmp_path_factory.mktemp("runs")
+    for s in (0, 1, 2):
+        for case in ("sgd", "sgd_wd", "adamw"):
+            train(make_config("smoke", case, seed=s), out=out, data=corpus, progress=False)
+    return out, load_suite("smoke", base=out)
+
+
+def test_rows_follow_the_schema(smoke_suite):
+    out, runs = smoke_suite
+    rec = runs.first("adamw")
+    cfg = make_config("smoke", "adamw").gpt_config()
+    for row in rec.rows:
+        check_row(row, cfg.n_layer, cfg.n_head, cfg.head_dim)
+    written = {k for r in rec.rows for k in r}
+    assert written == set(SCHEMA)  # every key the schema names is written, and nothing else
+    with pytest.raises(ValueError, match="not in the metrics schema"):
+        check_row({"rho_typo": 1.0}, 2, 4, 16)
+
+
+def test_suite_loading_and_seed_bands(smoke_suite):
+    out, runs = smoke_suite
+    assert runs.seeds(("sgd", "sgd_wd", "adamw")) == [0, 1, 2]
+    steps, mean, lo, hi = analysis.band(runs, "adamw", Key.VAL_LOSS, lambda v: v)
+    finals = [analysis.final_val_loss(runs.runs["adamw"][s]) for s in (0, 1, 2)]
+    assert mean[-1] == pytest.approx(np.mean(finals)) and lo[-1] == min(finals) and hi[-1] == max(finals)
+    assert len(set(finals)) == 3  # the seeds are different runs
+    spread = analysis.over_seeds(runs, "sgd", analysis.mean_rho)
+    assert spread["n"] == 3 and spread["max"] < 1e-12  # plain SGD: float64 round-off of float32 gradients
+    assert load_suite("smoke", base=out, seeds=[1]).seeds(("sgd",)) == [1]
+
+
+def test_claims_on_smoke_runs(smoke_suite):
+    _, runs = smoke_suite
+    rows = {r["id"]: r for r in evaluate_claims(runs)}
+    assert rows["sgd_orthogonal"]["verdict"] == "yes" and rows["sgd_orthogonal"]["seeds"] == 3
+    assert rows["drift_falls_with_lr"]["verdict"] == "pending"  # no sweep cases trained here
+    assert rows["drift_earlier_layers"]["verdict"] == "inconclusive"  # 2 layers
+    law = rows["wd_beta_law"]
+    assert law["seeds"] == 3 and law["verdict"] == "yes", law
+
+
+def test_run_suite_trains_only_what_is_missing(corpus, tmp_path, monkeypatch):
+    from attnid.lm.launch import pending_configs
+
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path))
+    cfgs = [make_config("smoke", c, max_iters=4, eval_interval=2, metric_interval=2) for c in ("sgd", "adamw")]
+    train(cfgs[0], data=corpus, progress=False)
+    assert pending_configs(cfgs) == [cfgs[1]]
+    other = make_config("smoke", "sgd", max_iters=6, eval_interval=2, metric_interval=2)
+    assert pending_configs([other]) == [other]  # another config's record is no reuse
+    assert load_run("smoke", "sgd").rows[-1][Key.STEP] == 4
