@@ -40,7 +40,7 @@
 # (for SGD $-\eta(g + \lambda W)$, for AdamW $-\eta\lambda W - \eta\,\hat m/(\sqrt{\hat v} + \varepsilon)$),
 # not the difference of two float32 weight tensors: that difference carries the rounding of the new
 # weights, a floor that grows as the steps shrink. Both are recorded (`rho` and `rho_diff`) so that the
-# floor can be seen below. Every number of this chapter comes from {mod}`attnid.lm.analysis`, which
+# floor can be seen below. Every number of this chapter comes from `attnid.lm.analysis`, which
 # reads the run records; `attnid claims --profile cpu` prints the table at the end of the chapter from
 # the same records.
 #
@@ -442,6 +442,8 @@ for ax, (name, runs) in zip(axes[0], scales.items()):
             }
         )
 plt.show()
+
+# %% tags=["hide-input"]
 law_table = pd.DataFrame(law_rows)
 table(
     law_table,
@@ -833,7 +835,7 @@ table(
 # why it was chosen, the control beside it, and the verdict at each scale:
 # **yes** or **no** when every seed agrees, **inconclusive** when the seeds disagree or there are too
 # few of them (a claim about training needs three; an exact law, one) or too few layers, **pending**
-# when the records are missing. The table is {func}`attnid.lm.analysis.evaluate_claims`, the same as
+# when the records are missing. The table is `attnid.lm.analysis.evaluate_claims`, the same as
 # `attnid claims --profile <profile> --json`.
 
 # %% tags=["hide-input"]
@@ -909,7 +911,7 @@ md(
 #   (`tests/test_train.py`), for SGD with weight decay and for AdamW.
 # - Under SGD + weight decay the drift of β follows $1 - \prod_t (1 - \eta_t\lambda)^2$ at both scales
 #   (`tests/test_analysis.py` checks the paper-scale record to $2\times10^{-4}$).
-# - Every claim's verdict, threshold and control live in {mod}`attnid.lm.analysis` and are tested
+# - Every claim's verdict, threshold and control live in `attnid.lm.analysis` and are tested
 #   there (`tests/test_analysis.py`).
 # - bf16 autocast (the GPU default) keeps plain SGD's ρ below $10^{-4}$ and key-bias gradients at
 #   round-off (`tests/test_train.py`); its floor is about $10^{-6}$ at smoke scale, against about

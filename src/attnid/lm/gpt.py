@@ -65,6 +65,9 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(self.inner, cfg.n_embd, bias=cfg.bias)
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.head_mask: torch.Tensor | None = None  # (H,) multipliers; None = all heads on
+        # softmax(K^T Q) written out instead of the fused kernel: under torch.func.vmap (several seeds as one
+        # stacked model, attnid.lm.batched), where the fused kernel has no batching rule
+        self.math_attention = False
 
     def qk_views(self):
         """Per-head ``W_Q, b_Q, W_K, b_K`` views into ``c_attn`` (no copy)."""
@@ -74,7 +77,14 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.shape
         q, k, v = self.c_attn(x).split(self.inner, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        p_drop = self.dropout if self.training else 0.0
+        if self.math_attention:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+            att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(-1), p=p_drop)
+            y = att @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True)
         if self.head_mask is not None:
             y = y * self.head_mask.to(y.dtype)[None, :, None, None]
         y = y.transpose(1, 2).contiguous().view(B, T, self.inner)

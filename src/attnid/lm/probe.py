@@ -69,12 +69,21 @@ class IdentificationProbe:
     """Records the QK-symmetry metrics of one training step of a :class:`attnid.lm.gpt.GPT`.
 
     ``beta0``: ``(n_layer, H, D, D)`` initial β (from a checkpoint when resuming); default: now.
+    ``qk_params``: the ``c_attn`` weight and bias of each layer (default: the model's own). Several seeds
+    trained as one stacked model (:mod:`attnid.lm.batched`) pass tensors with a leading seed dim ``S``;
+    every metric then carries it first: ``(S, n_layer, ...)``.
     """
 
-    def __init__(self, model, opt: torch.optim.Optimizer, beta0: torch.Tensor | None = None):
-        self.layers = model.attention_layers()
+    def __init__(
+        self,
+        model,
+        opt: torch.optim.Optimizer,
+        beta0: torch.Tensor | None = None,
+        qk_params: list[tuple[torch.Tensor, torch.Tensor | None]] | None = None,
+    ):
+        self.params = qk_params or [(layer.c_attn.weight, layer.c_attn.bias) for layer in model.attention_layers()]
         self.opt = opt
-        self.H = self.layers[0].n_head
+        self.H = model.attention_layers()[0].n_head
         self._old: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self._grads: dict[str, torch.Tensor] = {}
         if beta0 is None:
@@ -82,25 +91,27 @@ class IdentificationProbe:
         self.beta0 = beta0
 
     def _stacked(self, attr: str = "") -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Fused ``c_attn`` weight ``(L, 3HD, E)`` and bias ``(L, 3HD)`` of every layer, float64
+        """Fused ``c_attn`` weight ``([S,] L, 3HD, E)`` and bias ``([S,] L, 3HD)`` of every layer, float64
         (``attr="grad"``: their gradients)."""
-        ws = [layer.c_attn.weight for layer in self.layers]
-        bs = [layer.c_attn.bias for layer in self.layers]
+        ws = [w for w, _ in self.params]
+        bs = [b for _, b in self.params]
         if attr:
             ws, bs = [getattr(w, attr) for w in ws], [None if b is None else getattr(b, attr) for b in bs]
-        w = torch.stack([t.detach() for t in ws]).to(torch.float64)
-        b = None if bs[0] is None else torch.stack([t.detach() for t in bs]).to(torch.float64)
+        w = torch.stack([t.detach() for t in ws], dim=-3).to(torch.float64)
+        b = None if bs[0] is None else torch.stack([t.detach() for t in bs if t is not None], dim=-2).to(torch.float64)
         return w, b
 
     def _split(self, w: torch.Tensor, b: torch.Tensor | None) -> tuple:
-        """Stacked fused ``(w, b)`` -> per-head ``W_Q, b_Q, W_K, b_K`` ``(L, H, D, E)``/``(L, H, D)``
+        """Stacked fused ``(w, b)`` -> per-head ``W_Q, b_Q, W_K, b_K`` ``(..., L, H, D, E)``/``(..., L, H, D)``
         (the layout of :func:`attnid.attention.fused_qk_views`)."""
-        L, rows, E = w.shape
+        *lead, rows, E = w.shape
         D = rows // (3 * self.H)
-        W_Q, W_K = w[:, : rows // 3].view(L, self.H, D, E), w[:, rows // 3 : 2 * rows // 3].view(L, self.H, D, E)
+        W_Q = w[..., : rows // 3, :].reshape(*lead, self.H, D, E)
+        W_K = w[..., rows // 3 : 2 * rows // 3, :].reshape(*lead, self.H, D, E)
         if b is None:
             return W_Q, None, W_K, None
-        return W_Q, b[:, : rows // 3].view(L, self.H, D), W_K, b[:, rows // 3 : 2 * rows // 3].view(L, self.H, D)
+        b_Q = b[..., : rows // 3].reshape(*lead, self.H, D)
+        return W_Q, b_Q, W_K, b[..., rows // 3 : 2 * rows // 3].reshape(*lead, self.H, D)
 
     def _augmented(self, w: torch.Tensor, b: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         W_Q, b_Q, W_K, b_K = self._split(w, b)
@@ -111,7 +122,8 @@ class IdentificationProbe:
         """Call after ``loss.backward()`` and before clipping and ``opt.step()``."""
         self._old = self._stacked()
         self._grads = {}
-        if self._old[1] is not None and self.layers[0].c_attn.bias.grad is not None:
+        bias = self.params[0][1]
+        if self._old[1] is not None and bias is not None and bias.grad is not None:
             _, g_q, _, g_k = self._split(*self._stacked("grad"))
             self._grads = {Key.GRAD_BQ: g_q.norm(dim=-1), Key.GRAD_BK: g_k.norm(dim=-1)}
 
@@ -121,16 +133,17 @@ class IdentificationProbe:
         if self._old is None:
             raise RuntimeError("IdentificationProbe.after_step() called without before_step()")
         (w0, b0), (w1, b1) = self._old, self._stacked()
-        dw = torch.stack(
-            [optimizer_update(self.opt, layer.c_attn.weight, w0[i]) for i, layer in enumerate(self.layers)]
-        )
-        db = (
-            None
-            if b0 is None
-            else torch.stack(
-                [optimizer_update(self.opt, layer.c_attn.bias, b0[i]) for i, layer in enumerate(self.layers)]
+        dw = torch.stack([optimizer_update(self.opt, w, w0.select(-3, i)) for i, (w, _) in enumerate(self.params)], -3)
+        db = None
+        if b0 is not None:
+            db = torch.stack(
+                [
+                    optimizer_update(self.opt, b, b0.select(-2, i))
+                    for i, (_, b) in enumerate(self.params)
+                    if b is not None
+                ],
+                -2,
             )
-        )
         Q0, K0 = self._augmented(w0, b0)
         A, B = self._augmented(dw, db)
         Q1, K1 = self._augmented(w1, b1)
@@ -148,7 +161,7 @@ class IdentificationProbe:
         rho, rho_diff, rho_w = rhos[0, 0], rhos[0, 1], rhos[1, 0]
         G_Q1, G_K1 = dynamics.gram(Q1), dynamics.gram(K1)
         beta_t = G_Q1 - G_K1
-        per_layer = lambda M: torch.linalg.matrix_norm(M).norm(dim=-1)  # noqa: E731  (L, H, n, n) -> (L,)
+        per_layer = lambda M: torch.linalg.matrix_norm(M).norm(dim=-1)  # noqa: E731  (..., L, H, n, n) -> (..., L)
         tensors: dict[str, torch.Tensor] = {
             **{k: torch.as_tensor(v, dtype=torch.float64) for k, v in scalars.items()},
             Key.RHO: rho,

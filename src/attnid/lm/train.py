@@ -48,19 +48,22 @@ def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.opti
         model = GPT(cfg.gpt_config(vocab_size)).to(device)
     finally:
         torch.set_default_dtype(default)
-    opt: torch.optim.Optimizer
+    return model, make_optimizer(cfg, list(model.parameters()), device)
+
+
+def make_optimizer(cfg: RunConfig, params: list[torch.Tensor], device: str, lead: int = 0) -> torch.optim.Optimizer:
+    """SGD (no momentum) or AdamW for ``params``; AdamW decays the matrices only (biases, norms: no decay).
+    ``lead``: leading dims of every tensor that are not the parameter's own (stacked seeds: 1)."""
     if cfg.optimizer == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.0, weight_decay=cfg.weight_decay)
-    else:
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.lr,
-            betas=cfg.betas,
-            fused=device.startswith("cuda"),
-        )
-    return model, opt
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.0, weight_decay=cfg.weight_decay)
+    decay = [p for p in params if p.dim() - lead >= 2]
+    no_decay = [p for p in params if p.dim() - lead < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=cfg.betas,
+        fused=device.startswith("cuda"),
+    )
 
 
 @contextlib.contextmanager
@@ -123,6 +126,48 @@ def _check_existing(d: Path, cfg: RunConfig) -> None:
         )
 
 
+@contextlib.contextmanager
+def run_lock(d: Path):
+    """Hold the lock of run folder ``d`` (another process training it makes this wait, and says so)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(d.parent / f".{d.name}.lock"))
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(timeout=0)
+    except Timeout:  # (a TimeoutError, so before OSError)
+        print(f"attnid: waiting for another process that is training {d} ...", file=sys.stderr, flush=True)
+        lock.acquire()
+    except OSError as e:
+        raise RecordError(
+            f"{d.parent}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a writable folder"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def prepare_run(cfg: RunConfig, d: Path, force: bool) -> dict | None:
+    """With the run's lock held: the finished record of ``cfg`` in ``d`` as :func:`train` returns it, if it
+    can be reused; else ``None``, after checking that ``d`` holds no other config (``force`` clears it)."""
+    if not force and ((d / "config.json").exists() or records.is_finished(d)):
+        _check_existing(d, cfg)
+        if records.is_finished(d):  # finished: reuse
+            rec = records.load(d)
+            if rec.summary.get("format", 1) < records.FORMAT and "provenance" not in rec.summary:
+                raise RecordError(
+                    f"{d / 'summary.json'}: made by an older attnid (record format "
+                    f"{rec.summary.get('format', 1)}, now {records.FORMAT}); rerun with --force to redo the run"
+                )
+            return {**rec.summary, "rows": rec.rows, "heads": rec.heads}
+    if force and d.exists():
+        for f in d.iterdir():
+            if f.is_file():
+                f.unlink()
+    return None
+
+
 def train(
     cfg: RunConfig,
     *,
@@ -147,34 +192,10 @@ def train(
     )
     if not save:
         return _run(cfg, d, data=data, **options, save=False)
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(d.parent / f".{d.name}.lock"))
-    try:
-        d.parent.mkdir(parents=True, exist_ok=True)
-        lock.acquire(timeout=0)
-    except Timeout:  # (a TimeoutError, so before OSError)
-        print(f"attnid: waiting for another process that is training {d} ...", file=sys.stderr, flush=True)
-        lock.acquire()
-    except OSError as e:
-        raise RecordError(
-            f"{d.parent}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a writable folder"
-        ) from None
-    try:
-        if not force and ((d / "config.json").exists() or records.is_finished(d)):
-            _check_existing(d, cfg)
-            if records.is_finished(d):  # finished: reuse
-                rec = records.load(d)
-                if rec.summary.get("format", 1) < records.FORMAT and "provenance" not in rec.summary:
-                    raise RecordError(
-                        f"{d / 'summary.json'}: made by an older attnid (record format "
-                        f"{rec.summary.get('format', 1)}, now {records.FORMAT}); rerun with --force to redo the run"
-                    )
-                return {**rec.summary, "rows": rec.rows, "heads": rec.heads}
-        if force and d.exists():
-            for f in d.iterdir():
-                if f.is_file():
-                    f.unlink()
+    with run_lock(d):
+        reused = prepare_run(cfg, d, force)
+        if reused is not None:
+            return reused
         data = data or load()  # checks before any file is written
         d.mkdir(parents=True, exist_ok=True)
         if not (d / "config.json").exists():
@@ -184,8 +205,6 @@ def train(
             return _run(cfg, d, data=data, **options, save=True)
         finally:
             torch.set_num_threads(threads)  # a resume may have restored the run's own count
-    finally:
-        lock.release()
 
 
 @dataclass
@@ -250,9 +269,10 @@ class Run:
             elapsed=self.elapsed + seconds,
         )
 
-    def restore(self, ck: Checkpoint) -> None:
+    def restore(self, ck: Checkpoint, optimizer: bool = True) -> None:
         self.model.load_state_dict(ck.model)
-        self.opt.load_state_dict(ck.opt)
+        if optimizer:
+            self.opt.load_state_dict(ck.opt)
         self.gen.set_state(ck.gen)
         torch.set_rng_state(ck.rng)
         if self.device.startswith("cuda") and ck.cuda_rng is not None:
@@ -354,6 +374,43 @@ def head_analysis(run: Run) -> dict:
         return analyse(run.model, batches, sv)
 
 
+def summarize(run: Run, *, metrics: bool, train_seconds: float, heads_seconds: float, start: int) -> dict:
+    """The summary of a finished run (``summary.json`` without its file list); ``wall_seconds`` is the
+    training time of this process plus what the run's checkpoint says came before."""
+    cfg, rows, device = run.cfg, run.rows, run.device
+    vals = [r[Key.VAL_LOSS] for r in rows if r.get(Key.VAL_LOSS) is not None]
+    return {
+        "profile": cfg.profile,
+        "case": cfg.case,
+        "seed": cfg.seed,
+        "steps": cfg.max_iters,
+        "final_val_loss": vals[-1] if vals else None,
+        "best_val_loss": min(vals) if vals else None,
+        "final_train_loss": rows[-1][Key.TRAIN_LOSS] if rows else None,
+        "wall_seconds": run.elapsed + train_seconds + heads_seconds,
+        "head_analysis_seconds": heads_seconds,
+        "tokens_per_second": cfg.batch_size * cfg.block_size * (cfg.max_iters - start) / max(train_seconds, 1e-9),
+        "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
+        "precision": run.precision,
+        "compile": bool(cfg.compile and device.startswith("cuda")),
+        "metrics": metrics,
+        "rho_method": "float64 optimizer update",
+        "threads": torch.get_num_threads(),
+        "attnid": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "rebalances": run.rebalances,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def save_model(run: Run, d: Path) -> None:
+    """``model.pt``: the trained weights and the model's config (``RunConfig.save_model``)."""
+    buf = io.BytesIO()
+    torch.save({"model": run.model.state_dict(), "gpt_config": vars(run.model.cfg)}, buf)
+    records.atomic_write(d / "model.pt", buf.getvalue())
+
+
 # ------------------------------------------------------------------------------ the loop
 def _run(
     cfg: RunConfig,
@@ -412,36 +469,11 @@ def _run(
     t_heads = time.perf_counter()
     heads = head_analysis(run) if metrics else None
     t_heads = time.perf_counter() - t_heads
+    summary = summarize(run, metrics=metrics, train_seconds=train_seconds, heads_seconds=t_heads, start=start)
     rows = run.rows
-    vals = [r[Key.VAL_LOSS] for r in rows if r.get(Key.VAL_LOSS) is not None]
-    summary = {
-        "profile": cfg.profile,
-        "case": cfg.case,
-        "seed": cfg.seed,
-        "steps": cfg.max_iters,
-        "final_val_loss": vals[-1] if vals else None,
-        "best_val_loss": min(vals) if vals else None,
-        "final_train_loss": rows[-1][Key.TRAIN_LOSS] if rows else loss.item(),
-        "wall_seconds": run.elapsed + time.perf_counter() - t0,
-        "head_analysis_seconds": t_heads,
-        "tokens_per_second": cfg.batch_size * cfg.block_size * (cfg.max_iters - start) / max(train_seconds, 1e-9),
-        "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
-        "precision": precision,
-        "compile": bool(cfg.compile and device.startswith("cuda")),
-        "metrics": metrics,
-        "rho_method": "float64 optimizer update",
-        "threads": torch.get_num_threads(),
-        "attnid": __version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "rebalances": run.rebalances,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
     if save:
         if cfg.save_model:
-            buf = io.BytesIO()
-            torch.save({"model": model.state_dict(), "gpt_config": vars(model.cfg)}, buf)
-            records.atomic_write(d / "model.pt", buf.getvalue())
+            save_model(run, d)
         summary = records.finish(d, rows, summary, heads)
     # returned exactly as a reused record reads back (float32-precision numbers)
     return {**summary, "rows": records.round_floats(rows), "heads": records.round_floats(heads)}
