@@ -167,3 +167,10 @@ def test_two_processes_on_one_run_share_it(tmp_path):
     summaries = [json.loads(o[0]) for o in outs]
     assert summaries[0]["wall_seconds"] == summaries[1]["wall_seconds"]  # trained once, reused once
     assert not list((tmp_path / "smoke").glob("**/*.tmp"))
+
+
+def test_batch_seeds_trains_in_this_process_only(capsys):
+    from attnid.cli import main
+
+    assert main(["experiments", "--profile", "smoke", "--batch-seeds", "--launcher", "local"]) == 2
+    assert "batch-seeds" in capsys.readouterr().err

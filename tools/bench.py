@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -127,6 +128,43 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: 
     return 1e3 * statistics.median(step_times), 1e3 * statistics.median(metric_times)
 
 
+def seeds_bench(steps: int, device: str = "cpu") -> None:
+    """What seeds cost: the chapter-6 suite (every case, ``steps`` steps at the cpu profile) with one seed
+    one run after another (the one-seed chapter), then three seeds as parallel one-thread processes (what
+    the book does on the CPU) and as one batched model per case (attnid.lm.batched)."""
+    import tempfile
+
+    from attnid.lm.batched import train_seeds
+    from attnid.lm.data import load
+    from attnid.lm.launch import launch
+    from attnid.lm.profiles import SUITES, make_config
+    from attnid.lm.train import train
+
+    data = load()
+    cases = list(SUITES["dynamics"].cases)
+    seeds = (0, 1, 2)
+    over = dict(max_iters=steps, eval_interval=max(1, steps // 4), ckpt_interval=10 * steps, device=device)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["ATTNID_RUNS"] = tmp  # the local jobs inherit it
+        t = time.perf_counter()
+        for c in cases:
+            train(make_config("cpu", c, seed=0, **over), out=Path(tmp) / "one", data=data, progress=False)
+        one = time.perf_counter() - t
+        cfgs = [make_config("cpu", c, seed=s, **over) for s in seeds for c in cases]
+        t = time.perf_counter()
+        launch(cfgs, "local", parallel=2, threads=1, folder=Path(tmp) / "logs", report=lambda _: None)
+        procs = time.perf_counter() - t
+        t = time.perf_counter()
+        for c in cases:
+            train_seeds([make_config("cpu", c, seed=s, **over) for s in seeds], out=Path(tmp) / "b", data=data,
+                        progress=False)  # fmt: skip
+        batched = time.perf_counter() - t
+    print(f"\nseeds: the chapter-6 suite ({len(cases)} cases, {steps} steps each, cpu profile, {device})")
+    print(f"  1 seed, one run after another ({torch.get_num_threads()} threads): {one:7.1f} s")
+    print(f"  3 seeds, 2 processes of 1 thread:          {procs:7.1f} s  ({procs / one:.2f}x the one-seed time)")
+    print(f"  3 seeds, one batched model per case:       {batched:7.1f} s  ({batched / one:.2f}x)")
+
+
 def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
     """Per-step ms per precision, the probe's overhead, one real run's steps/s, projected suite times."""
     from attnid.lm.data import load
@@ -184,12 +222,26 @@ def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
     for suite, spec in SUITES.items():
         n = len(spec.cases) * len(spec.seeds[profile])
         print(f"projected suite {suite!r} ({n} runs, one after another): {n * projected / 60:.1f} min")
+    # several seeds as one batched model (attnid.lm.batched): what 3 seeds cost against one
+    from attnid.lm.batched import train_seeds
+
+    cfgs = [
+        make_config(profile, "adamw", seed=s, device=device, max_iters=steps, eval_interval=steps) for s in (0, 1, 2)
+    ]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        train_seeds(cfgs, out=Path(tmp), data=data, progress=False)
+        batched = time.perf_counter() - t
+    print(f"3 seeds as one batched model, {steps} steps: {batched:.1f} s against {wall:.1f} s for one seed alone "
+          f"({batched / wall:.2f}x the time for 3x the runs)")  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--only", choices=["audit", "train"], default=None)
+    ap.add_argument("--only", choices=["audit", "train", "seeds"], default=None)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--gpu", action="store_true", help="the GPU path (paper profile): precisions, probe, projections")
@@ -209,6 +261,9 @@ def main() -> None:
     if a.only in (None, "train"):
         torch.set_num_threads(max(a.threads))
         train_bench(a.steps, a.repeats)
+    if a.only in (None, "seeds"):
+        torch.set_num_threads(max(a.threads))
+        seeds_bench(a.steps)
 
 
 if __name__ == "__main__":

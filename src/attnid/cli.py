@@ -266,6 +266,17 @@ def cmd_experiments(a) -> int:
         resolve_device(a.device)
         _check_paper_device(a)
         _set_threads(a)
+    if a.batch_seeds:
+        if a.launcher != "inline":
+            raise ValueError("batch-seeds: trains in this process; it cannot be combined with --launcher local|slurm")
+        from .lm.batched import train_seeds
+
+        for case in suite.cases:
+            for s in train_seeds([c for c in cfgs if c.case == case], force=a.force, progress=True):
+                batch = s.get("batched_seeds", [s["seed"]])
+                print(f"{a.profile}/{case} seed {s['seed']}: final val loss {s['final_val_loss']:.4f} "
+                      f"({s['precision']}, batched with seeds {batch})", flush=True)  # fmt: skip
+        return 0
     launch(
         cfgs, a.launcher, force=a.force, folder=a.log_dir, parallel=a.parallel, slurm=slurm, wait=a.wait,
         report=lambda line: print(line, flush=True),
@@ -375,6 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mem-gb", type=int, help="slurm: memory per run")
     g.add_argument("--array-parallelism", type=int, default=16, help="slurm: runs of the array at once")
     g.add_argument("--wait", action="store_true", help="slurm: wait for the runs and print their results")
+    p.add_argument(
+        "--batch-seeds",
+        action="store_true",
+        help="train the seeds of each case as one batched model (attnid.lm.batched; pays on a GPU)",
+    )
     p.set_defaults(func=cmd_experiments)
     p = sub.add_parser("claims", help="the paper's §5 claims, evaluated on the run records found")
     p.add_argument("--profile", default="cpu", help="smoke | cpu | paper")

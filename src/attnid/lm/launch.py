@@ -174,8 +174,9 @@ def run_suite(
 
     On the CPU the runs go ``parallel`` at a time (default: one per idle core, at most 4) as local processes
     of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
-    two cores do about 1.5x the work of one two-thread process (``tools/bench.py --seeds``). On a GPU,
-    where processes time-share the device, they run one after another."""
+    two cores do about 1.5x the work of one two-thread process (``tools/bench.py --only seeds``). On a GPU,
+    where processes time-share the device, the seeds of each case train as one batched model
+    (:mod:`attnid.lm.batched`) and the cases one after another."""
     from .profiles import SUITES, default_threads, make_config, resolve_device
 
     if suite not in SUITES:
@@ -186,7 +187,14 @@ def run_suite(
         return 0
     dev = resolve_device(device)
     n = min(4, default_threads()) if parallel is None else parallel
-    if dev != "cpu" or n < 2 or len(cfgs) < 2:
+    if dev != "cpu":  # a GPU: the seeds of a case as one batched model, the cases one after another
+        from .batched import train_seeds
+
+        for case in dict.fromkeys(c.case for c in cfgs):
+            group = [c for c in cfgs if c.case == case]
+            for s in train_seeds(group, progress=False):
+                report(f"{profile}/{case} seed {s['seed']}: final val loss {s['final_val_loss']:.4f}")
+    elif n < 2 or len(cfgs) < 2:
         launch(cfgs, "inline", report=report, progress=False)
     else:
         from . import records
