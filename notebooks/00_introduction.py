@@ -109,7 +109,8 @@ for H in (1, 2, 4, 6, 8, 12, 16):
         }
     )
 shares = pd.DataFrame(rows)
-# an independent check of the closed form: the Jacobian rank of small layers (chapter 2's audit)
+# an independent check of the closed form: the Jacobian rank of small layers
+# (the audit of chapter 2)
 for H in (1, 2, 4):
     small = AttentionConfig(8, H)
     assert audit(small, seed=seed).unidentified == count(small).unidentified

@@ -158,7 +158,7 @@ for E_, H_ in [(64, 8), (384, 6), (768, 12), (1024, 16), (12288, 96)]:
             "4E²": 4 * E_ * E_,
         }
     )
-    # an independent count: the parameters of PyTorch's own layer (on the meta device: no memory)
+    # an independent count: PyTorch's own layer (on the meta device: no memory)
     mha = nn.MultiheadAttention(E_, H_, bias=False, device="meta")
     assert sum(q.numel() for q in mha.parameters()) == multi_head_params(E_, H_, D, D)
 counts = pd.DataFrame(rows)
@@ -190,7 +190,8 @@ for h in range(cfg.H):
     print(f"head output W_O^{h + 1} V_{h + 1} P_{h + 1} =\n", steps["head_out"][0, h])
 print("\nY = sum of head outputs + b_O =\n", steps["Y"][0])
 assert torch.allclose(steps["P"].sum(-2), torch.ones(1, 3, 2, dtype=torch.float64))
-# an independent check of the printed Y: PyTorch's layer with the same weights (tokens as rows)
+# an independent check of the printed Y: PyTorch's layer with the same weights
+# (its tokens are rows)
 y_torch = to_torch_mha(cfg, p)(X.mT, X.mT, X.mT, need_weights=False)[0]
 assert torch.allclose(y_torch[0].mT, steps["Y"][0], atol=1e-12)
 

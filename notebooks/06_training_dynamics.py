@@ -57,9 +57,9 @@
 # :::
 
 # %% tags=["parameters"]
-# "smoke": seconds; "cpu": ~4 min for 7 cases x 3 seeds on 2 cores; "paper": nanoGPT scale
+# "smoke": seconds; "cpu": ~5 min (7 cases x 3 seeds, 2 cores); "paper": nanoGPT scale
 profile = "cpu"
-seed = 0  # unused here: the suite's seeds are fixed per profile (attnid.lm.profiles.SUITES)
+seed = 0  # unused: each profile's seeds are fixed (attnid.lm.profiles.SUITES)
 device = "auto"
 
 # %% tags=["hide-input"]
@@ -110,7 +110,8 @@ missing = [
 ]
 if missing:  # the paper profile without a GPU reads records only
     raise an.RecordError(
-        f"the {profile} profile needs every chapter-6 record made by the current probe; missing or "
+        f"the {profile} profile needs every chapter-6 record made by the current "
+        "probe; missing or "
         f"older: {', '.join(missing)}. Make them on a GPU with `{PAPER_CMD} --force`"
     )
 scales = {}  # short label -> SuiteRuns; the paper scale first
@@ -136,7 +137,8 @@ pending = status[status["status"] == "pending"]
 md(
     "**Runs in this chapter.** "
     + "; ".join(
-        f"*{title[name]}*: {len(runs.runs)} cases, seeds {runs.seeds() or runs.seeds(MAIN)}"
+        f"*{title[name]}*: {len(runs.runs)} cases, seeds "
+        f"{runs.seeds() or runs.seeds(MAIN)}"
         for name, runs in scales.items()
     )
     + (
@@ -185,9 +187,16 @@ for ax, (name, runs) in zip(axes[0], scales.items()):
             continue
         steps, mean, lo, hi = an.band(runs, case, Key.VAL_LOSS, lambda v: v)
         band(
-            ax, steps, mean, lo, hi, color=f"C{i}", marker="o", ms=3,
+            ax,
+            steps,
+            mean,
+            lo,
+            hi,
+            color=f"C{i}",
+            marker="o",
+            ms=3,
             label=f"{CASE_LABELS[case]} (best {mean.min():.3f})",
-        )  # fmt: skip
+        )
     ax.set(
         xlabel="training step",
         ylabel="validation cross-entropy (nats per character)",
@@ -206,8 +215,13 @@ for ax, (name, runs) in zip(axes[0], scales.items()):
         if case not in runs:
             continue
         key = an.rho_key(runs.first(case))
-        band(ax, *an.band(runs, case, key, per_head), color=f"C{i}", lw=1,
-             label=CASE_LABELS[case])  # fmt: skip
+        band(
+            ax,
+            *an.band(runs, case, key, per_head),
+            color=f"C{i}",
+            lw=1,
+            label=CASE_LABELS[case],
+        )
     iso = an.isotropic_rho(runs.first("adamw").config)
     ax.axhline(iso, color="k", ls="--", lw=1, label="isotropic D/(2(E+1))")
     ax.set_yscale("log")
@@ -259,12 +273,13 @@ md(
         )
         for name in scales
     )
-    + f". Plain SGD's ρ in the rerun is at most {sgd_max:.1e} over {n_seeds} seeds. A float32 "
-    "gradient carries a rounding error of about $2^{-24} \\approx 6\\times10^{-8}$ of each "
-    "coordinate, in no particular direction, so a share of the order of its square "
-    "($\\approx 4\\times10^{-15}$) lands in the invariant directions; a float64 gradient would "
-    "put about $10^{-32}$ there. What the paper-scale records show for SGD is the much higher "
-    "rounding floor of the float32 weight difference (next section), not motion along the symmetry."
+    + f". Plain SGD's ρ in the rerun is at most {sgd_max:.1e} over {n_seeds} seeds. "
+    "A float32 gradient carries a rounding error of about $2^{-24} \\approx 6\\times"
+    "10^{-8}$ of each coordinate, in no particular direction, so a share of the order "
+    "of its square ($\\approx 4\\times10^{-15}$) lands in the invariant directions; "
+    "a float64 gradient would put about $10^{-32}$ there. What the paper-scale records "
+    "show for SGD is the much higher rounding floor of the float32 weight difference "
+    "(next section), not motion along the symmetry."
 )
 glue("rho_sgd", float(live_rho.loc["sgd", "mean_rho"]), display=False)
 glue("rho_adamw", float(live_rho.loc["adamw", "mean_rho"]), display=False)
@@ -286,16 +301,29 @@ glue(
 sweep = {lr: case for lr, case in sorted(LR_SWEEP.items()) if case in rerun}
 fig, axes = panels(2, height=3.6)
 ax, bx = axes[0]
-band(ax, *an.band(rerun, "sgd", Key.RHO_DIFF, per_head), color="C3",
-     label="float32 weight difference")  # fmt: skip
+band(
+    ax,
+    *an.band(rerun, "sgd", Key.RHO_DIFF, per_head),
+    color="C3",
+    label="float32 weight difference",
+)
 s, m, lo, hi = an.band(rerun, "sgd", Key.RHO, per_head)
-band(ax, s, *(np.clip(v, 1e-18, None) for v in (m, lo, hi)), color="C0",
-     label="float64 update")  # fmt: skip
+band(
+    ax,
+    s,
+    *(np.clip(v, 1e-18, None) for v in (m, lo, hi)),
+    color="C0",
+    label="float64 update",
+)
 ax.set_yscale("log")
 ax.set(xlabel="training step", ylabel="ρ", title=f"plain SGD, {title[live]}")
 lr_ax = ax.twinx()
-lr_ax.plot(*an.series(rerun.first("sgd").rows, Key.LR), color="0.5", ls=":",
-           label="learning rate")  # fmt: skip
+lr_ax.plot(
+    *an.series(rerun.first("sgd").rows, Key.LR),
+    color="0.5",
+    ls=":",
+    label="learning rate",
+)
 lr_ax.set_ylabel("learning rate")
 lr_ax.grid(False)
 h1, l1 = ax.get_legend_handles_labels()
@@ -309,11 +337,15 @@ floor = [
 exact = [
     an.over_seeds(rerun, sweep[lr], lambda r: an.mean_rho(r, Key.RHO)) for lr in lrs
 ]
-for vals, mk, c, lab in ((floor, "o", "C3", "float32 weight difference"),
-                         (exact, "s", "C0", "float64 update")):  # fmt: skip
+for vals, mk, c, lab in (
+    (floor, "o", "C3", "float32 weight difference"),
+    (exact, "s", "C0", "float64 update"),
+):
     mean = np.clip([v["mean"] for v in vals], 1e-18, None)
-    err = [mean - np.clip([v["min"] for v in vals], 1e-18, None),
-           np.clip([v["max"] for v in vals], 1e-18, None) - mean]  # fmt: skip
+    err = [
+        mean - np.clip([v["min"] for v in vals], 1e-18, None),
+        np.clip([v["max"] for v in vals], 1e-18, None) - mean,
+    ]
     bx.errorbar(lrs, mean, yerr=err, fmt=f"{mk}-", color=c, capsize=3, label=lab)
 bx.set_xscale("log")
 bx.set_yscale("log")
@@ -353,7 +385,8 @@ col = "last tenth / middle, float32 difference"
 claim_late = next(c for c in an.CLAIMS if c.id == "late_spike_sgd")
 rising = late[[claim_late.holds(v) for v in late[col]]]
 md(
-    f"Over the last tenth of training against the middle, the float32-difference ρ rises by more "
+    "Over the last tenth of training against the middle, the float32-difference ρ "
+    "rises by more "
     f"than {claim_late.threshold:g}× for "
     + (
         ", ".join(
@@ -366,11 +399,15 @@ md(
     + "; for the others it stays between "
     f"{late.loc[~late.index.isin(rising.index), col].min():.2f}× and "
     f"{late.loc[~late.index.isin(rising.index), col].max():.2f}×. "
-    f"Across the sweep the floor is {floor[0]['mean'] / floor[-1]['mean']:.1f}× higher at "
+    f"Across the sweep the floor is {floor[0]['mean'] / floor[-1]['mean']:.1f}× higher "
+    "at "
     f"η = {lrs[0]} than at η = {lrs[-1]}, while the float64 update stays below "
-    f"{max(v['max'] for v in exact):.0e}. So a spike of ρ at the end of training (the paper's §5.3) "
-    "is the rounding floor of plain SGD's shrinking steps, where it appears at all; AdamW's "
-    "normalised steps do not shrink with the gradient, and its float32 difference shows none."
+    f"{max(v['max'] for v in exact):.0e}. So a spike of ρ at the end of training (the "
+    "paper's §5.3) "
+    "is the rounding floor of plain SGD's shrinking steps, where it appears at all; "
+    "AdamW's "
+    "normalised steps do not shrink with the gradient, and its float32 difference "
+    "shows none."
 )
 
 # %% [markdown]
@@ -405,7 +442,7 @@ md(
 # layer, with nothing fitted: the learning-rate schedule and $\lambda$ alone fix it. SGD applies the
 # decay to the biases too, so the law holds for the augmented matrices.
 
-# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-wd-law", "caption": "SGD + weight decay: measured β drift of every layer (colours; seed 0) and the prediction 1 − Π(1 − η_t λ)² (black, dashed), over training, at each scale."}}
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-wd-law", "caption": "SGD + weight decay: measured β drift of every layer (solid, one colour per layer; seed 0), the prediction 1 − Π(1 − η_t λ)² (black, dashed), and plain SGD's drift of the same layer (dotted: the second-order remainder the law neglects), over training, at each scale. A layer is tested where the dotted line stays below the prediction."}}
 fig, axes = panels(len(scales), height=3.6)
 law_rows = []
 for ax, (name, runs) in zip(axes[0], scales.items()):
@@ -413,16 +450,28 @@ for ax, (name, runs) in zip(axes[0], scales.items()):
     sgd_steps, sgd_drift = an.series(runs.first("sgd").rows, Key.BETA_DRIFT)
     for layer in range(law["measured_curve"].shape[1]):
         tested = layer in law["tested_layers"]
-        ax.plot(law["steps"], law["measured_curve"][:, layer], color=f"C{layer}", lw=1.5,
-                label=f"layer {layer + 1}" + ("" if tested else " (not tested)"))  # fmt: skip
+        first = layer == min(law["tested_layers"], default=-1)
+        label = (
+            ("SGD + wd, tested layers" if first else None)
+            if tested
+            else f"SGD + wd, layer {layer + 1} (not tested)"
+        )
+        ax.plot(
+            law["steps"],
+            law["measured_curve"][:, layer],
+            color=f"C{layer}",
+            lw=1.5,
+            label=label,
+        )
         ax.plot(sgd_steps, sgd_drift[:, layer], color=f"C{layer}", lw=0.8, ls=":")
     ax.plot(
         law["steps"], law["predicted_curve"], "k--", lw=1.2, label="1 − Π(1 − η_t λ)²"
     )
-    ax.plot([], [], color="0.4", lw=0.8, ls=":", label="plain SGD (the remainder)")
+    ax.plot([], [], color="0.4", lw=0.8, ls=":", label="plain SGD, same layer")
     ax.set_yscale("log")
+    ax.set_ylim(1e-3, None)
     ax.set(xlabel="training step", ylabel="‖β_t − β_0‖ / ‖β_0‖", title=title[name])
-    ax.legend(ncol=2)
+    ax.legend(loc="lower right")
     for s, rec in sorted(runs.runs["sgd_wd"].items()):
         w = an.wd_beta_law(rec, runs.runs["sgd"][s])
         law_rows.append(
@@ -463,21 +512,26 @@ md(
         f"{name} {law_table[law_table['scale'] == name]['relative error'].max():.1e}"
         for name in scales
     )
-    + ". A layer is tested where plain SGD's own drift, which is the second-order remainder the "
+    + ". A layer is tested where plain SGD's own drift, which is the second-order "
+    "remainder the "
     "law neglects, stays below the predicted drift. "
     + (
         "Not tested: "
         + "; ".join(
-            f"{r['scale']} seed {r['seed']}, layer(s) outside {r['tested layers']}, where SGD + weight "
+            f"{r['scale']} seed {r['seed']}, layer(s) outside {r['tested layers']}, "
+            "where SGD + weight "
             f"decay drifts {r['untested layers, SGD + wd']}"
             for _, r in untested.iterrows()
         )
-        + ": there the step is large enough that the remainder, not the decay, sets the drift."
+        + ": there the step is large enough that the remainder, not the decay, sets "
+        "the drift."
         if len(untested)
         else "Every layer is tested."
     )
-    + " Where it applies, this is the sharpest test of the gradient-flow picture the records "
-    "hold: a conservation law, broken only by the decay, whose breaking is predicted with nothing "
+    + " Where it applies, this is the sharpest test of the gradient-flow picture the "
+    "records "
+    "hold: a conservation law, broken only by the decay, whose breaking is predicted "
+    "with nothing "
     "fitted."
 )
 
@@ -512,18 +566,26 @@ plt.show()
 # %% tags=["hide-input"]
 t = an.wd_transient(rerun, cut)
 md(
-    f"SGD + weight decay (mean over seeds): ρ = {t['rho_first']:.3f} at the first recorded step and "
-    f"{t['rho_last']:.3f} at step {t['last_step']}, {t['rho_end']:.3f} at the end. Over those first "
+    f"SGD + weight decay (mean over seeds): ρ = {t['rho_first']:.3f} at the first "
+    "recorded step and "
+    f"{t['rho_last']:.3f} at step {t['last_step']}, {t['rho_end']:.3f} at the end. "
+    "Over those first "
     f"{cut} steps the relative imbalance changes by {t['imbalance_change']:.0%} "
-    f"({t['imbalance_first']:.3f} → {t['imbalance_last']:.3f}) and the median query-bias gradient by "
-    f"a factor {t['grad_last'] / t['grad_first']:.2g} ({t['grad_first']:.1e} → {t['grad_last']:.1e}). "
+    f"({t['imbalance_first']:.3f} → {t['imbalance_last']:.3f}) and the median "
+    "query-bias gradient by "
+    f"a factor {t['grad_last'] / t['grad_first']:.2g} ({t['grad_first']:.1e} → "
+    f"{t['grad_last']:.1e}). "
     + (
-        "So the early fall of ρ does not come from the decay balancing the layer (the imbalance, to "
-        "which the decay's symmetry component is proportional, barely moves); it comes with the "
+        "So the early fall of ρ does not come from the decay balancing the layer (the "
+        "imbalance, to "
+        "which the decay's symmetry component is proportional, barely moves); it comes "
+        "with the "
         "gradients growing beside the decay."
         if t["gradient_explains"]
-        else "In this build these numbers do not attribute the change of ρ to the gradient growing "
-        "beside the decay (that needs ρ to halve while the imbalance changes by less than a quarter "
+        else "In this build these numbers do not attribute the change of ρ to the "
+        "gradient growing "
+        "beside the decay (that needs ρ to halve while the imbalance changes by less "
+        "than a quarter "
         "and the gradient at least doubles; see `attnid.lm.analysis.wd_transient`)."
     )
 )
@@ -590,9 +652,11 @@ for name, runs in scales.items():
 beta_table = pd.DataFrame(beta_rows)
 table(labelled(beta_table), formats={"seeds": "{:.0f}"})
 md(
-    "Plain SGD is the control for τ: training spreads τ over the heads whatever the optimizer. "
+    "Plain SGD is the control for τ: training spreads τ over the heads whatever the "
+    "optimizer. "
     + "; ".join(
-        f"*{name}*: AdamW's spread grows {b.loc['adamw', 'τ spread end / start']:.1f}×, "
+        f"*{name}*: AdamW's spread grows "
+        f"{b.loc['adamw', 'τ spread end / start']:.1f}×, "
         f"SGD's {b.loc['sgd', 'τ spread end / start']:.1f}×"
         for name in scales
         for b in [beta_table[beta_table["scale"] == name].set_index("case")]
@@ -621,13 +685,27 @@ def median_head(v):  # (rows, L, H) -> (rows,)
 fig, axes = panels(2, height=3.6)
 ax, bx = axes[0]
 for i, case in enumerate(OPTIMIZER_CASES):
-    band(ax, *an.band(rerun, case, Key.GRAD_BQ, median_head), color=f"C{i}",
-         label=f"{CASE_LABELS[case]}, $b_Q$")  # fmt: skip
-    band(ax, *an.band(rerun, case, Key.GRAD_BK, median_head), color=f"C{i}", ls="--",
-         label=f"{CASE_LABELS[case]}, $b_K$")  # fmt: skip
+    band(
+        ax,
+        *an.band(rerun, case, Key.GRAD_BQ, median_head),
+        color=f"C{i}",
+        label=f"{CASE_LABELS[case]}, $b_Q$",
+    )
+    band(
+        ax,
+        *an.band(rerun, case, Key.GRAD_BK, median_head),
+        color=f"C{i}",
+        ls="--",
+        label=f"{CASE_LABELS[case]}, $b_K$",
+    )
     s, m, lo, hi = an.band(rerun, case, Key.NORM_BK, median_head)
-    band(bx, s, *(np.clip(v, 1e-12, None) for v in (m, lo, hi)), color=f"C{i}",
-         label=CASE_LABELS[case])  # fmt: skip
+    band(
+        bx,
+        s,
+        *(np.clip(v, 1e-12, None) for v in (m, lo, hi)),
+        color=f"C{i}",
+        label=CASE_LABELS[case],
+    )
 ax.set_yscale("log")
 bx.set_yscale("log")
 ax.set(
@@ -636,8 +714,8 @@ ax.set(
     title=f"bias gradients, {title[live]}",
 )
 bx.set(xlabel="training step", ylabel="‖b_K‖ per head", title="the key bias itself")
-ax.legend(ncol=2)
-bx.legend()
+ax.legend(ncol=2, loc="center")
+bx.legend(loc="center right")
 plt.show()
 
 # %% tags=["hide-input"]
@@ -671,7 +749,8 @@ bk = bias_table[bias_table["scale"] == live].set_index("case")[
     "final ‖b_K‖ (median head)"
 ]
 md(
-    f"Final key-bias norm per head (rerun, median head, mean over seeds): AdamW {bk['adamw']:.1e}, "
+    "Final key-bias norm per head (rerun, median head, mean over seeds): AdamW "
+    f"{bk['adamw']:.1e}, "
     f"plain SGD {bk['sgd']:.1e}, SGD + weight decay {bk['sgd_wd']:.1e}."
 )
 table(labelled(bias_table), formats={k: "{:.2e}" for k in bias_table.columns[2:]})
@@ -689,8 +768,14 @@ for ax, (name, runs) in zip(axes[0], scales.items()):
     for i, case in enumerate(MAIN):
         sv = an.values(runs.first(case), Key.QK_SV)[-1]  # (L, H, D)
         for h in range(sv.shape[1]):
-            ax.semilogy(np.arange(1, sv.shape[-1] + 1), sv[0, h] / sv[0, h, 0], color=f"C{i}",
-                        lw=0.8, label=CASE_LABELS[case] if h == 0 else None)  # fmt: skip
+            first = CASE_LABELS[case] if h == 0 else None
+            ax.semilogy(
+                np.arange(1, sv.shape[-1] + 1),
+                sv[0, h] / sv[0, h, 0],
+                color=f"C{i}",
+                lw=0.8,
+                label=first,
+            )
         spectra.append(
             {
                 "scale": name,
@@ -743,10 +828,13 @@ if "adamw_rebalance" in rerun:
         for c in ("adamw", "adamw_rebalance")
     }
     md(
-        f"Largest loss change at a rebalance: {events['|Δ loss|'].max():.1e} (float32). Final "
+        f"Largest loss change at a rebalance: {events['|Δ loss|'].max():.1e} "
+        "(float32). Final "
         f"validation loss over {n_seeds} seeds: AdamW {val_end['adamw']['mean']:.4f} "
-        f"(range {val_end['adamw']['min']:.4f}–{val_end['adamw']['max']:.4f}), AdamW + rebalancing "
-        f"{val_end['adamw_rebalance']['mean']:.4f} (range {val_end['adamw_rebalance']['min']:.4f}–"
+        f"(range {val_end['adamw']['min']:.4f}–{val_end['adamw']['max']:.4f}), AdamW + "
+        "rebalancing "
+        f"{val_end['adamw_rebalance']['mean']:.4f} (range "
+        f"{val_end['adamw_rebalance']['min']:.4f}–"
         f"{val_end['adamw_rebalance']['max']:.4f})."
     )
     display(
@@ -802,11 +890,13 @@ plt.show()
 # %% tags=["hide-input"]
 slopes = np.array(
     [
-        [np.polyfit(np.log(lrs), np.log([finals[lr][i, layer] for lr in lrs]), 1)[0]
-         for layer in range(n_layers)]
+        [
+            np.polyfit(np.log(lrs), np.log([finals[lr][i, layer] for lr in lrs]), 1)[0]
+            for layer in range(n_layers)
+        ]
         for i in range(len(finals[lrs[0]]))
     ]
-)  # (seeds, layers)  # fmt: skip
+)  # (seeds, layers)
 sweep_table = pd.DataFrame(
     {
         "layer": np.arange(1, n_layers + 1),
@@ -819,7 +909,8 @@ sweep_table = pd.DataFrame(
 md(
     "Slopes per layer (mean over seeds): "
     + ", ".join(f"layer {i + 1}: {s:.2f}" for i, s in enumerate(slopes.mean(0)))
-    + ". The drift falls with the learning rate wherever the slope is positive; a fixed gradient "
+    + ". The drift falls with the learning rate wherever the slope is positive; a "
+    "fixed gradient "
     "would give slope 2."
 )
 table(
@@ -872,7 +963,8 @@ table(claims_shown, formats={"seeds": "{:.0f}", "control": "{:.3g}"})
 # %% tags=["hide-input"]
 md(
     "\n".join(
-        f"- **{c.id}**: {c.claim}. *Metric*: {c.metric}; *test*: {c.op} {c.threshold:g}, because "
+        f"- **{c.id}**: {c.claim}. *Metric*: {c.metric}; *test*: {c.op} "
+        f"{c.threshold:g}, because "
         f"{c.why}." + (f" *Control*: {c.control_text}." if c.control_text else "")
         for c in an.CLAIMS
     )

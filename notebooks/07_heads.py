@@ -80,11 +80,15 @@ if profile != "paper" or dev.startswith("cuda"):
     run_suite(profile, "heads", device=device)
 dynamics = an.load_suite(profile, "dynamics")
 sweep_runs = an.load_suite(profile, "heads", seeds=list(SUITES["heads"].seeds[profile]))
-missing = [c for c in SUITES["heads"].cases if len(sweep_runs.runs.get(c, {})) < len(
-    SUITES["heads"].seeds[profile])] + ([] if "adamw" in dynamics else ["adamw"])  # fmt: skip
+n_seeds = len(SUITES["heads"].seeds[profile])
+missing = [
+    c for c in SUITES["heads"].cases if len(sweep_runs.runs.get(c, {})) < n_seeds
+]
+missing += [] if "adamw" in dynamics else ["adamw"]
 if missing or dynamics.first("adamw").heads is None:
     raise an.RecordError(
-        f"no {profile} records with a head analysis for {', '.join(missing or ['adamw'])}: make "
+        f"no {profile} records with a head analysis for "
+        f"{', '.join(missing or ['adamw'])}: make "
         f"them with {PAPER_CMDS}"
     )
 adamw = dynamics.first(
@@ -95,8 +99,10 @@ importance, baseline = np.array(heads["importance"]), heads["baseline"]
 L, H = importance.shape
 paper = an.load_suite("paper", "dynamics") if profile != "paper" else None
 md(
-    f"AdamW model of chapter 6 ({profile} profile, seed {adamw.summary['seed']}): {L} layers × {H} "
-    f"heads, validation loss {baseline:.4f} on {heads['n_batches']} fixed batches. Head analysis at "
+    f"AdamW model of chapter 6 ({profile} profile, seed {adamw.summary['seed']}): {L} "
+    f"layers × {H} "
+    f"heads, validation loss {baseline:.4f} on {heads['n_batches']} fixed batches. "
+    "Head analysis at "
     "paper scale: "
     + (
         "in this build's records."
@@ -308,26 +314,33 @@ md(
     "Correlation across heads between importance and mean ρ, per run (n = number of "
     "heads): "
     + "; ".join(
-        f"H = {r.H}{'' if r.case != HEADS_CONTROL else f' (D = {r.D})'}, seed {r.seed}: "
+        f"H = {r.H}{'' if r.case != HEADS_CONTROL else f' (D = {r.D})'}, seed "
+        f"{r.seed}: "
         f"{r.corr:+.2f} "
         f"(n = {r.H * adamw.config['n_layer']})"
         for r in corr.itertuples()
     )
     + ". "
     f"Over these {len(corr)} runs it ranges from {corr['corr'].min():+.2f} to "
-    f"{corr['corr'].max():+.2f}, and it is positive in {int((corr['corr'] > 0).sum())} of them. "
-    "A sign that repeats is a pattern, not yet a cause: both numbers are taken on the same heads of "
-    "one model, and both differ systematically between layers (depth changes the size of a head's "
-    "updates and its share of the residual stream), so a layer effect alone could make them agree. "
+    f"{corr['corr'].max():+.2f}, and it is positive in {int((corr['corr'] > 0).sum())} "
+    "of them. "
+    "A sign that repeats is a pattern, not yet a cause: both numbers are taken on the "
+    "same heads of "
+    "one model, and both differ systematically between layers (depth changes the size "
+    "of a head's "
+    "updates and its share of the residual stream), so a layer effect alone could make "
+    "them agree. "
     "With each layer's mean removed from both, the correlation ranges from "
-    f"{corr['corr within layers'].min():+.2f} to {corr['corr within layers'].max():+.2f}, positive "
+    f"{corr['corr within layers'].min():+.2f} to "
+    f"{corr['corr within layers'].max():+.2f}, positive "
     f"in {n_within} of {len(corr)} runs"
     + (
         ", so the pattern is not only a layer effect. "
         if n_within == len(corr)
         else ", so part of the pattern is a layer effect. "
     )
-    + "A head's weight norm and the size of its steps under Adam's normalisation are further "
+    + "A head's weight norm and the size of its steps under Adam's normalisation are "
+    "further "
     "confounds that these records do not separate."
 )
 
@@ -407,7 +420,7 @@ md(
                 for h, f in zip(main["H"], main["identified fraction"])
                 if np.isclose(f, ctrl["identified fraction"].iloc[0])
             ]
-        )  # fmt: skip
+        )
         else ", which no head count of the sweep has"
     )
     + f"; validation loss {float(ctrl['val loss (mean)'].iloc[0]):.4f} with "
