@@ -131,3 +131,20 @@ def test_parameters_of_another_config_are_refused():
         attention(X.float(), init_params(cfg), cfg)
     with pytest.raises(TypeError, match="cfg"):
         attention(X, init_params(cfg), None)
+
+
+@pytest.mark.parametrize(
+    "kw, word",
+    [
+        (dict(embed=True, heads=True), "embed"),
+        (dict(embed=8, heads=2, groups=True), "groups"),
+        (dict(embed=8, heads=2, rope="yes"), "rope"),
+        (dict(embed=8, heads=2, rope=True, rope_base=1.0), "rope_base"),
+        (dict(embed=8, heads=2, rope=True, rope_base=float("nan")), "rope_base"),
+        (dict(embed=8, heads=2, rope=True, rope_base=0.0), "rope_base"),
+        (dict(embed=8, heads=2, rope=True, rope_base=-10.0), "rope_base"),
+    ],
+)
+def test_config_refuses_wrong_types_and_degenerate_rope(kw, word):
+    with pytest.raises(ValueError, match=word):
+        AttentionConfig(**kw)

@@ -171,3 +171,40 @@ def test_partial_rope_certify_uses_the_partial_commutant():
     cert = audit(cfg, method="certify")
     assert cert.unidentified == count(cfg).unidentified == audit(cfg, method="dense").unidentified
     assert cert.details["null_residual_max"] < 1e-12
+
+
+@pytest.mark.parametrize("L", [0, 2.5, True])
+def test_bad_sequence_lengths_are_refused(L):
+    with pytest.raises(ValueError, match="seq_len"):
+        audit(AttentionConfig(4, 2), seq_len=L)
+
+
+def test_rope_audit_refuses_sequences_too_short_for_its_frequencies():
+    """At E = 4, H = 1, D = 8 with L = 2 the Jacobian showed 80 with a clear gap; the truth is 56."""
+    cfg = AttentionConfig(4, 1, head_dim=8, rope=True)
+    with pytest.raises(ValueError, match="too few for RoPE"):
+        audit(cfg, seq_len=2, batch=16)
+    assert audit(cfg).unidentified == 56  # sized by default
+
+
+@pytest.mark.parametrize("rtol", [1e-300, 0.5, 0.0])
+def test_untrustworthy_rank_tolerances_are_refused(rtol):
+    with pytest.raises(ValueError, match="rtol"):
+        audit(AttentionConfig(8, 2), rtol=rtol)
+
+
+def test_torch_mha_audit_guards_its_data_and_leaves_the_module_alone():
+    from attnid.audit import audit_module, audit_torch_mha
+
+    mha = torch.nn.MultiheadAttention(8, 2)
+    for kw in (dict(batch=1), dict(seq_len=1), dict(seq_len=2.5)):
+        with pytest.raises(ValueError, match="batch|seq_len"):
+            audit_torch_mha(mha, **kw)
+    assert audit_torch_mha(mha).unidentified == 80
+    assert mha.in_proj_weight.dtype == torch.float32  # audited a copy
+    with pytest.raises(ValueError, match="constant input"):
+        audit_module(torch.nn.Linear(4, 4), (torch.zeros(3, 4),))
+    with pytest.raises(TypeError, match="nn.Module"):
+        audit_module("not a module", (torch.randn(3, 4),))
+    with pytest.raises(ValueError, match="kdim"):
+        audit_torch_mha(torch.nn.MultiheadAttention(8, 2, kdim=4, vdim=4))

@@ -181,3 +181,16 @@ def test_records_digest_changes_with_the_records(tmp_path):
     shutil.copy(root / "paper" / "adamw" / "summary.json", root / "paper" / "adamw-s1")
     assert before != summaries_digest(["paper"], ["sgd", "adamw"], roots=[root])  # a seed added
     assert summaries_digest(["paper"], ["sgd_wd"], roots=[root]) != summaries_digest(["paper"], [], roots=[root])
+
+
+@pytest.mark.parametrize("what", ["missing", "empty", "file"])
+def test_a_page_check_that_would_check_nothing_fails(tmp_path, what):
+    target = tmp_path / "html"
+    if what == "empty":
+        target.mkdir()
+    elif what == "file":
+        target.write_text("not a book")
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "check_pages.py"), str(target)], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and str(target) in r.stderr and "no problems" not in r.stdout

@@ -10,7 +10,7 @@ from attnid.lm import data as data_mod
 from attnid.lm import records
 from attnid.lm.profiles import make_config
 from attnid.lm.records import RecordError
-from attnid.lm.train import train
+from attnid.lm.train import Interrupted, train
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +74,17 @@ def _rewrite_rows(d, keep):
     (d / "metrics.jsonl.gz").write_bytes(gzip.compress(keep(text).encode()))
 
 
-@pytest.mark.parametrize("cut", ["line", "within", "gzip"])
-def test_truncated_rows_are_refused_even_without_the_file_list(run, cut):
-    """Truncation at a line boundary, within a line, or of the gzip stream, with the size check off."""
-    base, d, cfg, corpus = run
+def _relist(d):
+    """Make summary.json's file list match the files as they are now (a tampering that hides itself)."""
     summary = json.loads((d / "summary.json").read_text())
-    del summary["files"]  # as in a format-1 record
+    summary["files"] = {n: records.file_entry(d / n) for n in summary["files"]}
     (d / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.mark.parametrize("cut", ["line", "within", "gzip"])
+def test_truncated_rows_are_refused_even_with_a_matching_file_list(run, cut):
+    """Truncation at a line boundary, within a line, or of the gzip stream, with the hashes made to match."""
+    base, d, cfg, corpus = run
     if cut == "line":
         _rewrite_rows(d, lambda t: "".join(t.splitlines(keepends=True)[:3]))
         word = "holds 3 rows|ends at step"
@@ -91,8 +95,80 @@ def test_truncated_rows_are_refused_even_without_the_file_list(run, cut):
         raw = (d / "metrics.jsonl.gz").read_bytes()
         (d / "metrics.jsonl.gz").write_bytes(raw[: len(raw) // 2])
         word = "damaged"
+    _relist(d)
     with pytest.raises(RecordError, match=word):
         records.load(d)
+
+
+def _edit_summary(d, change):
+    summary = json.loads((d / "summary.json").read_text())
+    change(summary)
+    (d / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.mark.parametrize(
+    "change, word",
+    [
+        (lambda s: s.pop("files"), "no file list"),
+        (lambda s: s.update(files={}), "no file list"),
+        (lambda s: s.update(files=["config.json"]), "no file list"),
+        (lambda s: s["files"]["config.json"].pop("bytes"), "entry 'config.json'"),
+        (lambda s: s["files"].pop("metrics.jsonl.gz"), "lacks metrics.jsonl.gz"),
+        (lambda s: s.update(format=99), "unknown record format 99"),
+        (lambda s: s.update(format="2"), "unknown record format '2'"),
+        (lambda s: s.update(final_val_loss=0.5), "says final_val_loss = 0.5"),
+        (lambda s: s.update(best_val_loss=0.1), "says best_val_loss"),
+        (lambda s: s.update(steps=7), "says steps = 7"),
+    ],
+)
+def test_a_tampered_summary_is_refused_in_one_line(run, change, word):
+    base, d, cfg, corpus = run
+    _edit_summary(d, change)
+    for call in (lambda: records.load(d), lambda: train(cfg, out=base, data=corpus, progress=False)):
+        with pytest.raises(RecordError, match=word) as e:
+            call()
+        assert "--force" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_rows_that_are_not_rows_are_refused(run):
+    base, d, cfg, corpus = run
+    (d / "metrics.jsonl.gz").write_bytes(gzip.compress(b"[1, 2, 3]\n"))
+    _relist(d)
+    with pytest.raises(RecordError, match="not {'step': int"):
+        records.load(d)
+
+
+def test_force_checks_the_corpus_before_it_touches_the_record(run, tmp_path, monkeypatch):
+    base, d, cfg, corpus = run
+    before = records.load(d).summary
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("abc")
+    monkeypatch.setenv("ATTNID_DATA", str(tiny))
+    with pytest.raises(data_mod.DataError):
+        train(cfg, out=base, progress=False, force=True)
+    assert records.load(d).summary == before  # the finished record is intact
+
+
+def test_force_replaces_only_what_the_record_owns_even_through_a_symlink(run, tmp_path):
+    base, d, cfg, corpus = run
+    (d / "notes.txt").write_text("my notes")
+    real = tmp_path / "elsewhere"
+    shutil.move(str(d), real)
+    d.symlink_to(real, target_is_directory=True)
+    old = records.load(d).summary["date"]
+    s = train(cfg, out=base, data=corpus, progress=False, force=True)
+    assert d.is_symlink() and (real / "notes.txt").read_text() == "my notes"
+    assert records.load(d).summary["wall_seconds"] == pytest.approx(s["wall_seconds"])
+    assert not list(base.glob("smoke/.sgd.force-*")) and not list(tmp_path.glob(".sgd.force-*"))
+    assert isinstance(old, str)
+
+
+def test_an_interrupted_forced_run_leaves_the_old_record(run):
+    base, d, cfg, corpus = run
+    before = records.load(d).summary
+    with pytest.raises(Interrupted):
+        train(cfg, out=base, data=corpus, progress=False, force=True, stop_after=5)
+    assert records.load(d).summary == before
 
 
 def test_stale_checkpoint_next_to_a_summary_is_ignored(run):

@@ -215,6 +215,12 @@ def main() -> int:
     ap.add_argument("html", type=Path, help="the built book (…/_build/html)")
     ap.add_argument("--screenshots", type=Path, help="write a screenshot of every page here")
     a = ap.parse_args()
+    if not a.html.is_dir():
+        ap.error(f"{a.html}: not a folder (give the built book, e.g. build/cpu/_build/html)")
+    if not pages_of(a.html):
+        ap.error(f"{a.html}: no pages to check (build the book first: make book)")
+    if a.screenshots is not None and a.screenshots.exists() and not a.screenshots.is_dir():
+        ap.error(f"--screenshots {a.screenshots}: exists and is not a folder")
     problems = check_book(a.html, a.screenshots)
     print("\n".join(problems) if problems else f"{len(pages_of(a.html))} pages: no problems")
     return 1 if problems else 0

@@ -92,14 +92,23 @@ class AttentionConfig:
     rope_dims: int | None = None
 
     def __post_init__(self) -> None:
+        def positive_int(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
         for name in ("embed", "heads"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
+            if not positive_int(v):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         for name in ("groups", "head_dim", "value_dim"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v <= 0):
+            if v is not None and not positive_int(v):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("rope", "causal"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        base = self.rope_base
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 0:
+            raise ValueError(f"rope_base must be a positive finite number, got {base!r}")
         if self.head_dim is None:
             if self.embed % self.heads:
                 raise ValueError(f"heads must divide embed when head_dim is not given (E={self.embed}, H={self.heads})")
@@ -119,6 +128,8 @@ class AttentionConfig:
                 object.__setattr__(self, "rope_dims", None)
         if self.rope and self.D % 2:
             raise ValueError(f"head_dim must be even with RoPE (D={self.head_dim})")
+        if self.rope and base == 1 and self.R > 2:  # every frequency base^(-2i/D) is 1: the commutant grows
+            raise ValueError("rope_base must not be 1 with RoPE (all pairs would share one frequency)")
         object.__setattr__(self, "bias", parse_bias(self.bias))
 
     # short names as in the paper

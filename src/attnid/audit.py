@@ -64,6 +64,13 @@ class AuditResult:
         return d
 
 
+def check_seq_len(seq_len) -> None:
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2:
+        raise ValueError(
+            f"seq_len must be an integer of at least 2 (L = 1 makes the softmax constant), got {seq_len!r}"
+        )
+
+
 def default_data_size(
     cfg: AttentionConfig, n_params: int, *, ratio: float = 3.0, seq_len: int | None = None
 ) -> tuple[int, int]:
@@ -72,9 +79,17 @@ def default_data_size(
     Each token carries at most ``min(E, H C)`` independent outputs (too few outputs fake unidentified directions);
     RoPE needs longer sequences for its slow frequencies to show.
     """
-    L = seq_len or (max(16, 2 * cfg.D) if cfg.rope else 8)
-    if L < 2:
-        raise ValueError("seq_len must be at least 2 (L = 1 makes the softmax constant)")
+    rope_min = max(16, 2 * cfg.D) if cfg.rope else 2
+    if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2):
+        raise ValueError(
+            f"seq_len must be an integer of at least 2 (L = 1 makes the softmax constant), got {seq_len!r}"
+        )
+    if seq_len is not None and seq_len < rope_min:
+        raise ValueError(
+            f"seq_len: {seq_len} tokens are too few for RoPE's slow frequencies to show (their rotations would look "
+            f"like the identity and fake unidentified directions); use seq_len >= {rope_min} or leave it unset"
+        )
+    L = seq_len or (rope_min if cfg.rope else 8)
     per_token = min(cfg.E, cfg.H * cfg.C)
     B = max(2, math.ceil(ratio * n_params / (per_token * L)))
     return B, L
@@ -92,8 +107,22 @@ def _gap(sv: np.ndarray, rank: int) -> float:
     return float(kept / max(dropped, eps_floor))
 
 
+RTOL_RANGE = (1e-13, 1e-5)  # a float64 rank cut between round-off (~1e-15) and real small singular values
+
+
+def check_rtol(rtol: float) -> None:
+    """Refuse a rank tolerance outside :data:`RTOL_RANGE`, where a singular-value gap cannot be trusted."""
+    lo, hi = RTOL_RANGE
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not lo <= rtol <= hi:
+        raise ValueError(
+            f"rtol must be in [{lo:g}, {hi:g}] (below, round-off counts as rank; above, real directions are cut), "
+            f"got {rtol!r}"
+        )
+
+
 def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL) -> AuditResult:
     """Rank of the Jacobian of ``fn: R^n -> R^m`` at ``theta`` (float64, dense)."""
+    check_rtol(rtol)
     t0 = time.perf_counter()
     theta = theta.detach().to(torch.float64)
     try:
@@ -112,8 +141,21 @@ def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL) -> AuditResult
 
 def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float = RTOL) -> AuditResult:
     """Dense audit of any module: ``forward(module, *inputs)`` (default ``module(*inputs)``,
-    first element if it returns a tuple) differentiated with respect to all its parameters."""
-    module = module.to(torch.float64)
+    first element if it returns a tuple) differentiated with respect to all its parameters. The caller's
+    module is not changed (a float64 copy is audited). Inputs that are constant (all zeros, say) are
+    refused: they cannot excite the parameters and would fake unidentified directions."""
+    import copy
+
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    for i, x in enumerate(inputs):
+        if torch.is_tensor(x) and x.is_floating_point():
+            if not torch.isfinite(x).all():
+                raise ValueError(f"inputs[{i}]: holds NaN or infinite values")
+            if x.numel() > 1 and bool((x == x.reshape(-1)[0]).all()):
+                raise ValueError(f"inputs[{i}]: constant input (every entry {x.reshape(-1)[0].item():g}) cannot "
+                                 "excite the parameters; use random inputs")  # fmt: skip
+    module = copy.deepcopy(module).to(torch.float64)
     like = {k: p.detach() for k, p in module.named_parameters()}
     theta = flatten(like)
     inputs = tuple(x.to(torch.float64) if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
@@ -134,10 +176,29 @@ def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float 
 def audit_torch_mha(
     mha: nn.MultiheadAttention, *, batch: int | None = None, seq_len: int = 8, causal: bool = False, seed: int = 0
 ) -> AuditResult:
-    """Dense audit of a ``torch.nn.MultiheadAttention`` used as causal or full self-attention."""
+    """Dense audit of a ``torch.nn.MultiheadAttention`` used as causal or full self-attention (on a copy).
+    Data too small to identify the parameters (fewer informative outputs than parameters, or ``seq_len``
+    below 2) are refused, as in :func:`audit`."""
+    if not isinstance(mha, nn.MultiheadAttention):
+        raise TypeError(f"mha: expected a torch.nn.MultiheadAttention, got {type(mha).__name__}")
+    if not mha._qkv_same_embed_dim:
+        raise ValueError("mha: kdim/vdim different from embed_dim is not self-attention; audit_module takes any module")
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2:
+        raise ValueError(
+            f"seq_len must be an integer of at least 2 (L = 1 makes the softmax constant), got {seq_len!r}"
+        )
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
     n = sum(p.numel() for p in mha.parameters())
     E = mha.embed_dim
     B = batch or max(2, math.ceil(3 * n / (E * seq_len)))
+    if B * seq_len * E < n:
+        raise ValueError(
+            f"batch: {B} sequences of {seq_len} tokens carry at most {B * seq_len * E:,} outputs for {n:,} "
+            "parameters, too few to identify them (the count would be too high); leave batch unset"
+        )
     g = torch.Generator().manual_seed(10_000 + seed)
     x = torch.randn(B, seq_len, E, generator=g, dtype=torch.float64)
     mask = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1) if causal else None
@@ -284,8 +345,7 @@ def audit(
         raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
     if batch is not None and (not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    if not 0 < rtol < 1:
-        raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
+    check_rtol(rtol)
     p = init_params(cfg, seed=seed)
     theta = flatten(p)
     n = theta.numel()

@@ -40,6 +40,7 @@ from .train import (
     Run,
     build,
     evaluation_hook,
+    forced_dir,
     head_analysis,
     make_optimizer,
     precision_context,
@@ -125,8 +126,8 @@ def train_seeds(
                 results[c.seed] = reused
         if todo:
             data = data or load()  # checks before any file is written
+            todo = [(c, locks.enter_context(forced_dir(d, force))) for c, d in todo]  # --force: beside d
             for c, d in todo:
-                d.mkdir(parents=True, exist_ok=True)
                 if not (d / "config.json").exists():
                     records.write_json(d / "config.json", c.as_dict())
             groups: dict[int, list] = {}  # seeds resume together only from checkpoints of the same step

@@ -104,6 +104,24 @@ def write_rows(d: Path, rows: list[dict]) -> None:
     atomic_write(d / ROWS_FILE, encode_rows(rows))
 
 
+OWNED_FILES = ("config.json", ROWS_FILE, LEGACY_ROWS_FILE, "heads.json", "summary.json", "checkpoint.pt", "model.pt")
+
+
+def replace_record(new: Path, d: Path) -> None:
+    """Move the finished record in folder ``new`` into ``d`` (``--force``): the files a record owns are
+    removed from ``d`` first, anything else there (a user's notes) stays; ``summary.json`` moves last, so
+    ``d`` is a finished record again only once every file is in place. ``d`` may be a symlink to a folder."""
+    target = d.resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "summary.json").unlink(missing_ok=True)  # first: a half-replaced folder is never "finished"
+    for name in OWNED_FILES:
+        (target / name).unlink(missing_ok=True)
+    names = sorted((p.name for p in new.iterdir()), key=lambda n: n == "summary.json")
+    for name in names:
+        os.replace(new / name, target / name)
+    new.rmdir()
+
+
 def file_entry(path: Path) -> dict:
     data = path.read_bytes()
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -177,33 +195,96 @@ def is_finished(d: Path) -> bool:
     return (d / "summary.json").exists()
 
 
+def _check_summary(d: Path, summary: dict) -> dict:
+    """The summary's format and file list, validated; returns the file list."""
+    f = d / "summary.json"
+    fmt = summary.get("format")
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or not 1 <= fmt <= FORMAT:
+        raise _fail(f, f"unknown record format {fmt!r} (this attnid reads 1 to {FORMAT})")
+    files = summary.get("files")
+    if fmt < FORMAT and files is None:
+        raise RecordError(
+            f"{f}: made by an older attnid (record format {fmt}, now {FORMAT}); rerun with --force to redo the run"
+        )
+    if not isinstance(files, dict) or not files:
+        raise _fail(f, "has no file list (a record's summary lists every file with its size and sha256)")
+    for name in ("config.json", ROWS_FILE if fmt >= 2 else LEGACY_ROWS_FILE):
+        if name not in files and not (name == ROWS_FILE and LEGACY_ROWS_FILE in files):
+            raise _fail(f, f"its file list lacks {name}")
+    for name, entry in files.items():
+        ok = (
+            isinstance(name, str)
+            and name in OWNED_FILES
+            and isinstance(entry, dict)
+            and isinstance(entry.get("bytes"), int)
+            and isinstance(entry.get("sha256"), str)
+            and len(entry["sha256"]) == 64
+        )
+        if not ok:
+            raise _fail(f, f"file list entry {name!r} is not {{'bytes': int, 'sha256': 64 hex digits}}")
+    return files
+
+
+def _same(a, b) -> bool:
+    """Equal to float32 precision (the rows are stored rounded to 7 significant digits)."""
+    if a is None or b is None:
+        return a is b
+    return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-6)
+
+
+def _check_rows(d: Path, summary: dict, config: dict, rows: list) -> None:
+    """Every row a dict with the schema's steps; the numbers the summary repeats equal the rows'."""
+    f = d / (ROWS_FILE if (d / ROWS_FILE).exists() else LEGACY_ROWS_FILE)
+    if not rows:
+        raise _fail(f, "holds no rows")
+    if not all(isinstance(r, dict) and isinstance(r.get("step"), int) for r in rows):
+        raise _fail(f, "holds rows that are not {'step': int, ...} objects")
+    n = config.get("max_iters")
+    if not isinstance(n, int) or rows[-1]["step"] != n:
+        raise _fail(f, f"ends at step {rows[-1]['step']}, not max_iters={n}")
+    steps, expected = [r["step"] for r in rows], expected_steps(config, summary.get("metrics", True))
+    if steps != expected:
+        raise _fail(f, f"holds {len(steps)} rows, expected {len(expected)}")
+    vals = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
+    repeated = {
+        "steps": (summary.get("steps"), n),
+        "final_val_loss": (summary.get("final_val_loss"), vals[-1] if vals else None),
+        "best_val_loss": (summary.get("best_val_loss"), min(vals) if vals else None),
+        "final_train_loss": (summary.get("final_train_loss"), rows[-1].get("train_loss")),
+    }
+    for key, (said, rows_say) in repeated.items():
+        if key in summary and not _same(said, rows_say):
+            raise _fail(d / "summary.json", f"says {key} = {said!r}, its rows say {rows_say!r}")
+
+
 def load(d: Path, *, verify: bool = True) -> Record:
-    """Read and check a finished run in ``d``; raise :class:`RecordError` naming what is wrong."""
+    """Read and check a finished run in ``d``; raise :class:`RecordError` naming what is wrong.
+
+    Checked: the summary's format is one this code reads, its file list is complete and well formed,
+    every listed file is present with its size and sha256, the rows are the expected steps up to
+    ``max_iters``, and the numbers the summary repeats (steps, final and best losses) equal the rows'."""
     d = Path(d)
     if not (d / "summary.json").exists():
         raise RecordError(f"{d}: no finished run (summary.json missing); run it with `attnid train` first")
     summary = read_json(d / "summary.json")
     config = read_json(d / "config.json")
-    if not isinstance(summary, dict) or not isinstance(config, dict):
-        raise _fail(d / "summary.json", "not a run record")
-    files = summary.get("files")
-    if verify and files is not None:
-        for name, entry in files.items():
+    if not isinstance(summary, dict):
+        raise _fail(d / "summary.json", "not a run summary (a JSON object)")
+    if not isinstance(config, dict):
+        raise _fail(d / "config.json", "not a run config (a JSON object)")
+    if verify:
+        for name, entry in _check_summary(d, summary).items():
             p = d / name
             if not p.exists():
                 raise _fail(p, "missing (listed in summary.json)")
             if p.stat().st_size != entry["bytes"] or file_entry(p)["sha256"] != entry["sha256"]:
                 raise _fail(p, "changed since the run finished (size or sha256 differs from summary.json)")
     rows = read_rows(d)
-    if verify and "max_iters" in config:
-        if not rows:
-            raise _fail(d / ROWS_FILE, "holds no rows")
-        if rows[-1].get("step") != config["max_iters"]:
-            raise _fail(d / ROWS_FILE, f"ends at step {rows[-1].get('step')}, not max_iters={config['max_iters']}")
-        steps, expected = [r.get("step") for r in rows], expected_steps(config, summary.get("metrics", True))
-        if steps != expected:
-            raise _fail(d / ROWS_FILE, f"holds {len(steps)} rows, expected {len(expected)}")
+    if verify:
+        _check_rows(d, summary, config, rows)
     heads = read_json(d / "heads.json") if (d / "heads.json").exists() else None
+    if heads is not None and not isinstance(heads, dict):
+        raise _fail(d / "heads.json", "not a head analysis (a JSON object)")
     return Record(d, config, summary, rows, heads)
 
 

@@ -150,7 +150,8 @@ def run_lock(d: Path):
 
 def prepare_run(cfg: RunConfig, d: Path, force: bool) -> dict | None:
     """With the run's lock held: the finished record of ``cfg`` in ``d`` as :func:`train` returns it, if it
-    can be reused; else ``None``, after checking that ``d`` holds no other config (``force`` clears it)."""
+    can be reused; else ``None``, after checking that ``d`` holds no other config (``force``: no check, and
+    nothing is reused; the caller trains elsewhere and replaces the record at the end, :func:`forced_dir`)."""
     if not force and ((d / "config.json").exists() or records.is_finished(d)):
         _check_existing(d, cfg)
         if records.is_finished(d):  # finished: reuse
@@ -161,11 +162,28 @@ def prepare_run(cfg: RunConfig, d: Path, force: bool) -> dict | None:
                     f"{rec.summary.get('format', 1)}, now {records.FORMAT}); rerun with --force to redo the run"
                 )
             return {**rec.summary, "rows": rec.rows, "heads": rec.heads}
-    if force and d.exists():
-        for f in d.iterdir():
-            if f.is_file():
-                f.unlink()
     return None
+
+
+@contextlib.contextmanager
+def forced_dir(d: Path, force: bool):
+    """The folder a run trains in: ``d`` itself, or with ``force`` and something already in ``d``, a fresh
+    temporary folder beside it whose finished record then replaces the old one (only the files a record
+    owns; :func:`attnid.lm.records.replace_record`). If the forced run fails or is interrupted, the old
+    record stays as it was and the temporary folder is removed."""
+    if not (force and d.exists() and any((d / n).exists() for n in records.OWNED_FILES)):
+        d.mkdir(parents=True, exist_ok=True)
+        yield d
+        return
+    import shutil
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(dir=d.resolve().parent, prefix=f".{d.name}.force-"))
+    try:
+        yield work
+        records.replace_record(work, d)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def train(
@@ -195,16 +213,22 @@ def train(
     with run_lock(d):
         reused = prepare_run(cfg, d, force)
         if reused is not None:
+            if reused.get("precision") not in (None, precision):
+                print(
+                    f"attnid: note: reusing {d}, made at precision {reused['precision']} (this run asked for "
+                    f"{precision}); rerun with --force to remake it at {precision}",
+                    file=sys.stderr,
+                )
             return reused
         data = data or load()  # checks before any file is written
-        d.mkdir(parents=True, exist_ok=True)
-        if not (d / "config.json").exists():
-            records.write_json(d / "config.json", cfg.as_dict())
-        threads = torch.get_num_threads()
-        try:
-            return _run(cfg, d, data=data, **options, save=True)
-        finally:
-            torch.set_num_threads(threads)  # a resume may have restored the run's own count
+        with forced_dir(d, force) as work:
+            if not (work / "config.json").exists():
+                records.write_json(work / "config.json", cfg.as_dict())
+            threads = torch.get_num_threads()
+            try:
+                return _run(cfg, work, data=data, **options, save=True)
+            finally:
+                torch.set_num_threads(threads)  # a resume may have restored the run's own count
 
 
 @dataclass
