@@ -8,11 +8,12 @@ DEVICE ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test lint format bench bench-gpu data book chapter serve clean
+.PHONY: help venv test test-fast lint format bench bench-gpu data book chapter serve clean
 
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE)) and build the HTML book"
 	@echo "make test     run the whole test suite"
+	@echo "make test-fast   every test but the slow ones (the smoke book, real presets, processes)"
 	@echo "make lint     ruff check, ruff format --check and mypy on src/ (configured in pyproject.toml)"
 	@echo "make format   apply ruff's fixes and formatting"
 	@echo "make chapter NB=notebooks/03_biases.py   re-execute one chapter and rebuild"
@@ -33,6 +34,9 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

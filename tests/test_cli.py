@@ -153,9 +153,9 @@ def test_audit_of_a_large_preset_is_refused_before_it_starts():
     assert r.returncode == 2 and "GiB" in r.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_train_says_how_to_resume(tmp_path):
     import signal
-    import time
 
     env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
     p = subprocess.Popen(
@@ -167,16 +167,33 @@ def test_ctrl_c_during_train_says_how_to_resume(tmp_path):
         # a test run started in the background (nohup, `&`) ignores SIGINT, and so would the child
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.time() + 120
-    while not (tmp_path / "cpu" / "sgd" / "config.json").exists() and time.time() < deadline:
-        time.sleep(0.2)
-    time.sleep(2)  # inside the training loop
+    # wait for an event, not a time: the progress bar reporting a step taken inside the loop
+    import re
+    import threading
+
+    err_parts: list[str] = []
+    started = threading.Event()
+
+    def read_stderr():
+        assert p.stderr is not None
+        while chunk := p.stderr.read(1):
+            err_parts.append(chunk)
+            if chunk in "\r\n" and re.search(r"\| *[1-9]\d*/2000", "".join(err_parts[-200:])):
+                started.set()
+        started.set()  # the process ended
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    assert started.wait(timeout=600), "the training loop never reported a step"
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
-    assert p.returncode == 130, err
+    p.wait(timeout=300)
+    reader.join(timeout=60)
+    err = "".join(err_parts)
+    assert p.returncode == 130, err[-2000:]
     assert "interrupted at step" in err and "rerun the same command to resume" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_run_share_it(tmp_path):
     env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
     cmd = [EXE, "train", "--profile", "smoke", "--case", "adamw", "--json", "--threads", "1"]

@@ -71,6 +71,7 @@ def test_settings_a_model_type_cannot_express_are_refused():
     )
 
 
+@pytest.mark.slow
 def test_every_preset_with_a_model_type_is_verified():
     verified = verify_presets()
     for name, p in PRESETS.items():

@@ -14,7 +14,7 @@ def _configs(cases=("sgd", "adamw")):
     return [make_config("smoke", c, max_iters=6, eval_interval=3, ckpt_interval=3, metric_interval=2) for c in cases]
 
 
-@pytest.mark.parametrize("launcher", ["debug", "local"])
+@pytest.mark.parametrize("launcher", ["debug", pytest.param("local", marks=pytest.mark.slow)])
 def test_every_run_is_a_job_that_writes_its_own_record(launcher, corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))  # the local jobs inherit the environment
     lines = []

@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from .attention import AttentionConfig
 from .counting import BLOCKS, count
@@ -307,17 +308,20 @@ def cmd_experiments(a) -> int:
                 print(f"{a.profile}/{case} seed {s['seed']}: final val loss {s['final_val_loss']:.4f} "
                       f"({s['precision']}, batched with seeds {batch})", flush=True)  # fmt: skip
         return 0
+    from .lm.records import runs_root
+
+    folder = Path(a.log_dir) if a.log_dir else runs_root() / ".submitit"
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"log-dir: {folder} exists and is not a folder")
     launch(
-        cfgs, a.launcher, force=a.force, folder=a.log_dir, parallel=a.parallel, slurm=slurm, wait=a.wait,
-        report=lambda line: print(line, flush=True),
+        cfgs, a.launcher, force=a.force, folder=folder, parallel=a.parallel, slurm=slurm, wait=a.wait,
+        report=lambda line: print(line, flush=True), threads=a.threads,
     )  # fmt: skip
     return 0
 
 
 def cmd_claims(a) -> int:
     """The §5 claims evaluated on the records found (chapter 6's table); trains nothing."""
-    from pathlib import Path
-
     from .lm.analysis import evaluate_claims, load_suite
     from .lm.profiles import PROFILES
 
@@ -409,7 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
         "machine; slurm: a SLURM job array",
     )
     g.add_argument("--parallel", type=int, default=1, help="local: runs at once (one GPU gains nothing from more)")
-    g.add_argument("--log-dir", default="runs/submitit", help="where submitit keeps job logs and results")
+    g.add_argument(
+        "--log-dir", help="where submitit keeps job logs and results (default: .submitit in the runs folder)"
+    )
     g.add_argument("--partition", help="slurm: partition")
     g.add_argument("--time", type=int, default=120, help="slurm: minutes per run (default 120)")
     g.add_argument("--gpus-per-job", type=int, default=1, help="slurm: GPUs per run (default 1)")
@@ -458,8 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as e:
         print(f"attnid: {e}", file=sys.stderr)
         return 130
-    except KeyboardInterrupt:
-        print("attnid: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # before a training loop started (a loop reports its step itself)
+        what = f"attnid {a.command}"
+        print(f"attnid: interrupted before any work was done ({what}); run the same command again", file=sys.stderr)
         return 130
 
 

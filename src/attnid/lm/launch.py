@@ -94,7 +94,7 @@ def launch(
     launcher: str = "inline",
     *,
     force: bool = False,
-    folder: str | Path = "runs/submitit",
+    folder: str | Path | None = None,
     parallel: int = 1,
     slurm: SlurmOptions | None = None,
     wait: bool | None = None,
@@ -125,6 +125,10 @@ def launch(
         data = load()
         return [done(i, c, train(c, data=data, force=force, progress=progress)) for i, c in enumerate(configs, 1)]
 
+    if folder is None:
+        from .records import runs_root
+
+        folder = runs_root() / ".submitit"
     ex = make_executor(launcher, folder, slurm)
     if launcher == "slurm":
         jobs = ex.map_array(run_job, [c.as_dict() for c in configs], [force] * n)
