@@ -203,3 +203,12 @@ def test_a_page_check_that_would_check_nothing_fails(tmp_path, what):
         [sys.executable, str(ROOT / "tools" / "check_pages.py"), str(target)], capture_output=True, text=True
     )
     assert r.returncode == 2 and str(target) in r.stderr and "no problems" not in r.stdout
+
+
+def test_book_tool_refuses_a_folder_as_chapter_and_a_file_as_out(tmp_path):
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(tmp_path))
+    assert r.returncode == 2 and "not a chapter source" in r.stderr
+    f = tmp_path / "file"
+    f.write_text("")
+    r = book("execute", "--profile", "smoke", "--out", str(f))
+    assert r.returncode == 2 and "not a folder" in r.stderr

@@ -91,3 +91,39 @@ def test_the_cli_submits_a_suite_to_slurm(tmp_path, monkeypatch, capsys):
     assert rc == 0
     assert "submitted 6 runs as SLURM array 4242" in capsys.readouterr().out
     assert "#SBATCH --partition=a100" in (tmp_path / "submitted.sh").read_text()
+
+
+def test_a_local_job_killed_is_named_and_resumable(tmp_path, monkeypatch):
+    """A job that dies (kill -9: submitit's UncompletedJobError) is reported with the runs that did not
+    finish, in one error that says rerunning resumes them; the other runs' results still come back."""
+    from submitit.core.utils import UncompletedJobError
+
+    from attnid.lm import launch as launch_mod
+
+    class Job:
+        def __init__(self, config):
+            self.config = config
+
+        def result(self):
+            if self.config["case"] == "adamw":
+                raise UncompletedJobError("the job was killed")
+            return {"final_val_loss": 2.0, "wall_seconds": 1.0, "precision": "fp32"}
+
+    class Executor:
+        def submit(self, fn, config, force, threads):
+            return Job(config)
+
+    monkeypatch.setattr(launch_mod, "make_executor", lambda *a, **k: Executor())
+    lines = []
+    with pytest.raises(launch_mod.LaunchError, match="1 of 2 runs did not finish .adamw seed 0") as e:
+        launch(_configs(), "local", folder=tmp_path / "logs", report=lines.append)
+    assert "run the same command again" in str(e.value)
+    assert any("sgd" in line and "final val loss" in line for line in lines)
+    assert any("adamw" in line and "did not finish" in line for line in lines)
+
+
+def test_log_dir_that_is_a_file_is_refused(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(ValueError, match="not a folder"):
+        make_executor("local", f)

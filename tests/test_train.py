@@ -213,3 +213,33 @@ def test_corpus_errors_give_the_remedy_of_their_source(tmp_path, monkeypatch):
     with pytest.raises(data_mod.DataError, match="give the path of a good copy") as e:
         data_mod.corpus_path(bad)
     assert "ATTNID_DATA" not in str(e.value)
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_before_training(corpus, tmp_path, monkeypatch):
+    import tempfile
+
+    from attnid.lm.records import RecordError
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
+    with pytest.raises(RecordError, match="cannot write run records"):
+        train(make_config("smoke", "sgd"), out=tmp_path, data=corpus, progress=False)
+
+
+def test_a_full_disk_is_one_line(monkeypatch, capsys):
+    from attnid import cli
+    from attnid.lm import train as train_mod
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device", "data/runs/smoke/sgd/checkpoint.pt")
+
+    monkeypatch.setattr(train_mod, "train", full)
+    threads = torch.get_num_threads()
+    try:
+        assert cli.main(["train", "--profile", "smoke", "--case", "sgd", "--threads", "1"]) == 1
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and "checkpoint.pt" in err[0] and "resumes" in err[0]

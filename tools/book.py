@@ -264,6 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.profile not in PROFILES:
         ap.error(f"profile must be one of {', '.join(PROFILES)}, got {a.profile!r}")
     out = (a.out or ROOT / "build" / a.profile).resolve()
+    if out.exists() and not out.is_dir():
+        ap.error(f"--out {out}: exists and is not a folder")
     if a.action == "serve":
         html = out / "_build" / "html"
         if not html.exists():
@@ -277,6 +279,8 @@ def main(argv: list[str] | None = None) -> None:
     for p in only or []:
         if not p.exists():
             ap.error(f"no such chapter: {p}")
+        if not p.is_file() or p.suffix != ".py":
+            ap.error(f"{p}: not a chapter source (a jupytext .py file in notebooks/)")
     params = {"profile": a.profile, "seed": a.seed, "device": a.device}
     t0 = time.perf_counter()
     stage_sources(out)

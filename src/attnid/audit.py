@@ -343,6 +343,8 @@ def audit(
     """
     if not isinstance(cfg, AttentionConfig):
         raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
     if batch is not None and (not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     check_rtol(rtol)

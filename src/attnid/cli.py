@@ -448,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     130: interrupted); anything else is a bug and keeps its traceback."""
     from .audit import CertificateError
     from .lm.data import DataError
+    from .lm.launch import LaunchError
     from .lm.records import RecordError
     from .lm.train import Interrupted
 
@@ -458,8 +459,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, DataError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
-    except (RecordError, CertificateError) as e:
+    except (RecordError, CertificateError, LaunchError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the machine said no: a read-only folder, a full disk, a missing program
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"attnid: error: {e.strerror or e}{where}; a run that stopped resumes when rerun", file=sys.stderr)
         return 1
     except Interrupted as e:
         print(f"attnid: {e}", file=sys.stderr)

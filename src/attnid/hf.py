@@ -166,11 +166,18 @@ def equivalent_config(
     return cfg.with_(rope=True, rope_dims=rope_dims)
 
 
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+
+
 def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_implementation: str = "sdpa"):
     """``(module, forward)``: the real attention module of ``hf_type`` for ``cfg`` in float64, with
     seeded random weights (every parameter, biases included, ``N(0, 1/E)``), and ``forward(call, x)``
     that runs it as causal self-attention on hidden states ``x`` ``(B, L, E)``. ``attn_implementation``:
     ``"sdpa"`` computes in the input's float64; ``"eager"`` runs some models' softmax in float32."""
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attn_implementation: expected one of {', '.join(ATTN_IMPLEMENTATIONS)}, got {attn_implementation!r}"
+        )
     tf = _transformers()
     t = HF_TYPES[hf_type]
     with warnings.catch_warnings():

@@ -39,6 +39,7 @@ from .train import (
     Progress,
     Run,
     build,
+    check_writable,
     evaluation_hook,
     forced_dir,
     head_analysis,
@@ -128,6 +129,7 @@ def train_seeds(
             data = data or load()  # checks before any file is written
             todo = [(c, locks.enter_context(forced_dir(d, force))) for c, d in todo]  # --force: beside d
             for c, d in todo:
+                check_writable(d)
                 if not (d / "config.json").exists():
                     records.write_json(d / "config.json", c.as_dict())
             groups: dict[int, list] = {}  # seeds resume together only from checkpoints of the same step

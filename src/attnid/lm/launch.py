@@ -23,6 +23,10 @@ from .profiles import RunConfig
 LAUNCHERS = ("inline", "local", "slurm", "debug")
 
 
+class LaunchError(RuntimeError):
+    """Jobs that could not be submitted or did not finish; the message names them and says how to resume."""
+
+
 @dataclass(frozen=True)
 class SlurmOptions:
     """What a SLURM user needs to say about each job (the rest of ``sbatch`` goes in ``extra``)."""
@@ -65,8 +69,10 @@ def make_executor(launcher: str, folder: str | Path, slurm: SlurmOptions | None 
         raise ImportError("the local and slurm launchers need submitit: pip install submitit") from e
     if launcher not in ("local", "slurm", "debug"):
         raise ValueError(f"launcher: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
-    if launcher == "slurm" and not shutil.which("srun"):
+    if launcher == "slurm" and not (shutil.which("srun") and shutil.which("sbatch")):
         raise ValueError("launcher: slurm needs the SLURM commands (srun, sbatch) on this machine's PATH")
+    if Path(folder).exists() and not Path(folder).is_dir():
+        raise ValueError(f"log-dir: {folder} exists and is not a folder")
     ex = submitit.AutoExecutor(folder=str(folder), cluster=launcher)
     if launcher == "slurm":
         o = slurm or SlurmOptions()
@@ -130,19 +136,35 @@ def launch(
 
         folder = runs_root() / ".submitit"
     ex = make_executor(launcher, folder, slurm)
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
     if launcher == "slurm":
-        jobs = ex.map_array(run_job, [c.as_dict() for c in configs], [force] * n)
+        try:
+            jobs = ex.map_array(run_job, [c.as_dict() for c in configs], [force] * n)
+        except (FailedJobError, OSError) as e:
+            raise LaunchError(f"sbatch refused the array of {n} runs: {str(e).strip().splitlines()[-1]}") from None
         report(f"submitted {n} runs as SLURM array {jobs[0].job_id.split('_')[0]}; logs in {Path(folder).resolve()}")
         if not wait:
             return jobs
         return [done(i, c, j.result()) for i, (c, j) in enumerate(zip(configs, jobs), 1)]
 
     # local and debug: each run its own job, at most `parallel` at a time
-    def one(i: int, cfg: RunConfig) -> dict:
-        return done(i, cfg, ex.submit(run_job, cfg.as_dict(), force, threads).result())
+    def one(i: int, cfg: RunConfig) -> dict | None:
+        try:
+            return done(i, cfg, ex.submit(run_job, cfg.as_dict(), force, threads).result())
+        except (UncompletedJobError, FailedJobError) as e:
+            report(f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: did not finish ({type(e).__name__})")
+            return None
 
     with ThreadPoolExecutor(max_workers=1 if launcher == "debug" else parallel) as pool:
-        return list(pool.map(one, range(1, n + 1), configs))
+        results = list(pool.map(one, range(1, n + 1), configs))
+    failed = [f"{c.case} seed {c.seed}" for c, r in zip(configs, results) if r is None]
+    if failed:
+        raise LaunchError(
+            f"{len(failed)} of {n} runs did not finish ({', '.join(failed)}; their job logs are in {folder}); "
+            "run the same command again: finished runs are reused and stopped ones resume from their checkpoints"
+        )
+    return results
 
 
 def pending_configs(configs: Sequence[RunConfig], base: Path | None = None) -> list[RunConfig]:

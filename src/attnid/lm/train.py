@@ -165,6 +165,19 @@ def prepare_run(cfg: RunConfig, d: Path, force: bool) -> dict | None:
     return None
 
 
+def check_writable(d: Path) -> None:
+    """Refuse a run folder that cannot be written before any training (not at its first checkpoint)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        raise RecordError(
+            f"{d}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a writable folder"
+        ) from None
+
+
 @contextlib.contextmanager
 def forced_dir(d: Path, force: bool):
     """The folder a run trains in: ``d`` itself, or with ``force`` and something already in ``d``, a fresh
@@ -222,6 +235,7 @@ def train(
             return reused
         data = data or load()  # checks before any file is written
         with forced_dir(d, force) as work:
+            check_writable(work)
             if not (work / "config.json").exists():
                 records.write_json(work / "config.json", cfg.as_dict())
             threads = torch.get_num_threads()
