@@ -122,3 +122,22 @@ def test_without_transformers_the_message_says_how_to_install():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert 'pip install -e ".[hf]"' in r.stdout
+
+
+@pytest.mark.parametrize("hf_type", ["gpt_neox", "phi"])
+def test_partial_rope_modules_are_built_with_exactly_the_rotary_dims_asked_for(hf_type):
+    """30 of 44 dims: 30 / 44 * 44 is 29.999..., which transformers' int() made 29."""
+    from attnid import AttentionConfig
+    from attnid.hf import build_attention
+
+    module, _ = build_attention(hf_type, AttentionConfig(44, 1, rope_dims=30))
+    assert module.rotary_ndims == 30
+
+
+def test_hf_audit_too_large_for_memory_is_refused_before_it_starts():
+    from attnid.hf import audit_hf
+
+    with pytest.raises(ValueError, match="GiB"):
+        audit_hf("gpt2", embed=16, heads=2, max_memory=1e3)
+    with pytest.raises(ValueError, match="attn_implementation"):
+        audit_hf("gpt2", embed=16, heads=2, attn_implementation="bogus")

@@ -120,13 +120,35 @@ def check_rtol(rtol: float) -> None:
         )
 
 
+JVP_CHUNK_BYTES = 2**28  # forward-mode tangents pushed through at once hold about this much output
+
+
+def chunked_jacobian(fn, theta: torch.Tensor) -> torch.Tensor:
+    """``(m, n)`` Jacobian of ``fn`` at ``theta`` by forward mode, a chunk of basis tangents at a time, so
+    that a module's intermediates (held once per tangent) stay bounded whatever ``n``."""
+    n = theta.numel()
+    m = fn(theta).numel()
+    chunk = max(1, min(n, JVP_CHUNK_BYTES // (8 * 16 * max(m, 1))))  # ~16 output-sized intermediates each
+
+    def column(v: torch.Tensor) -> torch.Tensor:
+        return torch.func.jvp(fn, (theta,), (v,))[1].reshape(-1)
+
+    cols = []
+    for start in range(0, n, chunk):
+        k = min(chunk, n - start)
+        V = torch.zeros(k, n, dtype=theta.dtype, device=theta.device)
+        V[torch.arange(k), start + torch.arange(k)] = 1
+        cols.append(torch.func.vmap(column)(V))
+    return torch.cat(cols).T
+
+
 def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL) -> AuditResult:
     """Rank of the Jacobian of ``fn: R^n -> R^m`` at ``theta`` (float64, dense)."""
     check_rtol(rtol)
     t0 = time.perf_counter()
     theta = theta.detach().to(torch.float64)
     try:
-        J = torch.func.jacfwd(fn)(theta)
+        J = chunked_jacobian(fn, theta)
     except (NotImplementedError, RuntimeError):  # some fused kernels have no forward-mode AD
         J = torch.autograd.functional.jacobian(fn, theta, vectorize=False)
     J = J.reshape(-1, theta.numel())

@@ -118,7 +118,6 @@ def _audit_hf(a) -> int:
     extra = [f for f, v in (("--preset", a.preset), ("--value-dim", a.value_dim), ("--batch", a.batch),
                             ("--seq-len", a.seq_len)) if v is not None]  # fmt: skip
     extra += [f for f, v in (("--causal", a.causal), ("--method", a.method != "auto")) if v]
-    extra += ["--max-memory"] if a.max_memory is not None else []
     if extra:
         raise ValueError(f"hf: {', '.join(extra)} cannot be combined with --hf (the module and its data fix them)")
     if not a.hf.strip():
@@ -135,7 +134,7 @@ def _audit_hf(a) -> int:
         rope_dims = a.head_dim or E // H
     r = audit_hf(
         a.hf, embed=E, heads=H, groups=a.groups, head_dim=a.head_dim, rope_dims=rope_dims, bias=a.bias,
-        seed=a.seed, check=False,
+        seed=a.seed, check=False, max_memory=None if a.max_memory is None else a.max_memory * 2**30,
     )  # fmt: skip
     d = r.details
     out = {

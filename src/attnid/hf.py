@@ -23,7 +23,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import AttentionConfig, parse_bias
-from .audit import RTOL, AuditResult, audit_module, default_data_size
+from .audit import RTOL, AuditResult, audit_module, available_memory, default_data_size, memory_estimate
 from .counting import count
 
 TESTED = "transformers 5.24"
@@ -68,18 +68,21 @@ class HFType:
             kw["head_dim"] = cfg.D
         if name in ("llama",):
             kw["attention_bias"] = bool(cfg.bias)
+        # transformers takes int(D * factor) rotary dims; R/D itself can land just below R (30/44 * 44 =
+        # 29.99...), so the factor is aimed at the middle of [R, R + 1)
+        factor = (cfg.R + 0.5) / cfg.D
         if name == "gpt_neox":
-            kw.update(attention_bias=bool(cfg.bias), rotary_pct=cfg.R / cfg.D, use_parallel_residual=True)
+            kw.update(attention_bias=bool(cfg.bias), rotary_pct=factor, use_parallel_residual=True)
             kw["rope_parameters"] = {
                 "rope_type": "default",
                 "rope_theta": cfg.rope_base,
-                "partial_rotary_factor": cfg.R / cfg.D,
+                "partial_rotary_factor": factor,
             }
         if name == "phi":
             kw["rope_parameters"] = {
                 "rope_type": "default",
                 "rope_theta": cfg.rope_base,
-                "partial_rotary_factor": cfg.R / cfg.D,
+                "partial_rotary_factor": factor,
             }
             kw["resid_pdrop"] = 0.0
         return kw
@@ -190,6 +193,9 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
         for p in attn.parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / cfg.E**0.5)
     rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
+    built = getattr(attn, "rotary_ndims", None)
+    if built is not None and built != cfg.R:
+        raise HFAuditError(f"{hf_type}: the module was built with {built} rotary dims, not the {cfg.R} asked for")
 
     def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
         # sdpa's math kernel: exact float64 and differentiable in forward mode (the fused CPU kernel is not)
@@ -216,12 +222,14 @@ def audit_hf(
     rtol: float = RTOL,
     check: bool = True,
     attn_implementation: str = "sdpa",
+    max_memory: float | None = None,
 ) -> AuditResult:
     """Audit the real ``hf_type`` attention module at a small width: ``unidentified`` from the Jacobian
     rank, ``details["theory_unidentified"]`` from :func:`attnid.counting.count` of the equivalent config.
 
     With ``check`` (default) a difference, or a singular-value gap below ``MIN_GAP`` (float32 arithmetic
-    inside the module, for example, blurs the rank), raises :class:`HFAuditError`.
+    inside the module, for example, blurs the rank), raises :class:`HFAuditError`. An audit estimated to
+    need more than ``max_memory`` bytes (default: the machine's available memory) is refused before it starts.
     """
     cfg = equivalent_config(
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias
@@ -232,6 +240,13 @@ def audit_hf(
     if n != theory.total_params:
         raise HFAuditError(f"{hf_type}: the module has {n} parameters, the equivalent config {theory.total_params}")
     B, L = default_data_size(cfg, n)
+    need, free = memory_estimate(n, B * L * cfg.E, "dense"), available_memory()
+    limit = free if max_memory is None else max_memory
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"hf: auditing {hf_type} at E = {cfg.E} needs about {need / 2**30:.1f} GiB ({n:,} parameters, "
+            f"{B * L * cfg.E:,} outputs), more than the {limit / 2**30:.1f} GiB available; use a smaller --embed"
+        )
     x = torch.randn(B, L, cfg.E, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
     res = audit_module(module, (x,), forward=forward, rtol=rtol)
     res.details.update(
