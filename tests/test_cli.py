@@ -245,3 +245,14 @@ def test_strict_json_writes_null_for_non_finite_numbers():
         "gap": None,
         "x": [None, 1.0],
     }
+
+
+def test_a_count_without_closed_form_says_so(capsys):
+    from attnid.cli import main
+
+    assert main(["audit", "--embed", "4", "--heads", "1", "--head-dim", "8", "--rope", "--json"]) == 0
+    out = _strict_loads(capsys.readouterr().out)
+    assert out["theory_unidentified"] is None and out["status"].startswith("measured, no closed form")
+    assert out["unidentified"] == 56
+    assert main(["audit", "--embed", "8", "--heads", "2", "--json"]) == 0
+    assert _strict_loads(capsys.readouterr().out)["status"].startswith("verified")

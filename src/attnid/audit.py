@@ -38,6 +38,7 @@ from .attention import (
 from .symmetry import tangent_basis
 
 RTOL = 1e-9
+METHODS = ("auto", "dense", "certify")
 
 
 class CertificateError(RuntimeError):
@@ -398,7 +399,7 @@ def audit(
     elif method == "certify":
         res = _certify(cfg, p, X, progress=progress, rtol=rtol, directions=directions)
     else:
-        raise ValueError(f"method must be 'auto', 'dense' or 'certify', got {method!r}")
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     res.details.update(batch=B, seq_len=L, seed=seed)
     return res
 

@@ -10,8 +10,13 @@ import sys
 from pathlib import Path
 
 from .attention import AttentionConfig
+from .audit import METHODS as AUDIT_METHODS
 from .counting import BLOCKS, count
+from .lm.launch import LAUNCHERS, SlurmOptions
+from .lm.profiles import CASES, PRECISIONS
 from .presets import preset
+
+SLURM = SlurmOptions()  # the defaults of the slurm options
 
 HF_DEFAULTS = {"embed": 32, "heads": 4}  # the size `attnid audit --hf TYPE` builds the module at
 
@@ -175,7 +180,14 @@ def cmd_audit(a) -> int:
         max_memory=None if a.max_memory is None else a.max_memory * 2**30,
     )
     theory = count(cfg).unidentified if not (cfg.rope and cfg.D > cfg.E) else None
-    out = {"architecture": _arch(cfg), **r.as_dict(), "theory_unidentified": theory}
+    status = (
+        "measured, no closed form to compare (RoPE with D > E)"
+        if theory is None
+        else "verified: equals the closed form"
+        if r.unidentified == theory
+        else "disagrees with the closed form"
+    )
+    out = {"architecture": _arch(cfg), **r.as_dict(), "theory_unidentified": theory, "status": status}
     _print_audit(out, a.json)
     if theory is not None and r.unidentified != theory:
         print(
@@ -349,16 +361,20 @@ def cmd_claims(a) -> int:
     return 0
 
 
+def _threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, help="torch/LAPACK threads (default: the cores not busy with other work)")
+
+
 def _exec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
         default="auto",
-        choices=["auto", "fp32", "tf32", "bf16"],
+        choices=PRECISIONS,
         help="auto: bf16 autocast on CUDA, fp32 on the CPU (the metrics are float64 either way)",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
     p.add_argument("--save-model", action="store_true", help="also write model.pt (the book never needs it)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: the cores not busy with other work)")
+    _threads_arg(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -373,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, help="sequence length L (default 8; with RoPE max(16, 2D), also its minimum)")
     p.add_argument("--batch", type=int, help="number of random sequences (default: sized from #params)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--method", default="auto", choices=["auto", "dense", "certify"])
+    p.add_argument("--method", default="auto", choices=AUDIT_METHODS)
     p.add_argument(
         "--hf",
         metavar="TYPE",
@@ -381,12 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"qwen2, gpt_neox, phi) at --embed (default {HF_DEFAULTS['embed']}) and --heads (default "
         f"{HF_DEFAULTS['heads']}); needs the [hf] extra",
     )
-    p.add_argument("--threads", type=int, help="torch/LAPACK threads (default: the cores not busy with other work)")
+    _threads_arg(p)
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
     p.set_defaults(func=cmd_audit)
     p = sub.add_parser("train", help="train one case of chapter 6 (resumes or reuses its run record)")
     p.add_argument("--profile", default="cpu", help="smoke | cpu | paper")
-    p.add_argument("--case", default="adamw", help="sgd | sgd_wd | adamw | adamw_rebalance | sgd_lr0.25 | ...")
+    p.add_argument("--case", default="adamw", help=" | ".join(CASES))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n]")
     p.add_argument("--force", action="store_true", help="discard an existing run record and start over")
@@ -407,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--launcher",
         default="inline",
-        choices=["inline", "local", "slurm"],
+        choices=[name for name in LAUNCHERS if name != "debug"],
         help="inline: one run after another in this process (default); local: a process per run on this "
         "machine; slurm: a SLURM job array",
     )
@@ -416,11 +432,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-dir", help="where submitit keeps job logs and results (default: .submitit in the runs folder)"
     )
     g.add_argument("--partition", help="slurm: partition")
-    g.add_argument("--time", type=int, default=120, help="slurm: minutes per run (default 120)")
-    g.add_argument("--gpus-per-job", type=int, default=1, help="slurm: GPUs per run (default 1)")
-    g.add_argument("--cpus-per-job", type=int, default=8, help="slurm: CPU cores per run (default 8)")
+    g.add_argument(
+        "--time", type=int, default=SLURM.time_min, help=f"slurm: minutes per run (default {SLURM.time_min})"
+    )
+    g.add_argument(
+        "--gpus-per-job",
+        type=int,
+        default=SLURM.gpus_per_job,
+        help=f"slurm: GPUs per run (default {SLURM.gpus_per_job})",
+    )
+    g.add_argument(
+        "--cpus-per-job",
+        type=int,
+        default=SLURM.cpus_per_job,
+        help=f"slurm: CPU cores per run (default {SLURM.cpus_per_job})",
+    )
     g.add_argument("--mem-gb", type=int, help="slurm: memory per run")
-    g.add_argument("--array-parallelism", type=int, default=16, help="slurm: runs of the array at once")
+    g.add_argument(
+        "--array-parallelism", type=int, default=SLURM.array_parallelism, help="slurm: runs of the array at once"
+    )
     g.add_argument("--wait", action="store_true", help="slurm: wait for the runs and print their results")
     p.add_argument(
         "--batch-seeds",
@@ -437,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("presets", help="list the published architectures")
     p.add_argument("--json", action="store_true")
     p.add_argument("--verify", action="store_true", help="audit each structure through its transformers module")
-    p.add_argument("--threads", type=int, help="torch/LAPACK threads (default: the cores not busy with other work)")
+    _threads_arg(p)
     p.set_defaults(func=cmd_presets)
     return ap
 
