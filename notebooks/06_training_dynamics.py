@@ -50,8 +50,9 @@
 # SGD step puts a share {glue:text}`rho_sgd:.0e` of its energy into the unidentified directions: the
 # float32 round-off of its gradient, so a gradient step does not move along the symmetry. An AdamW
 # step puts {glue:text}`rho_adamw:.3f` there, {glue:text}`rho_adamw_iso:.2f` of what an isotropic
-# random step would. Under SGD with weight decay, β decays by exactly the factor the decay predicts:
-# final drift {glue:text}`wd_measured:.4f` against a predicted {glue:text}`wd_predicted:.4f`. The key
+# random step would. Under SGD with weight decay, β decays by the factor the decay predicts wherever
+# the gradient's own second-order drift is smaller: final drift {glue:text}`wd_measured:.4f` against a
+# predicted {glue:text}`wd_predicted:.4f`, with nothing fitted. The key
 # bias has no gradient, yet AdamW moves it: Adam's division by $\sqrt{\hat v} + \varepsilon$ turns a
 # round-off gradient into a step of a tenth of the learning rate.
 # :::

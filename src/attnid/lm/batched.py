@@ -43,6 +43,7 @@ from .train import (
     evaluation_hook,
     forced_dir,
     head_analysis,
+    interrupted,
     make_optimizer,
     precision_context,
     prepare_run,
@@ -239,9 +240,7 @@ def _run_batched(
                     ck.save(d / "checkpoint.pt")
                 saved = it + 1
     except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted at step {it} (last checkpoint: step {saved}); rerun the same command to resume"
-        ) from None
+        raise interrupted(it, saved) from None
     finally:
         bar.close()
     train_seconds = time.perf_counter() - t0

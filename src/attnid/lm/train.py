@@ -113,6 +113,11 @@ class Interrupted(Exception):
     or by ``stop_after`` (tests use it to simulate an interruption). Rerunning resumes it."""
 
 
+def interrupted(step: int, saved: int) -> Interrupted:
+    """The error of a Ctrl-C inside a loop: where it stopped, and how to resume."""
+    return Interrupted(f"interrupted at step {step} (last checkpoint: step {saved}); rerun the same command to resume")
+
+
 def _check_existing(d: Path, cfg: RunConfig) -> None:
     old = records.read_json(d / "config.json")
     try:
@@ -498,9 +503,7 @@ def _run(
                 run.checkpoint(it + 1, time.perf_counter() - t0).save(ckpt_file)
                 saved = it + 1
     except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted at step {it} (last checkpoint: step {saved}); rerun the same command to resume"
-        ) from None
+        raise interrupted(it, saved) from None
     finally:
         bar.close()
     train_seconds = time.perf_counter() - t0
