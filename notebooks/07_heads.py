@@ -298,13 +298,11 @@ md(
     f"{ratio.iloc[-1]:.2f} of it at H = {ratio.index[-1]}; its log–log slope against H "
     f"is {slope:.2f} "
     f"(the isotropic share has slope −1). "
-    + (
-        "It falls more slowly than 1/(2H)."
-        if slope > -0.9
-        else "It falls about as fast as 1/(2H)."
-        if slope > -1.1
-        else "It falls faster than 1/(2H)."
-    )
+    + {
+        "slower": "It falls more slowly than 1/(2H).",
+        "as fast": "It falls about as fast as 1/(2H).",
+        "faster": "It falls faster than 1/(2H).",
+    }[an.rho_slope_reading(slope)]
 )
 
 # %% tags=["hide-input"]
@@ -403,13 +401,11 @@ md(
     f"({by_h.min():.4f}), a difference of "
     f"{gain:.4f} against a largest seed-to-seed range of {spread:.4f} over {len(seeds)}"
     " seed(s): "
-    + (
-        "one seed gives no noise estimate, so no conclusion."
-        if len(seeds) < 2
-        else "within seed noise."
-        if gain <= spread
-        else "larger than the seed noise."
-    )
+    + {
+        "no estimate": "one seed gives no noise estimate, so no conclusion.",
+        "within": "within seed noise.",
+        "beyond": "larger than the seed noise.",
+    }[an.against_seed_noise(gain, spread, len(seeds))]
     + f" Control (H = 4, D = {int(ctrl['D'].iloc[0])}): identified fraction "
     f"{float(ctrl['identified fraction'].iloc[0]):.4f}"
     + (

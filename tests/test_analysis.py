@@ -219,3 +219,10 @@ def test_run_suite_trains_only_what_is_missing(corpus, tmp_path, monkeypatch):
     other = make_config("smoke", "sgd", max_iters=6, eval_interval=2, metric_interval=2)
     assert pending_configs([other]) == [other]  # another config's record is no reuse
     assert load_run("smoke", "sgd").rows[-1][Key.STEP] == 4
+
+
+def test_readings_of_chapter_7():
+    assert [analysis.rho_slope_reading(s) for s in (-0.53, -1.05, -1.3)] == ["slower", "as fast", "faster"]
+    assert analysis.against_seed_noise(0.006, 0.04, 2) == "within"
+    assert analysis.against_seed_noise(0.05, 0.04, 2) == "beyond"
+    assert analysis.against_seed_noise(0.05, 0.0, 1) == "no estimate"

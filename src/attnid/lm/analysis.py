@@ -336,6 +336,22 @@ def corr_within_layers(importance: np.ndarray, rho: np.ndarray) -> float:
     return float((a * b).sum() / den) if den > 0 else float("nan")
 
 
+def rho_slope_reading(slope: float, tolerance: float = 0.1) -> str:
+    """How a log–log slope of mean ρ against H compares with the isotropic share's −1: ``"slower"``,
+    ``"as fast"`` (within ``tolerance``) or ``"faster"``."""
+    if slope > -1 + tolerance:
+        return "slower"
+    return "as fast" if slope > -1 - tolerance else "faster"
+
+
+def against_seed_noise(gain: float, spread: float, n_seeds: int) -> str:
+    """A difference read against the seed-to-seed range: ``"no estimate"`` with one seed, else ``"within"``
+    the largest range over seeds or ``"beyond"`` it."""
+    if n_seeds < 2:
+        return "no estimate"
+    return "within" if gain <= spread else "beyond"
+
+
 # ------------------------------------------------------------------------------ the weight-decay law
 def decay_factor(config: dict) -> np.ndarray:
     """``Π_{s < t} (1 − η_s λ)²`` for ``t = 0 .. max_iters`` (the factor by which plain SGD's weight decay
