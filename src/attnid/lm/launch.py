@@ -198,12 +198,12 @@ def run_suite(
     """Train every run of ``suite`` at ``profile`` (``seeds``, default the suite's) that has no finished record;
     returns how many were trained. What chapters 6 and 7 call.
 
-    On the CPU the runs go ``parallel`` at a time (default: one per idle core, at most 4) as local processes
+    On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4) as local processes
     of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
     two cores do about 1.5x the work of one two-thread process (``tools/bench.py --only seeds``). On a GPU,
     where processes time-share the device, the seeds of each case train as one batched model
     (:mod:`attnid.lm.batched`) and the cases one after another."""
-    from .profiles import SUITES, default_threads, make_config, resolve_device
+    from .profiles import SUITES, make_config, resolve_device
 
     if suite not in SUITES:
         raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
@@ -211,8 +211,12 @@ def run_suite(
     cfgs = pending_configs([make_config(profile, c, seed=s, device=device) for s in seeds for c in SUITES[suite].cases])
     if not cfgs:
         return 0
+    import os
+
     dev = resolve_device(device)
-    n = min(4, default_threads()) if parallel is None else parallel
+    # one process per core: not the idle cores of the load average, which counts the book's own earlier
+    # chapters and would send a suite one run after another
+    n = min(4, os.cpu_count() or 1) if parallel is None else parallel
     if dev != "cpu":  # a GPU: the seeds of a case as one batched model, the cases one after another
         from .batched import train_seeds
 
