@@ -141,3 +141,12 @@ def test_hf_audit_too_large_for_memory_is_refused_before_it_starts():
         audit_hf("gpt2", embed=16, heads=2, max_memory=1e3)
     with pytest.raises(ValueError, match="attn_implementation"):
         audit_hf("gpt2", embed=16, heads=2, attn_implementation="bogus")
+
+
+def test_preset_verification_shows_progress_on_stderr(capsys):
+    from attnid.hf import verify_presets
+
+    out = verify_presets(["gpt2", "bert-base"], progress=True)
+    captured = capsys.readouterr()
+    assert "verifying presets" in captured.err and captured.out == ""
+    assert out["bert-base"] is None and out["gpt2"].unidentified == out["gpt2"].details["theory_unidentified"]

@@ -207,7 +207,7 @@ def cmd_presets(a) -> int:
     if a.verify:
         from .hf import verify_presets
 
-        verified = verify_presets()  # raises HFAuditError on any disagreement
+        verified = verify_presets(progress=True)  # raises HFAuditError on any disagreement
     rows = preset_rows(verified)
     if a.json:
         print(strict_json(rows))

@@ -15,6 +15,7 @@ with ``2i + 1``; the two differ by a fixed permutation of a head's coordinates, 
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -310,14 +311,22 @@ def verify_preset(name: str, *, seed: int = 0) -> AuditResult:
     return audit_hf(p.hf_type, seed=seed, **kw)
 
 
-def verify_presets(names: list[str] | None = None, *, seed: int = 0) -> dict[str, AuditResult | None]:
+def verify_presets(
+    names: list[str] | None = None, *, seed: int = 0, progress: bool = False
+) -> dict[str, AuditResult | None]:
     """:func:`verify_preset` for every preset (or ``names``); presets without a model type map to ``None``.
-    Presets that share a structure and a model type share one audit."""
+    Presets that share a structure and a model type share one audit. ``progress``: a bar on stderr (which
+    leaves a JSON answer on stdout intact)."""
     from .presets import PRESETS
 
     done: dict[tuple, AuditResult] = {}
     out: dict[str, AuditResult | None] = {}
-    for name in names or list(PRESETS):
+    todo = names or list(PRESETS)
+    if progress:
+        from tqdm.auto import tqdm
+
+        todo = tqdm(todo, desc="verifying presets", unit="preset", file=sys.stderr)
+    for name in todo:
         p = PRESETS[name]
         if p.hf_type is None:
             out[name] = None
