@@ -72,7 +72,7 @@ class SuiteRuns:
 
     def label(self) -> str:
         """E.g. ``"paper scale (6 × 6 × 384, H200)"`` or ``"cpu rerun (2 × 4 × 64, cpu)"``."""
-        return scale_label(next(iter(self.runs.values()))[min(next(iter(self.runs.values())))])
+        return scale_label(self.first(next(iter(self.runs))))
 
     def short_label(self) -> str:
         return "paper scale" if self.profile == "paper" else f"{self.profile} rerun"

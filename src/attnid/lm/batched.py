@@ -234,10 +234,12 @@ def _run_batched(
                 state = opt.state_dict()
                 for s, (run, d) in enumerate(zip(runs, dirs)):
                     records.write_rows(d, run.rows)
-                    ck = run.checkpoint(it + 1, time.perf_counter() - t0)
-                    ck.model = {k: v.clone() for k, v in ck.model.items()}  # the slice, not the whole stack
-                    ck.opt, ck.beta0 = seed_optimizer_state(state, s), probe.beta0[s].cpu()
-                    ck.save(d / "checkpoint.pt")
+                    run.checkpoint(
+                        it + 1,
+                        time.perf_counter() - t0,
+                        opt_state=seed_optimizer_state(state, s),
+                        beta0=probe.beta0[s].cpu(),
+                    ).save(d / "checkpoint.pt")
                 saved = it + 1
     except KeyboardInterrupt:
         raise interrupted(it, saved) from None

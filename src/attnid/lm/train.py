@@ -296,18 +296,25 @@ class Run:
     rebalances: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
 
-    def checkpoint(self, step: int, seconds: float) -> Checkpoint:
+    def checkpoint(
+        self, step: int, seconds: float, *, opt_state: dict | None = None, beta0: torch.Tensor | None = None
+    ) -> Checkpoint:
+        """The resume point after ``step`` steps. A seed of a stacked model (:mod:`attnid.lm.batched`) passes its
+        own slice of the optimizer state and of β_0; its weights are views of the stack, so they are copied."""
         cuda = self.device.startswith("cuda")
+        model = self.model.state_dict()
+        if opt_state is not None:
+            model = {k: v.clone() for k, v in model.items()}  # the slice, not the whole stack
         return Checkpoint(
             step=step,
-            model=self.model.state_dict(),
-            opt=self.opt.state_dict(),
+            model=model,
+            opt=self.opt.state_dict() if opt_state is None else opt_state,
             gen=self.gen.get_state(),
             rng=torch.get_rng_state(),
             cuda_rng=torch.cuda.get_rng_state() if cuda else None,
             rows=self.rows,
             rebalances=self.rebalances,
-            beta0=None if self.probe is None else self.probe.beta0.cpu(),
+            beta0=beta0 if beta0 is not None else None if self.probe is None else self.probe.beta0.cpu(),
             threads=torch.get_num_threads(),
             elapsed=self.elapsed + seconds,
         )
