@@ -208,3 +208,28 @@ def test_torch_mha_audit_guards_its_data_and_leaves_the_module_alone():
         audit_module("not a module", (torch.randn(3, 4),))
     with pytest.raises(ValueError, match="kdim"):
         audit_torch_mha(torch.nn.MultiheadAttention(8, 2, kdim=4, vdim=4))
+
+
+def test_power_iterations_match_the_singular_values():
+    """The block power / inverse iterations of certify give the extreme singular values of a matrix
+    whose spectrum is known (to their stopping tolerances), and 0 for a singular one."""
+    from attnid.audit import POWER_RTOL, smallest_singular_value, top_singular_value
+
+    g = torch.Generator().manual_seed(0)
+    n = 200
+    U = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64)).Q
+    V = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64)).Q
+    s = torch.logspace(0, -6, n, dtype=torch.float64)
+    K = U @ torch.diag(s) @ V.T
+    top = top_singular_value(lambda W: (K.T @ (K @ W.T)).T, n, g)
+    assert abs(top - 1.0) < 10 * POWER_RTOL
+    assert abs(smallest_singular_value(K, g) / 1e-6 - 1) < 1e-3
+    K[:, 0] = 0
+    assert smallest_singular_value(K, g) == 0.0
+
+
+def test_certify_reports_where_its_time_goes():
+    r = audit(AttentionConfig(16, 4, bias="all"), method="certify")
+    stages = r.details["stage_seconds"]
+    assert list(stages) == ["output_block", "tangent_lu", "null_residuals", "sigma_max", "sketch", "sketch_lu"]
+    assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= r.seconds

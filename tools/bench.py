@@ -28,6 +28,9 @@ def audit_ladder(threads: int) -> None:
             f"{r.sv_gap:>10.1e}{dt:>9.1f}",
             flush=True,
         )
+        if "stage_seconds" in r.details:  # where certify spends its time
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in r.details["stage_seconds"].items())
+            print(f"{'':>4}  certify stages (s): {stages}", flush=True)
 
 
 def train_bench(steps: int, repeats: int) -> None:
