@@ -7,18 +7,25 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from .attention import AttentionConfig
 from .audit import METHODS as AUDIT_METHODS
 from .counting import BLOCKS, count
+from .hf import HF_TYPES
 from .lm.launch import LAUNCHERS, SlurmOptions
 from .lm.profiles import CASES, PRECISIONS
-from .presets import preset
+from .presets import SCOPE_NAMES, preset
 
 SLURM = SlurmOptions()  # the defaults of the slurm options
+HF_TYPE_NAMES = tuple(HF_TYPES)
 
-HF_DEFAULTS = {"embed": 32, "heads": 4}  # the size `attnid audit --hf TYPE` builds the module at
+HF_DEFAULTS = {  # the size `attnid audit --hf TYPE [--block | --model]` builds the module at
+    "attention": {"embed": 32, "heads": 4},
+    "block": {"embed": 16, "heads": 4},
+    "model": {"embed": 8, "heads": 2},
+}
 
 
 def strict_json(obj) -> str:
@@ -91,6 +98,8 @@ def _arch(cfg: AttentionConfig) -> dict:
 
 
 def cmd_count(a) -> int:
+    if a.scope != "attention":
+        return _count_scope(a)
     cfg = _config(a)
     c = count(cfg)
     out = {"architecture": _arch(cfg), **c.as_dict()}
@@ -104,6 +113,31 @@ def cmd_count(a) -> int:
         print(f"{b:<12}{c.params_by_block[b]:>14,}{c.unidentified_by_block[b]:>16,}")
     print(f"{'total':<12}{c.total_params:>14,}{c.unidentified:>16,}")
     print(f"identified fraction: {c.identified_fraction:.6f}")
+    return 0
+
+
+def _count_scope(a) -> int:
+    """``attnid count --preset NAME --scope block|model``: the closed form term by term (chapter 8)."""
+    from .presets import PRESETS, preset_count
+
+    if not a.preset:
+        raise ValueError(f"scope: --scope {a.scope} needs --preset (the MLP, norms and vocabulary come from it)")
+    cfg = _config(a)
+    c = preset_count(a.preset, a.scope)
+    p = PRESETS[a.preset.strip().lower()]
+    out = {"architecture": _arch(cfg), "scope": a.scope, "model": asdict(p.model) if p.model else None, **c.as_dict()}
+    if a.json:
+        print(strict_json(out))
+        return 0
+    print(f"{p.description}, scope {a.scope} ({p.model.source if p.model else ''})")
+    print(f"{'params':<24}{'':>16}")
+    for k, v in c.params_by_block.items():
+        print(f"  {k:<22}{v:>16,}")
+    print(f"{'unidentified, by term':<24}")
+    for k, v in c.unidentified_by_block.items():
+        print(f"  {k:<22}{v:>16,}")
+    print(f"{'total':<24}{c.total_params:>16,} parameters, {c.unidentified:,} unidentified "
+          f"({c.unidentified / c.total_params:.4%})")  # fmt: skip
     return 0
 
 
@@ -126,10 +160,24 @@ def _audit_hf(a) -> int:
     if extra:
         raise ValueError(f"hf: {', '.join(extra)} cannot be combined with --hf (the module and its data fix them)")
     if not a.hf.strip():
-        raise ValueError("hf: give a model type (gpt2, opt, llama, mistral, qwen2, gpt_neox, phi)")
+        raise ValueError(f"hf: give a model type ({', '.join(HF_TYPE_NAMES)})")
+    scope_flags = [f for f, v in (("--block", a.block), ("--model", a.model)) if v]
+    if len(scope_flags) > 1:
+        raise ValueError("scope: give --block or --model, not both")
+    scope = "model" if a.model else "block" if a.block else "attention"
+    if scope != "model":
+        given = [
+            f for f, v in (("--layers", a.layers), ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v is not None
+        ]
+        if a.norm_eps != 0:
+            given.append("--norm-eps")
+        if given:
+            raise ValueError(f"{', '.join(given)}: only a whole-model audit (--model) has them")
+    if scope == "attention" and a.ffn is not None:
+        raise ValueError("ffn: the attention module has no MLP; add --block or --model")
     E, H = (
-        (HF_DEFAULTS["embed"] if a.embed is None else a.embed),
-        (HF_DEFAULTS["heads"] if a.heads is None else a.heads),
+        (HF_DEFAULTS[scope]["embed"] if a.embed is None else a.embed),
+        (HF_DEFAULTS[scope]["heads"] if a.heads is None else a.heads),
     )
     for flag, v in (("embed", E), ("heads", H)):
         if v < 1:
@@ -137,9 +185,12 @@ def _audit_hf(a) -> int:
     rope_dims = a.rope_dims
     if a.rope and rope_dims is None:
         rope_dims = a.head_dim or E // H
+    scope = "model" if a.model else "block" if a.block else "attention"
+    model_flags = dict(layers=a.layers or 1, vocab=a.vocab, tied=a.tied) if scope == "model" else {}
     r = audit_hf(
         a.hf, embed=E, heads=H, groups=a.groups, head_dim=a.head_dim, rope_dims=rope_dims, bias=a.bias,
         seed=a.seed, check=False, max_memory=None if a.max_memory is None else a.max_memory * 2**30,
+        scope=scope, ffn=a.ffn, norm_eps=a.norm_eps, **model_flags,
     )  # fmt: skip
     d = r.details
     out = {
@@ -167,6 +218,10 @@ def cmd_audit(a) -> int:
         raise ValueError(f"max-memory must be a positive number of GiB, got {a.max_memory}")
     if a.hf is not None:
         return _audit_hf(a)
+    whole = [f for f, v in (("--block", a.block), ("--model", a.model), ("--ffn", a.ffn), ("--layers", a.layers),
+                            ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v not in (None, False)]  # fmt: skip
+    if whole:
+        raise ValueError(f"{', '.join(whole)}: whole blocks and models are audited through --hf TYPE")
     from .audit import audit  # torch.func is only needed here
 
     cfg = _config(a, causal=a.causal)
@@ -202,28 +257,39 @@ def cmd_audit(a) -> int:
 def cmd_presets(a) -> int:
     from .presets import preset_rows
 
-    verified = None
+    verified = verified_block = None
     _set_threads(a)  # validates --threads with or without --verify
     if a.verify:
         from .hf import verify_presets
 
         verified = verify_presets(progress=True)  # raises HFAuditError on any disagreement
-    rows = preset_rows(verified)
+        verified_block = verify_presets(progress=True, scope="block")
+    rows = preset_rows(verified, verified_block)
     if a.json:
         print(strict_json(rows))
         return 0
+
+    def share(v) -> str:
+        return "-" if v is None else f"{v:.3%}"
+
     print(
-        f"{'name':<21}{'model type':<11}{'E':>6}{'H':>4}{'G':>4}{'D':>5}{'RoPE':>6}{'bias':>6}{'params/layer':>14}"
-        f"{'unidentified':>14}{'identified':>12}{'verified':>10}"
+        f"{'name':<21}{'model type':<11}{'E':>6}{'H':>4}{'G':>4}{'D':>5}{'RoPE':>6}{'bias':>6}{'layers':>7}"
+        f"{'attention':>11}{'block':>9}{'model':>9}{'unidentified (model)':>22}{'verified':>10}"
     )
     for r in rows:
+        checked = "-" if r["verified"] is None else "attn+block" if r["verified_block"] else "attention"
+        model_unid = "-" if r["model_unidentified"] is None else f"{r['model_unidentified']:,}"
         print(
             f"{r['name']:<21}{r['hf_type'] or '-':<11}{r['embed']:>6}{r['heads']:>4}{r['groups']:>4}{r['head_dim']:>5}"
-            f"{r['rope_dims'] or '-':>6}{r['bias']:>6}{r['total_params']:>14,}{r['unidentified']:>14,}"
-            f"{r['identified_fraction']:>12.6f}{'yes' if r['verified'] else '-':>10}"
+            f"{r['rope_dims'] or '-':>6}{r['bias']:>6}{r['layers'] or '-':>7}{share(1 - r['identified_fraction']):>11}"
+            f"{share(r['block_unidentified_share']):>9}{share(r['model_unidentified_share']):>9}{model_unid:>22}"
+            f"{checked:>10}"
         )
+    print("(attention, block, model: the unidentified share at each scope; `attnid count --preset NAME --scope model`")
+    print(" gives the terms)")
     if not a.verify:
-        print("(--verify audits each preset's structure through its transformers module, about 35 s on 2 cores)")
+        print("(--verify audits each structure, attention and whole decoder layer, through its transformers module, "
+              "about 45 s on 2 cores)")  # fmt: skip
     return 0
 
 
@@ -382,6 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("count", help="closed-form parameter and unidentified counts")
     _arch_args(p)
+    p.add_argument(
+        "--scope", default="attention", choices=SCOPE_NAMES,
+        help="with --preset: one attention layer (default), one whole decoder layer, or the whole model",
+    )  # fmt: skip
     p.set_defaults(func=cmd_count)
     p = sub.add_parser("audit", help="numerical count: #params − rank of the Jacobian")
     _arch_args(p)
@@ -393,9 +463,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hf",
         metavar="TYPE",
-        help="audit the attention module of a Hugging Face transformers model type (gpt2, opt, llama, mistral, "
-        f"qwen2, gpt_neox, phi) at --embed (default {HF_DEFAULTS['embed']}) and --heads (default "
-        f"{HF_DEFAULTS['heads']}); needs the [hf] extra",
+        help=f"audit the attention module of a Hugging Face transformers model type ({', '.join(HF_TYPE_NAMES)}) "
+        "at --embed and --heads (defaults: "
+        + "; ".join(f"{k} {v['embed']} and {v['heads']}" for k, v in HF_DEFAULTS.items())
+        + "); needs the [hf] extra",
+    )
+    g = p.add_argument_group("whole blocks and models (with --hf; chapter 8)")
+    g.add_argument("--block", action="store_true", help="audit one whole decoder layer: norms, attention, MLP")
+    g.add_argument("--model", action="store_true", help="audit a tiny whole causal LM (log-probabilities)")
+    g.add_argument("--ffn", type=int, help="MLP inner size F (default: the type's usual ratio to E)")
+    g.add_argument("--layers", type=int, help="--model: decoder layers (default 1)")
+    g.add_argument("--vocab", type=int, help="--model: vocabulary size (default: large enough to excite every layer)")
+    g.add_argument("--tied", dest="tied", action="store_const", const=True, help="--model: tie the LM head")
+    g.add_argument("--untied", dest="tied", action="store_const", const=False, help="--model: untie the LM head")
+    g.add_argument(
+        "--norm-eps", type=float, default=0.0, help="--model: the norms' epsilon (default 0: exact scale symmetry)"
     )
     _threads_arg(p)
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
@@ -476,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     """Expected failures print one line ``attnid: error: ...`` (2: bad input, 1: a check failed,
     130: interrupted); anything else is a bug and keeps its traceback."""
     from .audit import CertificateError
+    from .hf import HFAuditError
     from .lm.data import DataError
     from .lm.launch import LaunchError
     from .lm.records import RecordError
@@ -488,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, DataError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
-    except (RecordError, CertificateError, LaunchError) as e:
+    except (RecordError, CertificateError, LaunchError, HFAuditError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # the machine said no: a read-only folder, a full disk, a missing program

@@ -177,3 +177,206 @@ def single_head_total_over_multi(H: int, convention: str = "qk_square_v") -> flo
     """Total weights of the equivalent single head over the multi-head layer's ``4E²``."""
     r = equivalent_single_head_width(H, convention)
     return _convention(convention).total * r * r / 4.0
+
+
+# ------------------------------------------------------------- beyond attention: blocks and models
+NORMS = ("layer", "rms")  # LayerNorm with a shift; RMSNorm (a scale only)
+MLPS = ("gelu", "relu", "swiglu")  # GELU-like (no continuous symmetry), ReLU, SwiGLU
+RESIDUALS = ("sequential", "parallel", "shared_norm")
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """One pre-norm decoder layer: ``attention``, an MLP of inner size ``ffn``, two norms.
+
+    ``residual``: ``"sequential"`` (``h = x + attn(N₁ x)``, ``y = h + mlp(N₂ h)``: GPT-2, OPT, Llama),
+    ``"parallel"`` (``y = x + attn(N₁ x) + mlp(N₂ x)``: GPT-NeoX) or ``"shared_norm"`` (one norm for
+    both: ``y = x + attn(N x) + mlp(N x)``: Phi). ``mlp_bias``: biases on both MLP maps.
+    """
+
+    attention: AttentionConfig
+    ffn: int
+    norm: str = "layer"
+    mlp: str = "gelu"
+    mlp_bias: bool = True
+    residual: str = "sequential"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attention, AttentionConfig):
+            raise TypeError(f"attention: expected an AttentionConfig, got {type(self.attention).__name__}")
+        if not isinstance(self.ffn, int) or isinstance(self.ffn, bool) or self.ffn < 1:
+            raise ValueError(f"ffn must be a positive integer, got {self.ffn!r}")
+        for name, value, allowed in (("norm", self.norm, NORMS), ("mlp", self.mlp, MLPS),
+                                     ("residual", self.residual, RESIDUALS)):  # fmt: skip
+            if value not in allowed:
+                raise ValueError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
+        if self.mlp == "swiglu" and self.mlp_bias:
+            raise ValueError("mlp_bias: the SwiGLU MLPs counted here have no biases")
+        if self.attention.rope and self.attention.D > self.attention.E:
+            raise ValueError("head_dim: counting with RoPE assumes D <= E")
+
+    def mlp_params(self) -> int:
+        E, F = self.attention.E, self.ffn
+        maps = 3 if self.mlp == "swiglu" else 2
+        return maps * E * F + ((F + E) if self.mlp_bias else 0)
+
+    def norm_params(self) -> int:
+        per_norm = 2 * self.attention.E if self.norm == "layer" else self.attention.E
+        return per_norm * (1 if self.residual == "shared_norm" else 2)
+
+
+def effective_attention(block: BlockConfig) -> AttentionConfig:
+    """The attention layer a block's output actually depends on (chapter 8).
+
+    Behind a LayerNorm ``N(x) = γ ⊙ x̂ + β`` every reader ``W`` sees ``W diag(γ) x̂ + (W β + b)``: a free
+    effective bias whether or not the reader has one, so the query, key and value maps count as biased.
+    A constant added to the attention output is absorbed by the output bias, or, in a parallel block, by
+    the MLP's output bias on the same stream: the value bias then counts as absorbed."""
+    cfg = block.attention
+    letters = set(cfg.bias)
+    if block.norm == "layer":
+        letters |= set("qkv")
+    if block.residual != "sequential" and block.mlp_bias:
+        letters.add("o")
+    return cfg.with_(bias="".join(c for c in "qkvo" if c in letters))
+
+
+def count_block(block: BlockConfig) -> Count:
+    """Unidentified dimensions of a whole decoder layer, by term (chapter 8 derives each one):
+
+    * ``qk``, ``vo``, ``key_bias``, ``value_bias``: :func:`count` of :func:`effective_attention`;
+    * ``norm_scale``: ``E`` per norm, its weight ``γ_i`` against column ``i`` of every map that reads it;
+    * ``norm_shift``: ``E`` per LayerNorm, its shift ``β`` against the readers' (effective) biases;
+    * ``norm_mean``: per LayerNorm, one direction per row of a reader *with* a bias: ``x̂`` has zero mean,
+      so ``W + a (1/γ)ᵀ`` only moves ``W x̂ + b`` by the constant ``a Σ β_i/γ_i``, which the bias takes back;
+    * ``mlp_rescaling``: ``F`` for ReLU (``relu(c z) = c relu(z)``, ``c > 0``) and SwiGLU (up-projection
+      row ``j`` against down-projection column ``j``); none for GELU;
+    * ``output_bias``: in a parallel block the attention's and the MLP's output biases add to one stream
+      (``E``); in a sequential block with LayerNorm only their sum along ``1`` is free (``N₂`` removes the
+      mean of ``h``, so ``b_O + t·1``, ``b_MLP − t·1`` changes nothing): ``1``.
+    """
+    if not isinstance(block, BlockConfig):
+        raise TypeError(f"block: expected a BlockConfig, got {type(block).__name__}")
+    cfg, F = block.attention, block.ffn
+    E = cfg.E
+    attn = count(effective_attention(block))
+    norms = 1 if block.residual == "shared_norm" else 2
+    layer = block.norm == "layer"
+    # rows of the maps reading each norm that carry their own bias
+    qkv_rows = (cfg.H * cfg.D if "q" in cfg.bias else 0) + (cfg.G * cfg.D if "k" in cfg.bias else 0)
+    qkv_rows += cfg.G * cfg.C if "v" in cfg.bias else 0
+    mlp_rows = F if block.mlp_bias else 0
+    out_biases = ("o" in cfg.bias) + block.mlp_bias
+    if out_biases < 2:
+        output_bias = 0
+    elif block.residual == "sequential":
+        output_bias = 1 if layer else 0
+    else:
+        output_bias = E
+    terms = dict(attn.unidentified_by_block)
+    terms.update(
+        norm_scale=norms * E,
+        norm_shift=norms * E if layer else 0,
+        norm_mean=(qkv_rows + mlp_rows) if layer else 0,
+        mlp_rescaling=F if block.mlp in ("relu", "swiglu") else 0,
+        output_bias=output_bias,
+    )
+    a = count(cfg)
+    params = dict(a.params_by_block, norms=block.norm_params(), mlp=block.mlp_params())
+    return Count(sum(params.values()), params, terms)
+
+
+POSITIONS = ("rope", "learned")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only language model: token embedding (``vocab x E``), learned position embeddings
+    (``positions = "learned"``: ``context`` rows used, ``unused_positions`` more never read, as OPT's
+    offset of 2), ``layers`` blocks, a final norm of the blocks' kind, an LM head (``tied`` to the
+    embedding or not, ``head_bias``), read through ``log_softmax``. ``norm_eps_zero``: the norms' ε is 0
+    (exact scale invariance)."""
+
+    block: BlockConfig
+    layers: int
+    vocab: int
+    tied: bool = False
+    positions: str = "rope"
+    context: int = 0
+    unused_positions: int = 0
+    head_bias: bool = False
+    norm_eps_zero: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "vocab"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions: expected one of {', '.join(POSITIONS)}, got {self.positions!r}")
+        if self.positions == "learned" and self.context < 1:
+            raise ValueError("context: learned positions need the number of position rows read (context >= 1)")
+        if self.tied and self.head_bias:
+            raise ValueError("head_bias: the tied heads counted here have no bias")
+        if self.tied and self.block.norm == "layer" and self.positions != "learned":
+            raise ValueError("tied: a tied LayerNorm model is counted with learned positions only (GPT-2, OPT)")
+
+    def total_params(self) -> int:
+        E = self.block.attention.E
+        final_norm = 2 * E if self.block.norm == "layer" else E
+        n = self.layers * count_block(self.block).total_params + self.vocab * E + final_norm
+        n += 0 if self.tied else self.vocab * E + (self.vocab if self.head_bias else 0)
+        if self.positions == "learned":
+            n += (self.context + self.unused_positions) * E
+        return n
+
+
+def count_model(model: ModelConfig) -> Count:
+    """Unidentified dimensions of a whole causal LM (chapter 8 derives each term):
+
+    * ``blocks``: ``layers x`` :func:`count_block`;
+    * ``stream_rotation``: an orthogonal change of basis ``Q`` of the residual stream, absorbed by every
+      writer (``Q W``) and reader (``W Qᵀ``; the norms' ``γ`` first moved into the readers). RMSNorm keeps
+      ``‖x‖``: ``E(E−1)/2``; LayerNorm needs ``Q 1 = 1``: ``(E−1)(E−2)/2``. Exact for any ε. None with a
+      tied head (the final norm's ``γ`` would have to commute with ``Q``).
+    * ``stream_scale``: ``x → c x`` with every writer, exact only when ε = 0: 1;
+    * ``final_norm``: the final norm against the LM head (``E`` for γ; with LayerNorm ``E`` for the shift
+      and, with a head bias, ``V`` mean directions), untied only;
+    * ``logit_shift``: ``log_softmax`` ignores a constant over the vocabulary: the same vector added to
+      every head row, ``E`` (behind a LayerNorm: ``E − 1`` on the head and a constant on its effective bias);
+    * LayerNorm only, ``writer_mean``: every LayerNorm removes the stream's mean, so each writer column's
+      component along ``1`` is invisible: ``HC + F`` per layer, ``+1`` per output bias, less the one the block
+      already counts; ``embedding_mean``: ``V`` (untied); ``position_mean``: the context's rows;
+      ``embedding_position_shift``: token rows ``+ a``, position rows ``− a``: ``E − 1`` more untied, ``E``
+      tied (the head's shift ``a`` is a logit shift); ``unused_positions``: rows never read.
+    """
+    if not isinstance(model, ModelConfig):
+        raise TypeError(f"model: expected a ModelConfig, got {type(model).__name__}")
+    b = model.block
+    cfg, E, V = b.attention, b.attention.E, model.vocab
+    block = count_block(b)
+    layer = b.norm == "layer"
+    terms = {"blocks": model.layers * block.unidentified}
+    if layer:
+        out_biases = ("o" in cfg.bias) + b.mlp_bias
+        per_layer = cfg.H * cfg.C + b.ffn + out_biases - (1 if out_biases == 2 else 0)
+        terms["writer_mean"] = model.layers * per_layer
+        terms["embedding_mean"] = 0 if model.tied else V
+        if model.positions == "learned":
+            terms["position_mean"] = model.context
+            terms["embedding_position_shift"] = E if model.tied else E - 1
+        terms["unused_positions"] = model.unused_positions * E if model.positions == "learned" else 0
+    if model.tied:
+        terms["stream_rotation"] = 0
+        terms["final_norm"] = 0
+        terms["logit_shift"] = 0
+    else:
+        terms["stream_rotation"] = (E - 1) * (E - 2) // 2 if layer else E * (E - 1) // 2
+        terms["final_norm"] = (2 * E + (V if model.head_bias else 0)) if layer else E
+        terms["logit_shift"] = E
+    terms["stream_scale"] = 1 if model.norm_eps_zero else 0
+    params = {
+        "blocks": model.layers * block.total_params,
+        "embeddings": model.total_params() - model.layers * block.total_params,
+    }
+    return Count(model.total_params(), params, terms)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import AttentionConfig, parse_bias
 from .audit import RTOL, AuditResult, audit_module, available_memory, default_data_size, memory_estimate
-from .counting import count
+from .counting import BlockConfig, ModelConfig, count, count_block, count_model
 
 TESTED = "transformers 5.24"
 MIN_GAP = 1e6  # a rank decision with a smaller singular-value gap is not trusted
@@ -47,6 +48,26 @@ class HFType:
     groups: bool = False  # grouped-query attention (num_key_value_heads)
     head_dim: bool = False  # a head size other than E/H
     partial_rope: bool = False  # rotary on part of each head
+    # the whole decoder layer and model (chapter 8)
+    layer: str = ""  # its decoder-layer class
+    lm: str = ""  # its causal-LM class
+    norm: str = "layer"  # counting.NORMS
+    mlp: str = "gelu"  # counting.MLPS
+    residual: str = "sequential"  # counting.RESIDUALS
+    ffn_ratio: float = 4.0  # the type's usual MLP inner size over E
+    positions: str = "rope"  # counting.POSITIONS
+    unused_positions: int = 0  # position rows never read (OPT's offset of 2)
+    tied: bool = False  # the type's default for tie_word_embeddings
+    head_bias: bool = False  # a bias on the LM head
+
+    def mlp_bias(self, bias: str) -> bool:
+        """Whether the MLP maps carry biases when the attention has biases ``bias``."""
+        if self.mlp == "swiglu":
+            return False
+        return bool(bias) if self.module == "opt" else True
+
+    def ffn_kwargs(self, ffn: int) -> dict:
+        return {"gpt2": {"n_inner": ffn}, "opt": {"ffn_dim": ffn}}.get(self.module, {"intermediate_size": ffn})
 
     def config_kwargs(self, cfg: AttentionConfig, attn_implementation: str = "sdpa") -> dict:
         """The keyword arguments of the model's config class for the architecture ``cfg``."""
@@ -90,39 +111,36 @@ class HFType:
 
 
 HF_TYPES: dict[str, HFType] = {
-    "gpt2": HFType("gpt2", "GPT2Config", "GPT2Attention", None, biases=("qkvo",)),
-    "opt": HFType("opt", "OPTConfig", "OPTAttention", None, biases=("qkvo", "")),
+    "gpt2": HFType(
+        "gpt2", "GPT2Config", "GPT2Attention", None, biases=("qkvo",),
+        layer="GPT2Block", lm="GPT2LMHeadModel", positions="learned", tied=True,
+    ),
+    "opt": HFType(
+        "opt", "OPTConfig", "OPTAttention", None, biases=("qkvo", ""),
+        layer="OPTDecoderLayer", lm="OPTForCausalLM", mlp="relu", positions="learned", unused_positions=2,
+        tied=True,
+    ),
     "llama": HFType(
-        "llama",
-        "LlamaConfig",
-        "LlamaAttention",
-        "LlamaRotaryEmbedding",
-        biases=("", "qkvo"),
-        groups=True,
-        head_dim=True,
+        "llama", "LlamaConfig", "LlamaAttention", "LlamaRotaryEmbedding", biases=("", "qkvo"), groups=True,
+        head_dim=True, layer="LlamaDecoderLayer", lm="LlamaForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
     ),
     "mistral": HFType(
-        "mistral",
-        "MistralConfig",
-        "MistralAttention",
-        "MistralRotaryEmbedding",
-        biases=("",),
-        groups=True,
-        head_dim=True,
+        "mistral", "MistralConfig", "MistralAttention", "MistralRotaryEmbedding", biases=("",), groups=True,
+        head_dim=True, layer="MistralDecoderLayer", lm="MistralForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
     ),
-    "qwen2": HFType("qwen2", "Qwen2Config", "Qwen2Attention", "Qwen2RotaryEmbedding", biases=("qkv",), groups=True),
+    "qwen2": HFType(
+        "qwen2", "Qwen2Config", "Qwen2Attention", "Qwen2RotaryEmbedding", biases=("qkv",), groups=True,
+        layer="Qwen2DecoderLayer", lm="Qwen2ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
+    ),
     "gpt_neox": HFType(
-        "gpt_neox",
-        "GPTNeoXConfig",
-        "GPTNeoXAttention",
-        "GPTNeoXRotaryEmbedding",
-        biases=("qkvo", ""),
-        partial_rope=True,
+        "gpt_neox", "GPTNeoXConfig", "GPTNeoXAttention", "GPTNeoXRotaryEmbedding", biases=("qkvo", ""),
+        partial_rope=True, layer="GPTNeoXLayer", lm="GPTNeoXForCausalLM", residual="parallel",
     ),
     "phi": HFType(
-        "phi", "PhiConfig", "PhiAttention", "PhiRotaryEmbedding", biases=("qkvo",), groups=True, partial_rope=True
+        "phi", "PhiConfig", "PhiAttention", "PhiRotaryEmbedding", biases=("qkvo",), groups=True, partial_rope=True,
+        layer="PhiDecoderLayer", lm="PhiForCausalLM", residual="shared_norm", head_bias=True,
     ),
-}
+}  # fmt: skip
 
 
 def _transformers():
@@ -171,6 +189,72 @@ def equivalent_config(
 
 
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+SCOPES = ("attention", "block", "model")
+
+
+def _hf_config(hf_type: str, cfg: AttentionConfig, attn_implementation: str = "sdpa", **changes):
+    """The ``transformers`` config object of ``hf_type`` for ``cfg``, with ``changes`` on top."""
+    tf = _transformers()
+    t = HF_TYPES[hf_type]
+    return getattr(tf, t.config)(**dict(t.config_kwargs(cfg, attn_implementation), **changes))
+
+
+def _modeling(hf_type: str):
+    _transformers()  # says how to install it when it is missing
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = HF_TYPES[hf_type].module
+        return importlib.import_module(f"transformers.models.{m}.modeling_{m}")
+
+
+def _is_norm(m: torch.nn.Module) -> bool:
+    return isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith("RMSNorm")
+
+
+def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
+    # transformers' RMSNorm computes in float32 whatever the input; the audit needs the float64 function
+    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+
+def _prepare(module: torch.nn.Module, E: int, seed: int, norm_eps: float | None = None) -> torch.nn.Module:
+    """float64, eval mode, seeded random weights: ``N(0, 1/E)`` for every map and bias, ``1 + 0.3 N(0, 1)``
+    for norm weights and ``0.3 N(0, 1)`` for norm shifts (generic, not the identity). Norms compute in
+    float64 (RMSNorm's float32 cast is patched out) with ``ε = norm_eps`` when given."""
+    module = module.to(torch.float64).eval()
+    norm_params = {id(p): name for m in module.modules() if _is_norm(m) for name, p in m.named_parameters()}
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            z = torch.randn(p.shape, generator=g, dtype=torch.float64)
+            if id(p) in norm_params:
+                p.copy_((1.0 if norm_params[id(p)] == "weight" else 0.0) + 0.3 * z)
+            else:
+                p.copy_(z / E**0.5)
+    for m in module.modules():
+        if type(m).__name__.endswith("RMSNorm"):
+            m.forward = types.MethodType(_rms_norm_float64, m)
+            if norm_eps is not None:
+                setattr(m, "variance_epsilon", norm_eps)
+        elif isinstance(m, torch.nn.LayerNorm) and norm_eps is not None:
+            m.eps = norm_eps
+    return module
+
+
+def _hidden_forward(rotary):
+    """``forward(call, x)``: a module on hidden states ``x`` ``(B, L, E)`` through sdpa's math kernel (exact
+    float64 and differentiable in forward mode; the fused CPU kernel is not), with the rotary tables."""
+
+    def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel([SDPBackend.MATH]):
+            if rotary is None:
+                out = call(x)
+            else:
+                pos = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
+                cos, sin = rotary(x, pos)
+                out = call(x, attention_mask=None, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)))
+        return out[0] if isinstance(out, tuple) else out
+
+    return forward
 
 
 def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_implementation: str = "sdpa"):
@@ -182,32 +266,115 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
         raise ValueError(
             f"attn_implementation: expected one of {', '.join(ATTN_IMPLEMENTATIONS)}, got {attn_implementation!r}"
         )
-    tf = _transformers()
     t = HF_TYPES[hf_type]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mod = importlib.import_module(f"transformers.models.{t.module}.modeling_{t.module}")
-    config = getattr(tf, t.config)(**t.config_kwargs(cfg, attn_implementation))
-    attn = getattr(mod, t.attention)(config, layer_idx=0).to(torch.float64).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in attn.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / cfg.E**0.5)
+    mod = _modeling(hf_type)
+    config = _hf_config(hf_type, cfg, attn_implementation)
+    attn = _prepare(getattr(mod, t.attention)(config, layer_idx=0), cfg.E, seed)
     rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the module was built with {built} rotary dims, not the {cfg.R} asked for")
+    return attn, _hidden_forward(rotary)
 
-    def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
-        # sdpa's math kernel: exact float64 and differentiable in forward mode (the fused CPU kernel is not)
+
+def default_ffn(hf_type: str, embed: int) -> int:
+    """The MLP inner size of ``hf_type`` at width ``embed``: its usual ratio (4, or 8/3 for SwiGLU), rounded."""
+    return max(1, round(HF_TYPES[hf_type].ffn_ratio * embed))
+
+
+def block_config(hf_type: str, cfg: AttentionConfig, ffn: int) -> BlockConfig:
+    """The :class:`~attnid.counting.BlockConfig` of one ``hf_type`` decoder layer around ``cfg``."""
+    t = HF_TYPES[hf_type]
+    return BlockConfig(cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual)
+
+
+def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0):
+    """``(module, forward)``: one whole decoder layer of ``hf_type`` (norms, attention, MLP, residual
+    connections) in float64 with seeded random weights (:func:`_prepare`), run on hidden states."""
+    t = HF_TYPES[hf_type]
+    mod = _modeling(hf_type)
+    config = _hf_config(hf_type, cfg, **t.ffn_kwargs(ffn))
+    layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed)
+    attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
+    built = getattr(attn, "rotary_ndims", None)
+    if built is not None and built != cfg.R:
+        raise HFAuditError(f"{hf_type}: the layer was built with {built} rotary dims, not the {cfg.R} asked for")
+    return layer, _hidden_forward(getattr(mod, t.rotary)(config=config) if t.rotary else None)
+
+
+def default_vocab(hf_type: str, embed: int, ffn: int) -> int:
+    """A vocabulary for a tiny whole-model audit. In a parallel block the first layer's MLP reads the token
+    embedding alone, so it is seen at ``V`` points only: ``V = 3F`` keeps it identified; ``3E`` elsewhere."""
+    return 3 * ffn if HF_TYPES[hf_type].residual != "sequential" else max(16, 3 * embed)
+
+
+def model_config(
+    hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int, norm_eps: float
+) -> ModelConfig:
+    """The :class:`~attnid.counting.ModelConfig` of a tiny ``hf_type`` causal LM read on ``seq_len`` tokens."""
+    t = HF_TYPES[hf_type]
+    return ModelConfig(
+        block_config(hf_type, cfg, ffn), layers, vocab, tied=tied, positions=t.positions,
+        context=seq_len if t.positions == "learned" else 0, unused_positions=t.unused_positions,
+        head_bias=t.head_bias, norm_eps_zero=norm_eps == 0,
+    )  # fmt: skip
+
+
+def build_model(
+    hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int,
+    norm_eps: float = 0.0, seed: int = 0,
+):  # fmt: skip
+    """``(module, forward)``: a whole ``hf_type`` causal LM (embeddings, ``layers`` decoder layers, final
+    norm, LM head) with ``seq_len`` positions, norms at ``ε = norm_eps``; ``forward(call, ids)`` gives the
+    next-token log-probabilities ``(B, L, vocab)``."""
+    t = HF_TYPES[hf_type]
+    tf = _transformers()
+    changes = dict(t.ffn_kwargs(ffn), vocab_size=vocab, num_hidden_layers=layers, tie_word_embeddings=tied)
+    if hf_type == "gpt2":
+        changes["n_positions"] = seq_len
+    if hf_type == "opt":
+        changes.update(max_position_embeddings=seq_len, word_embed_proj_dim=cfg.E)
+    config = _hf_config(hf_type, cfg, **changes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps)
+
+    def forward(call: Callable, ids: torch.Tensor) -> torch.Tensor:
         with sdpa_kernel([SDPBackend.MATH]):
-            if rotary is None:
-                return call(x)[0]
-            pos = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
-            cos, sin = rotary(x, pos)
-            return call(x, attention_mask=None, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)))[0]
+            return torch.log_softmax(call(input_ids=ids, use_cache=False).logits, dim=-1)
 
-    return attn, forward
+    return model, forward
+
+
+def _positive_int(name: str, v) -> None:
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+NEAR_NULL_BAND = (1e-9, 1e-5)  # singular values this far below the largest are reported as near-null
+
+
+RELU_MIN_SHARE = 0.01  # a ReLU unit active (or inactive) on fewer of the audit's tokens is barely excited
+
+
+def _check_relu_units(model: torch.nn.Module, forward: Callable, ids: torch.Tensor) -> None:
+    """Refuse a model audit in which a ReLU unit hardly ever switches on the audit's tokens: a unit that is
+    always off (or on) makes its weights unidentified (or linear), so the count would describe the data,
+    not the architecture. Inside a tiny LM the first layers see few distinct inputs, so it happens."""
+    shares = []
+    hooks = [m.register_forward_hook(lambda mod, i, o: shares.append((o > 0).double().reshape(-1, o.shape[-1]).mean(0)))
+             for name, m in model.named_modules() if name.endswith("fc1")]  # fmt: skip
+    with torch.no_grad():
+        forward(lambda **kw: model(**kw), ids)
+    for h in hooks:
+        h.remove()
+    for layer, share in enumerate(shares):
+        worst = float(torch.minimum(share, 1 - share).min())
+        if worst < RELU_MIN_SHARE:
+            raise HFAuditError(
+                f"relu: a unit of layer {layer} switches on only {worst:.1%} of the audit's tokens, so its weights "
+                "are barely excited and the count would describe the data, not the architecture; try another --seed"
+            )
 
 
 def audit_hf(
@@ -224,53 +391,128 @@ def audit_hf(
     check: bool = True,
     attn_implementation: str = "sdpa",
     max_memory: float | None = None,
+    scope: str = "attention",
+    ffn: int | None = None,
+    layers: int = 1,
+    vocab: int | None = None,
+    tied: bool | None = None,
+    norm_eps: float = 0.0,
 ) -> AuditResult:
-    """Audit the real ``hf_type`` attention module at a small width: ``unidentified`` from the Jacobian
-    rank, ``details["theory_unidentified"]`` from :func:`attnid.counting.count` of the equivalent config.
+    """Audit a real ``hf_type`` module at a small width: ``unidentified`` from the Jacobian rank,
+    ``details["theory_unidentified"]`` from the closed form.
+
+    ``scope``: ``"attention"`` (the attention module; :func:`attnid.counting.count` of the equivalent
+    config), ``"block"`` (one whole decoder layer with MLP inner size ``ffn``, default
+    :func:`default_ffn`; :func:`attnid.counting.count_block`) or ``"model"`` (a causal LM of ``layers``
+    layers, ``vocab`` tokens (default :func:`default_vocab`), the type's head tying unless ``tied`` is
+    given, norms at ``ε = norm_eps``, read through ``log_softmax``; :func:`attnid.counting.count_model`).
+    ``details["terms"]`` holds the closed form term by term, ``details["near_null"]`` the number of
+    singular values in :data:`NEAR_NULL_BAND` below the largest (with ``ε > 0`` the stream's scale
+    direction lands there).
 
     With ``check`` (default) a difference, or a singular-value gap below ``MIN_GAP`` (float32 arithmetic
     inside the module, for example, blurs the rank), raises :class:`HFAuditError`. An audit estimated to
     need more than ``max_memory`` bytes (default: the machine's available memory) is refused before it starts.
     """
+    if scope not in SCOPES:
+        raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+    for name, v in (("ffn", ffn), ("layers", layers), ("vocab", vocab)):
+        _positive_int(name, v)
+    if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not 0 <= norm_eps < 1:
+        raise ValueError(f"norm_eps must be a number in [0, 1), got {norm_eps!r}")
+    if scope != "model" and (vocab is not None or tied is not None or layers != 1):
+        raise ValueError("layers/vocab/tied: only a whole-model audit (scope 'model') has them")
+    if scope == "attention" and ffn is not None:
+        raise ValueError("ffn: the attention module has no MLP; audit a block or a model")
+    if scope != "attention" and attn_implementation != "sdpa":
+        raise ValueError("attn_implementation: blocks and models are audited through sdpa only")
     cfg = equivalent_config(
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias
     )
-    module, forward = build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation)
+    t = HF_TYPES[hf_type]
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    rope_min = max(16, 2 * cfg.D) if cfg.rope else 8
+    if scope == "attention":
+        module, forward = build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation)
+        theory = count(cfg)
+        described = f"transformers.models.{t.module}.{t.attention}"
+    else:
+        ffn = ffn or default_ffn(hf_type, cfg.E)
+        if scope == "block":
+            theory = count_block(block_config(hf_type, cfg, ffn))
+            module, forward = build_block(hf_type, cfg, ffn=ffn, seed=seed)
+            described = f"transformers.models.{t.module}.{t.layer}"
+        else:
+            vocab = vocab or default_vocab(hf_type, cfg.E, ffn)
+            tied = t.tied if tied is None else tied
+            mc = model_config(
+                hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=rope_min, norm_eps=norm_eps
+            )
+            theory = count_model(mc)
+            module, forward = build_model(
+                hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=rope_min, norm_eps=norm_eps,
+                seed=seed,
+            )  # fmt: skip
+            described = f"transformers.{t.lm}"
     n = sum(p.numel() for p in module.parameters())
-    theory = count(cfg)
     if n != theory.total_params:
-        raise HFAuditError(f"{hf_type}: the module has {n} parameters, the equivalent config {theory.total_params}")
-    B, L = default_data_size(cfg, n)
-    need, free = memory_estimate(n, B * L * cfg.E, "dense"), available_memory()
+        raise HFAuditError(f"{hf_type}: the module has {n} parameters, the closed form counts {theory.total_params}")
+    if scope == "attention":
+        B, L = default_data_size(cfg, n)
+    else:  # each token carries at most E informative outputs (the final norm's width, for a model)
+        L = rope_min
+        B = max(2, -(-3 * n // (cfg.E * L)))
+    n_out = B * L * (vocab if scope == "model" and vocab else cfg.E)
+    need, free = memory_estimate(n, n_out, "dense"), available_memory()
     limit = free if max_memory is None else max_memory
     if limit is not None and need > limit:
         raise ValueError(
-            f"hf: auditing {hf_type} at E = {cfg.E} needs about {need / 2**30:.1f} GiB ({n:,} parameters, "
-            f"{B * L * cfg.E:,} outputs), more than the {limit / 2**30:.1f} GiB available; use a smaller --embed"
+            f"hf: auditing the {hf_type} {scope} at E = {cfg.E} needs about {need / 2**30:.1f} GiB ({n:,} "
+            f"parameters, {n_out:,} outputs), more than the {limit / 2**30:.1f} GiB available; use a smaller --embed"
         )
-    x = torch.randn(B, L, cfg.E, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
+    if scope == "model":
+        assert vocab is not None
+        x = torch.randint(0, vocab, (B, L), generator=gen)
+    else:
+        x = torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64)
+    if scope == "model" and t.mlp == "relu":
+        _check_relu_units(module, forward, x)
     res = audit_module(module, (x,), forward=forward, rtol=rtol)
+    sv = torch.tensor(res.singular_values or [1.0])
+    rel = sv / sv[0]
+    lo, hi = NEAR_NULL_BAND
     res.details.update(
         hf_type=hf_type,
-        module=f"transformers.models.{HF_TYPES[hf_type].module}.{HF_TYPES[hf_type].attention}",
+        scope=scope,
+        module=described,
         transformers=_transformers().__version__,
         theory_unidentified=theory.unidentified,
+        terms=theory.unidentified_by_block,
         config=dict(E=cfg.E, H=cfg.H, G=cfg.G, D=cfg.D, C=cfg.C, R=cfg.R, bias=cfg.bias or "none"),
         batch=B,
         seq_len=L,
         seed=seed,
         attn_implementation=attn_implementation,
+        near_null=int(((rel > lo) & (rel <= hi)).sum()),
     )
+    if scope != "attention":
+        res.details.update(ffn=ffn, norms="float64 (transformers' RMSNorm float32 cast patched out)")
+    if scope == "model":
+        res.details.update(layers=layers, vocab=vocab, tied=tied, norm_eps=norm_eps)
     if check and res.sv_gap < MIN_GAP:
         raise HFAuditError(
             f"{hf_type}: the Jacobian's singular values have no clear gap at rank {res.rank} (gap "
-            f"{res.sv_gap:.1e} < {MIN_GAP:.0e}): the module probably computes part of the layer in float32; "
-            "its count cannot be read off"
+            f"{res.sv_gap:.1e} < {MIN_GAP:.0e}, {res.details['near_null']} near-null): "
+            + (
+                "the module probably computes part of the layer in float32; its count cannot be read off"
+                if scope == "attention" or norm_eps == 0
+                else f"with ε = {norm_eps:g} the stream's scale is only nearly a symmetry; audit with ε = 0"
+            )
         )
     if check and res.unidentified != theory.unidentified:
         raise HFAuditError(
             f"{hf_type}: the Jacobian gives {res.unidentified} unidentified parameters, the closed form "
-            f"{theory.unidentified} (config {res.details['config']})"
+            f"{theory.unidentified} (scope {scope}, config {res.details['config']})"
         )
     return res
 
@@ -295,28 +537,57 @@ def small_structure(cfg: AttentionConfig) -> dict:
     return kw
 
 
-def verify_preset(name: str, *, seed: int = 0) -> AuditResult:
-    """Audit the structure of preset ``name`` (:func:`small_structure`) through its real ``transformers``
-    module; raises :class:`HFAuditError` unless the Jacobian count equals the closed form."""
+def small_block_structure(name: str) -> dict:
+    """The structure of preset ``name`` as a whole decoder layer at ``E = 8``, where a dense audit of the
+    layer takes about a second: the same sharing (2 heads for MHA, 4 heads in 1 or 2 groups for MQA/GQA),
+    the same biases, RoPE on all, part (one head of 8 dims) or none of each head, and the preset's MLP
+    ratio ``F/E``. Returns :func:`audit_hf` keyword arguments."""
+    from .presets import PRESETS
+
+    p = PRESETS[name]
+    cfg = p.config
+    kw = small_structure(cfg)
+    if 0 < cfg.R < cfg.D:  # partial RoPE: one head of 8 dims keeps the rotated share
+        kw.update(embed=8, heads=1, groups=1)
+    elif kw["heads"] == kw["groups"]:
+        kw.update(embed=8, heads=2, groups=2)
+    else:
+        kw.update(embed=8)
+    if cfg.rope and cfg.R == cfg.D:
+        kw["rope_dims"] = kw["embed"] // kw["heads"]
+    assert p.model is not None
+    kw["ffn"] = max(1, round(p.model.ffn / cfg.E * kw["embed"]))
+    return kw
+
+
+def verify_preset(name: str, *, seed: int = 0, scope: str = "attention") -> AuditResult:
+    """Audit the structure of preset ``name`` through its real ``transformers`` module: its attention
+    (:func:`small_structure`) or, with ``scope="block"``, its whole decoder layer
+    (:func:`small_block_structure`); raises :class:`HFAuditError` unless the Jacobian count equals the
+    closed form."""
     from .presets import PRESETS
 
     if name not in PRESETS:
         raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(PRESETS)}")
+    if scope not in ("attention", "block"):
+        raise ValueError(f"scope: presets are verified at scope attention or block, not {scope!r}")
     p = PRESETS[name]
     if p.hf_type is None:
         raise ValueError(f"preset: {name} names no transformers model type that attnid can build")
-    kw = small_structure(p.config)
+    if scope == "block" and p.model is None:
+        raise ValueError(f"preset: {name} has no block structure attnid counts")
+    kw = small_structure(p.config) if scope == "attention" else small_block_structure(name)
     if not HF_TYPES[p.hf_type].groups and kw["groups"] != kw["heads"]:
         raise ValueError(f"preset: {name} shares keys across heads, which {p.hf_type} cannot express")
-    return audit_hf(p.hf_type, seed=seed, **kw)
+    return audit_hf(p.hf_type, seed=seed, scope=scope, **kw)
 
 
 def verify_presets(
-    names: list[str] | None = None, *, seed: int = 0, progress: bool = False
+    names: list[str] | None = None, *, seed: int = 0, progress: bool = False, scope: str = "attention"
 ) -> dict[str, AuditResult | None]:
-    """:func:`verify_preset` for every preset (or ``names``); presets without a model type map to ``None``.
-    Presets that share a structure and a model type share one audit. ``progress``: a bar on stderr (which
-    leaves a JSON answer on stdout intact)."""
+    """:func:`verify_preset` for every preset (or ``names``) at ``scope``; presets without a model type
+    (or, for blocks, without a counted block) map to ``None``. Presets that share a structure and a model
+    type share one audit. ``progress``: a bar on stderr (which leaves a JSON answer on stdout intact)."""
     from .presets import PRESETS
 
     done: dict[tuple, AuditResult] = {}
@@ -325,14 +596,15 @@ def verify_presets(
     if progress:
         from tqdm.auto import tqdm
 
-        todo = tqdm(todo, desc="verifying presets", unit="preset", file=sys.stderr)
+        todo = tqdm(todo, desc=f"verifying presets ({scope})", unit="preset", file=sys.stderr)
     for name in todo:
         p = PRESETS[name]
-        if p.hf_type is None:
+        if p.hf_type is None or (scope == "block" and p.model is None):
             out[name] = None
             continue
-        key = (p.hf_type, tuple(sorted(small_structure(p.config).items())))
+        kw = small_structure(p.config) if scope == "attention" else small_block_structure(name)
+        key = (p.hf_type, tuple(sorted(kw.items())))
         if key not in done:
-            done[key] = verify_preset(name, seed=seed)
+            done[key] = verify_preset(name, seed=seed, scope=scope)
         out[name] = done[key]
     return out

@@ -1,8 +1,10 @@
-"""Published attention architectures (config values from the models' released configs).
+"""Published architectures (config values from the models' released configs, each :class:`Model` naming
+its source).
 
-Each preset names the Hugging Face ``transformers`` model type whose attention code it describes
-(``None`` where attnid cannot build that type); :func:`attnid.hf.verify_preset` audits its structure
-through that real module at a small width.
+Each preset names the Hugging Face ``transformers`` model type whose code it describes (``None`` where
+attnid cannot build that type); :func:`attnid.hf.verify_preset` audits its attention, or its whole decoder
+layer, through that real module at a small width. :func:`preset_count` counts it at three scopes: one
+attention layer, one decoder layer, and the whole model (chapter 8).
 """
 
 from __future__ import annotations
@@ -13,53 +15,111 @@ from .attention import AttentionConfig
 
 
 @dataclass(frozen=True)
+class Model:
+    """What a whole published model adds to its attention: ``layers`` decoder layers with MLP inner size
+    ``ffn``, a vocabulary, a tied or untied head, the position rows read (learned positions only), and
+    the released config it comes from. Its norms have ε > 0 (no exact scale symmetry)."""
+
+    layers: int
+    ffn: int
+    vocab: int
+    tied: bool
+    source: str
+    context: int = 0  # learned position rows (GPT-2, OPT); 0 with RoPE
+
+
+@dataclass(frozen=True)
 class Preset:
     description: str
     config: AttentionConfig
-    hf_type: str | None = None  # transformers model type of its attention code
+    hf_type: str | None = None  # transformers model type of its code
+    model: Model | None = None  # the whole model (None: its block is not one attnid counts)
 
 
 PRESETS: dict[str, Preset] = {
-    "gpt2": Preset("GPT-2 small (124M)", AttentionConfig(768, 12, bias="all"), "gpt2"),
-    "gpt2-xl": Preset("GPT-2 XL (1.5B)", AttentionConfig(1600, 25, bias="all"), "gpt2"),
+    "gpt2": Preset(
+        "GPT-2 small (124M)",
+        AttentionConfig(768, 12, bias="all"),
+        "gpt2",
+        Model(
+            12, 3072, 50257, True, "https://huggingface.co/openai-community/gpt2/blob/main/config.json", context=1024
+        ),
+    ),
+    "gpt2-xl": Preset(
+        "GPT-2 XL (1.5B)",
+        AttentionConfig(1600, 25, bias="all"),
+        "gpt2",
+        Model(
+            48, 6400, 50257, True, "https://huggingface.co/openai-community/gpt2-xl/blob/main/config.json", context=1024
+        ),
+    ),
     "bert-base": Preset("BERT-base (bidirectional)", AttentionConfig(768, 12, bias="all")),
     "nanogpt-shakespeare": Preset(
         "nanoGPT shakespeare-char, bias on (the paper's §5 model)",
         AttentionConfig(384, 6, bias="all", causal=True),
         "gpt2",
+        Model(
+            6,
+            1536,
+            65,
+            True,
+            "https://github.com/karpathy/nanoGPT/blob/master/config/train_shakespeare_char.py",
+            context=256,
+        ),
     ),
-    "opt-6.7b": Preset("OPT-6.7B", AttentionConfig(4096, 32, bias="all", causal=True), "opt"),
-    "llama-2-7b": Preset("Llama-2-7B", AttentionConfig(4096, 32, rope=True, causal=True), "llama"),
-    "llama-2-70b": Preset("Llama-2-70B (GQA)", AttentionConfig(8192, 64, groups=8, rope=True, causal=True), "llama"),
+    "opt-6.7b": Preset(
+        "OPT-6.7B",
+        AttentionConfig(4096, 32, bias="all", causal=True),
+        "opt",
+        Model(32, 16384, 50272, True, "https://huggingface.co/facebook/opt-6.7b/blob/main/config.json", context=2048),
+    ),
+    "llama-2-7b": Preset(
+        "Llama-2-7B",
+        AttentionConfig(4096, 32, rope=True, causal=True),
+        "llama",
+        Model(32, 11008, 32000, False, "https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json"),
+    ),
+    "llama-2-70b": Preset(
+        "Llama-2-70B (GQA)",
+        AttentionConfig(8192, 64, groups=8, rope=True, causal=True),
+        "llama",
+        Model(80, 28672, 32000, False, "https://huggingface.co/meta-llama/Llama-2-70b-hf/blob/main/config.json"),
+    ),
     "llama-3-8b": Preset(
         "Llama-3-8B (GQA)",
         AttentionConfig(4096, 32, groups=8, rope=True, causal=True, rope_base=500000.0),
         "llama",
+        Model(32, 14336, 128256, False, "https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json"),
     ),
     "mistral-7b": Preset(
         "Mistral-7B (GQA)",
         AttentionConfig(4096, 32, groups=8, rope=True, causal=True, rope_base=1000000.0),
         "mistral",
+        Model(32, 14336, 32000, False, "https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json"),
     ),
     "qwen2-7b": Preset(
         "Qwen2-7B (GQA, q/k/v biases)",
         AttentionConfig(3584, 28, groups=4, bias="qkv", rope=True, causal=True, rope_base=1000000.0),
         "qwen2",
+        Model(28, 18944, 152064, False, "https://huggingface.co/Qwen/Qwen2-7B/blob/main/config.json"),
     ),
     "pythia-6.9b": Preset(
         "Pythia-6.9B (GPT-NeoX, rotary on 25% of each head)",
         AttentionConfig(4096, 32, bias="all", rope_dims=32, causal=True),
         "gpt_neox",
+        Model(32, 16384, 50432, False, "https://huggingface.co/EleutherAI/pythia-6.9b/blob/main/config.json"),
     ),
     "gpt-neox-20b": Preset(
         "GPT-NeoX-20B (rotary on 25% of each head)",
         AttentionConfig(6144, 64, bias="all", rope_dims=24, causal=True),
         "gpt_neox",
+        Model(44, 24576, 50432, False, "https://huggingface.co/EleutherAI/gpt-neox-20b/blob/main/config.json"),
     ),
     "phi-2": Preset(
         "Phi-2 (rotary on 32 of 80 dimensions, biases)",
         AttentionConfig(2560, 32, bias="all", rope_dims=32, causal=True),
         "phi",
+        Model(32, 10240, 51200, False, "https://huggingface.co/microsoft/phi-2/blob/main/config.json"),
     ),
     "falcon-7b": Preset("Falcon-7B (multi-query, G = 1)", AttentionConfig(4544, 71, groups=1, rope=True, causal=True)),
     "gemma-7b": Preset("Gemma-7B (D = 256 > E/H)", AttentionConfig(3072, 16, head_dim=256, rope=True, causal=True)),
@@ -73,30 +133,69 @@ def preset(name: str) -> AttentionConfig:
     return PRESETS[key].config
 
 
-def preset_rows(verified: dict | None = None) -> list[dict]:
-    """One row per preset: its architecture, closed-form counts, model type, and, given ``verified``
-    (:func:`attnid.hf.verify_presets`), whether its structure was audited through the real module
-    (``True``), or ``None`` where no module was audited."""
-    from .counting import count
-
+def preset_rows(verified: dict | None = None, verified_block: dict | None = None) -> list[dict]:
+    """One row per preset: its architecture, closed-form counts at the three scopes (``block_*`` and
+    ``model_*`` are ``None`` where attnid counts no block), model type, and, given ``verified`` /
+    ``verified_block`` (:func:`attnid.hf.verify_presets` at scope attention / block), whether that
+    structure was audited through the real module (``True``), or ``None`` where none was."""
     rows = []
     for name, p in PRESETS.items():
-        cfg, c = p.config, count(p.config)
-        rows.append(
-            {
-                "name": name,
-                "description": p.description,
-                "hf_type": p.hf_type,
-                "embed": cfg.E,
-                "heads": cfg.H,
-                "groups": cfg.G,
-                "head_dim": cfg.D,
-                "rope_dims": cfg.R,
-                "bias": cfg.bias or "none",
-                "total_params": c.total_params,
-                "unidentified": c.unidentified,
-                "identified_fraction": c.identified_fraction,
-                "verified": None if not verified or verified.get(name) is None else True,
-            }
-        )
+        cfg, c = p.config, preset_count(name)
+        row = {
+            "name": name,
+            "description": p.description,
+            "hf_type": p.hf_type,
+            "embed": cfg.E,
+            "heads": cfg.H,
+            "groups": cfg.G,
+            "head_dim": cfg.D,
+            "rope_dims": cfg.R,
+            "bias": cfg.bias or "none",
+            "total_params": c.total_params,
+            "unidentified": c.unidentified,
+            "identified_fraction": c.identified_fraction,
+            "verified": None if not verified or verified.get(name) is None else True,
+        }
+        for scope in ("block", "model"):
+            sc = preset_count(name, scope) if p.model is not None and p.hf_type is not None else None
+            row[f"{scope}_params"] = None if sc is None else sc.total_params
+            row[f"{scope}_unidentified"] = None if sc is None else sc.unidentified
+            row[f"{scope}_unidentified_share"] = None if sc is None else sc.unidentified / sc.total_params
+        row["layers"] = p.model.layers if p.model else None
+        row["source"] = p.model.source if p.model else None
+        row["verified_block"] = None if not verified_block or verified_block.get(name) is None else True
+        rows.append(row)
     return rows
+
+
+SCOPE_NAMES = ("attention", "block", "model")
+
+
+def preset_count(name: str, scope: str = "attention"):
+    """:class:`~attnid.counting.Count` of preset ``name``: one attention layer (``"attention"``), one whole
+    decoder layer (``"block"``), or the whole model (``"model"``: every layer, embeddings, final norm and
+    head; chapter 8). Presets without a counted block structure raise ``ValueError`` at the last two."""
+    from .counting import ModelConfig, count, count_block, count_model
+
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key not in PRESETS:
+        raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(PRESETS)}")
+    if scope not in SCOPE_NAMES:
+        raise ValueError(f"scope: expected one of {', '.join(SCOPE_NAMES)}, got {scope!r}")
+    p = PRESETS[key]
+    if scope == "attention":
+        return count(p.config)
+    if p.model is None or p.hf_type is None:
+        raise ValueError(f"scope: {key} has no block structure attnid counts (only its attention); use scope attention")
+    from .hf import HF_TYPES, block_config
+
+    block = block_config(p.hf_type, p.config.with_(causal=True), p.model.ffn)
+    if scope == "block":
+        return count_block(block)
+    t = HF_TYPES[p.hf_type]
+    return count_model(
+        ModelConfig(
+            block, p.model.layers, p.model.vocab, tied=p.model.tied, positions=t.positions,
+            context=p.model.context, unused_positions=t.unused_positions, head_bias=t.head_bias,
+        )
+    )  # fmt: skip
