@@ -65,6 +65,10 @@
 # - {doc}`07_heads`: splitting the same width into more heads, AdamW's unidentified share of a
 #   step is {glue:text}`07_heads.ipynb::rho_h1:.2f` of its isotropic value at $H = 1$ and
 #   {glue:text}`07_heads.ipynb::rho_hmax:.2f` at $H = 16$.
+# - {doc}`08_beyond_attention`: a whole GPT-2 small has
+#   {glue:text}`08_beyond_attention.ipynb::gpt2_model:,` unidentified directions, not the
+#   {glue:text}`08_beyond_attention.ipynb::gpt2_product:,` of a product of per-layer attention
+#   groups; every whole-layer and whole-model audit of the real modules equals the closed form.
 #
 # ## The answer in one line
 #

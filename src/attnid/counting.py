@@ -180,6 +180,13 @@ def single_head_total_over_multi(H: int, convention: str = "qk_square_v") -> flo
 
 
 # ------------------------------------------------------------- beyond attention: blocks and models
+def layer_gauge_dims(cfg: AttentionConfig) -> int:
+    """Dimension of one layer's attention gauge group without biases: ``(GL(D))^G x (GL(C))^G``, with RoPE
+    the rotations' commutant in place of ``GL(D)`` (``H(D² + C²)`` for plain multi-head attention). A
+    whole model's count as a product of these per-layer groups is ``layers x`` this (chapter 8)."""
+    return count(cfg.with_(bias="")).unidentified
+
+
 NORMS = ("layer", "rms")  # LayerNorm with a shift; RMSNorm (a scale only)
 MLPS = ("gelu", "relu", "swiglu")  # GELU-like (no continuous symmetry), ReLU, SwiGLU
 RESIDUALS = ("sequential", "parallel", "shared_norm")

@@ -216,10 +216,12 @@ def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
     return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
 
-def _prepare(module: torch.nn.Module, E: int, seed: int, norm_eps: float | None = None) -> torch.nn.Module:
+def _prepare(
+    module: torch.nn.Module, E: int, seed: int, norm_eps: float | None = None, exact_norms: bool = True
+) -> torch.nn.Module:
     """float64, eval mode, seeded random weights: ``N(0, 1/E)`` for every map and bias, ``1 + 0.3 N(0, 1)``
-    for norm weights and ``0.3 N(0, 1)`` for norm shifts (generic, not the identity). Norms compute in
-    float64 (RMSNorm's float32 cast is patched out) with ``ε = norm_eps`` when given."""
+    for norm weights and ``0.3 N(0, 1)`` for norm shifts (generic, not the identity). With ``exact_norms``
+    RMSNorm computes in float64 (its float32 cast patched out); ``ε = norm_eps`` when given."""
     module = module.to(torch.float64).eval()
     norm_params = {id(p): name for m in module.modules() if _is_norm(m) for name, p in m.named_parameters()}
     g = torch.Generator().manual_seed(seed)
@@ -232,7 +234,8 @@ def _prepare(module: torch.nn.Module, E: int, seed: int, norm_eps: float | None 
                 p.copy_(z / E**0.5)
     for m in module.modules():
         if type(m).__name__.endswith("RMSNorm"):
-            m.forward = types.MethodType(_rms_norm_float64, m)
+            if exact_norms:
+                m.forward = types.MethodType(_rms_norm_float64, m)
             if norm_eps is not None:
                 setattr(m, "variance_epsilon", norm_eps)
         elif isinstance(m, torch.nn.LayerNorm) and norm_eps is not None:
@@ -322,11 +325,12 @@ def model_config(
 
 def build_model(
     hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int,
-    norm_eps: float = 0.0, seed: int = 0,
+    norm_eps: float = 0.0, seed: int = 0, exact_norms: bool = True,
 ):  # fmt: skip
     """``(module, forward)``: a whole ``hf_type`` causal LM (embeddings, ``layers`` decoder layers, final
-    norm, LM head) with ``seq_len`` positions, norms at ``ε = norm_eps``; ``forward(call, ids)`` gives the
-    next-token log-probabilities ``(B, L, vocab)``."""
+    norm, LM head) with ``seq_len`` positions, norms at ``ε = norm_eps`` (``exact_norms=False`` keeps
+    transformers' float32 RMSNorm); ``forward(call, ids)`` gives the next-token log-probabilities
+    ``(B, L, vocab)``."""
     t = HF_TYPES[hf_type]
     tf = _transformers()
     changes = dict(t.ffn_kwargs(ffn), vocab_size=vocab, num_hidden_layers=layers, tie_word_embeddings=tied)
@@ -337,7 +341,7 @@ def build_model(
     config = _hf_config(hf_type, cfg, **changes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps)
+        model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps, exact_norms=exact_norms)
 
     def forward(call: Callable, ids: torch.Tensor) -> torch.Tensor:
         with sdpa_kernel([SDPBackend.MATH]):
