@@ -128,12 +128,33 @@ ax.set(
 ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
 plt.show()
 
+# %%
+up = counted.loc[
+    counted["model_unidentified_share"] > counted["block_unidentified_share"], "name"
+]
+down = counted.loc[
+    counted["model_unidentified_share"] <= counted["block_unidentified_share"], "name"
+]
+untied = {n for n in counted["name"] if not PRESETS[n].model.tied}
+assert (counted["block_unidentified_share"] < 1 - counted["identified_fraction"]).all()
+mlp_share = float(
+    (preset_count("gpt2", "block").params_by_block["mlp"])
+    / preset_count("gpt2", "block").total_params
+)
+display(
+    Markdown(
+        "An attention layer is a small part of a decoder layer (in GPT-2 the MLP holds "
+        f"{mlp_share:.0%} of a layer's weights), so the share always drops from the "
+        "attention column to the block column. From one decoder layer to the whole model "
+        f"it rises for {', '.join(up)} and falls for {', '.join(down)}. "
+        f"{len(untied & set(up))} of the {len(up)} that rise have an untied head, whose "
+        "residual stream can be rotated (below): about $E^2/2$ directions that belong to "
+        "no single layer. A tied head removes the rotations, and what is left of the "
+        "model-wide terms is small beside the embedding's parameters."
+    )
+)
+
 # %% [markdown]
-# An attention layer is a small part of a decoder layer (the MLP holds about two thirds of its
-# weights), so the share drops from the attention column to the block column. It rises again at the
-# model scope for the RoPE models, where the residual stream's rotations add $E(E-1)/2$ directions
-# that belong to no single layer.
-#
 # ## A decoder layer has more freedoms than its attention
 #
 # Write a pre-norm decoder layer as $h = x + \mathrm{attn}(N_1 x)$,

@@ -4,4 +4,4 @@ from .attention import AttentionConfig, ColumnAttention, attention, init_params,
 from .counting import count
 
 __all__ = ["AttentionConfig", "ColumnAttention", "attention", "init_params", "parse_bias", "count"]
-__version__ = "0.4.0"
+__version__ = "0.5.0"
