@@ -79,7 +79,7 @@ torch.manual_seed(seed)
 # closed form. A dash: attnid does not count that block (an encoder, or a type it cannot build).
 
 # %%
-# the smoke profile verifies three structures (RMSNorm + GQA, LayerNorm, parallel + partial RoPE)
+# smoke: three structures (RMSNorm + GQA, LayerNorm, parallel + partial RoPE)
 names = ["gpt2", "llama-2-70b", "pythia-6.9b"] if small else None
 verified_block = verify_presets(names, scope="block")
 rows = pd.DataFrame(preset_rows(verified_block=verified_block))
@@ -145,10 +145,13 @@ display(
     Markdown(
         "An attention layer is a small part of a decoder layer (in GPT-2 the MLP holds "
         f"{mlp_share:.0%} of a layer's weights), so the share always drops from the "
-        "attention column to the block column. From one decoder layer to the whole model "
+        "attention column to the block column. From one decoder layer to the whole "
+        "model "
         f"it rises for {', '.join(up)} and falls for {', '.join(down)}. "
-        f"{len(untied & set(up))} of the {len(up)} that rise have an untied head, whose "
-        "residual stream can be rotated (below): about $E^2/2$ directions that belong to "
+        f"{len(untied & set(up))} of the {len(up)} that rise have an untied head, "
+        "whose "
+        "residual stream can be rotated (below): about $E^2/2$ directions that belong "
+        "to "
         "no single layer. A tied head removes the rotations, and what is left of the "
         "model-wide terms is small beside the embedding's parameters."
     )
@@ -224,7 +227,7 @@ with torch.no_grad():
     layer.mlp.c_proj.bias -= 0.7
     checks["b_O + t·1, b_MLP − t·1"] = float((output() - y0).abs().max())
     layer.load_state_dict(state)
-    # mean direction of the query/key/value map (Conv1D: weight is E x 3E), taken back by its bias
+    # mean direction of the q/k/v map (Conv1D weight, E x 3E), its bias takes it back
     g, b = layer.ln_1.weight, layer.ln_1.bias
     a = torch.randn(3 * E, dtype=torch.float64)
     layer.attn.c_attn.weight += torch.outer(1 / g, a)
@@ -434,9 +437,12 @@ display(
         "exact null directions and nothing in the band, the closed form's count. "
         f"At ε = 1e-6 one of them, the scale, leaves the null space "
         f"({exact_zero['float64 norms, ε = 1e-6']} null, "
-        f"{band['float64 norms, ε = 1e-6']} in the band): it is only nearly a symmetry, "
-        "and an audit at one tolerance would count it or not by luck (`attnid audit --model "
-        "--norm-eps` refuses to read a count without a clear gap). Transformers' float32 "
+        f"{band['float64 norms, ε = 1e-6']} in the band): it is only nearly a "
+        "symmetry, "
+        "and an audit at one tolerance would count it or not by luck (`attnid audit "
+        "--model "
+        "--norm-eps` refuses to read a count without a clear gap). Transformers' "
+        "float32 "
         f"RMSNorm puts {band[F32]} directions in the band and leaves {exact_zero[F32]} "
         "below it: the "
         "norm's float32 round-off (about 1e-7 relative) turns exact symmetries into "
@@ -511,35 +517,49 @@ gpt2_stream = ", ".join(
 display(
     Markdown(
         "Point by point:\n\n"
-        f"- **The product of per-layer groups** gives {int(g2['product of layer groups']):,} "
+        "- **The product of per-layer groups** gives "
+        f"{int(g2['product of layer groups']):,} "
         "for GPT-2 small (12 layers × 12 heads × (64² + 64²), the same shape as the "
         'Transformer Base of the first paper, hence its "over 1.1 million"). The real '
         f"model has {int(g2['whole model (closed form)']):,}: "
         f"{int(g2['attention biases']):,} from the attention's key and value biases, "
-        f"{int(g2['rest of the blocks']):,} from the norms and output biases of its layers, "
-        f"and {int(g2['stream rotations'] + g2['other stream terms']):,} from the residual "
+        f"{int(g2['rest of the blocks']):,} from the norms and output biases of its "
+        "layers, "
+        f"and {int(g2['stream rotations'] + g2['other stream terms']):,} from the "
+        "residual "
         f"stream ({gpt2_stream}).\n"
-        "- **LayerNorm does not leave the groups as they are**: behind it every reader gains "
-        "a mean direction and a free effective bias, so even a model without key biases loses "
+        "- **LayerNorm does not leave the groups as they are**: behind it every "
+        "reader gains "
+        "a mean direction and a free effective bias, so even a model without key "
+        "biases loses "
         "its whole key bias (OPT without biases, above).\n"
-        f"- **The whole model is not the product of its layers.** In Llama-2-7B the stream's "
+        "- **The whole model is not the product of its layers.** In Llama-2-7B the "
+        "stream's "
         f"rotations add {int(ll['stream rotations']):,} directions, "
         f"{ll['stream rotations'] / ll['whole model (closed form)']:.0%} of its "
         f"{int(ll['whole model (closed form)']):,}; each layer adds "
         f"{block_llama.unidentified - preset_count('llama-2-7b').unidentified:,} "
         "(its two RMSNorm scales and the SwiGLU rescaling) to the attention's "
-        f"{preset_count('llama-2-7b').unidentified:,}. The rotations are what SliceGPT and "
-        "QuaRot use to compress and quantize; a count that multiplies layer groups misses them.\n"
-        "- **Functional dimension.** The second paper's formula is the attention layer's "
+        f"{preset_count('llama-2-7b').unidentified:,}. The rotations are what "
+        "SliceGPT and "
+        "QuaRot use to compress and quantize; a count that multiplies layer groups "
+        "misses them.\n"
+        "- **Functional dimension.** The second paper's formula is the attention "
+        "layer's "
         "(chapter 2's count, which the Jacobian confirms: no hidden symmetries). The "
-        "functional dimension of a whole model is its parameter count less the whole-model "
-        f"count: for GPT-2 small {int(g2['params'] - g2['whole model (closed form)']):,} "
-        f"of {int(g2['params']):,}. Normalising a memorisation capacity by the attention "
+        "functional dimension of a whole model is its parameter count less the "
+        "whole-model "
+        "count: for GPT-2 small "
+        f"{int(g2['params'] - g2['whole model (closed form)']):,} "
+        f"of {int(g2['params']):,}. Normalising a memorisation capacity by the "
+        "attention "
         "count alone would leave out the norm, MLP and stream terms, "
         f"{int(g2['whole model (closed form)'] - g2['product of layer groups']):,} "
         "directions for GPT-2 small.\n"
-        "- **Neither paper measures the rank of a real block**; here every term was checked "
-        "against the Jacobian of the `transformers` classes, at every shape in the tables "
+        "- **Neither paper measures the rank of a real block**; here every term was "
+        "checked "
+        "against the Jacobian of the `transformers` classes, at every shape in the "
+        "tables "
         "above."
     )
 )

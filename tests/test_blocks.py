@@ -123,6 +123,8 @@ def test_scope_arguments_are_checked():
         audit_hf("gpt2", embed=8, heads=2, scope="block", ffn=0)
     with pytest.raises(ValueError, match="has no MLP"):
         audit_hf("gpt2", embed=8, heads=2, ffn=8)
+    with pytest.raises(ValueError, match="under-determined"):
+        audit_hf("gpt_neox", embed=8, heads=2, scope="model", ffn=16, vocab=24)
     with pytest.raises(ValueError, match="norm_eps"):
         audit_hf("gpt2", embed=8, heads=2, scope="model", norm_eps=-1.0)
     with pytest.raises(ValueError, match="SwiGLU"):

@@ -448,6 +448,12 @@ def audit_hf(
             described = f"transformers.models.{t.module}.{t.layer}"
         else:
             vocab = vocab or default_vocab(hf_type, cfg.E, ffn)
+            if t.residual != "sequential" and vocab < default_vocab(hf_type, cfg.E, ffn):
+                raise ValueError(
+                    f"vocab: in a {hf_type} model the first layer's MLP reads the token embedding alone, so a "
+                    f"vocabulary of {vocab} leaves it under-determined and the count would describe the data; "
+                    f"use at least {default_vocab(hf_type, cfg.E, ffn)} (3 x ffn, the default)"
+                )
             tied = t.tied if tied is None else tied
             mc = model_config(
                 hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=rope_min, norm_eps=norm_eps
