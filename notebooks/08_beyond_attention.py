@@ -64,7 +64,7 @@ from attnid.presets import PRESETS, preset_count, preset_rows
 check_profile(profile)
 set_style()
 small = profile == "smoke"
-torch.manual_seed(seed)
+_ = torch.manual_seed(seed)
 
 # %% [markdown]
 # ## Three scopes, fifteen architectures
@@ -90,7 +90,7 @@ assert all(
 assert preset_count("gpt2", "model").total_params == 124_439_808  # the published count
 shown = pd.DataFrame(
     {
-        "model": rows["description"],
+        "model": rows["name"],
         "layers": rows["layers"].astype("Int64"),
         "attention": 1 - rows["identified_fraction"],
         "block": rows["block_unidentified_share"],
@@ -106,7 +106,7 @@ pct = {
 }
 table(shown, formats=pct)
 
-# %%
+# %% tags=["hide-input"]
 counted = rows[rows["model_unidentified"].notna()]
 fig, axes = panels(1, height=4.2)
 ax = axes[0, 0]
@@ -125,7 +125,7 @@ ax.invert_yaxis()
 ax.set(
     xlabel="unidentified share of the parameters (%, log scale)", title="Three scopes"
 )
-ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
+fig.legend(loc="outside lower center", ncol=3)
 plt.show()
 
 # %%

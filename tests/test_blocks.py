@@ -127,6 +127,8 @@ def test_scope_arguments_are_checked():
         audit_hf("gpt_neox", embed=8, heads=2, scope="model", ffn=16, vocab=24)
     with pytest.raises(ValueError, match="norm_eps"):
         audit_hf("gpt2", embed=8, heads=2, scope="model", norm_eps=-1.0)
+    with pytest.raises(ValueError, match="no checked closed form"):
+        count_block(BlockConfig(AttentionConfig(8, 2, bias="qkv"), 8))
     with pytest.raises(ValueError, match="SwiGLU"):
         BlockConfig(AttentionConfig(8, 2), 8, mlp="swiglu")
     with pytest.raises(ValueError, match="context"):
