@@ -200,6 +200,8 @@ def test_cli_count_scope_and_block_audit(capsys):
         (["audit", "--hf", "gpt2", "--block", "--model"], "not both"),
         (["audit", "--hf", "gpt2", "--block", "--layers", "2"], "only a whole-model audit"),
         (["audit", "--hf", "gpt2", "--ffn", "8"], "has no MLP"),
+        (["audit", "--hf", "llama", "--model", "--layers", "0"], "layers must be a positive integer"),
+        (["audit", "--hf", "llama", "--model", "--vocab", "-3"], "vocab must be a positive integer"),
     ],
 )
 def test_cli_refuses_scope_flags_it_cannot_use(argv, message, capsys):

@@ -185,8 +185,9 @@ def _audit_hf(a) -> int:
     rope_dims = a.rope_dims
     if a.rope and rope_dims is None:
         rope_dims = a.head_dim or E // H
-    scope = "model" if a.model else "block" if a.block else "attention"
-    model_flags = dict(layers=a.layers or 1, vocab=a.vocab, tied=a.tied) if scope == "model" else {}
+    model_flags = (
+        dict(layers=1 if a.layers is None else a.layers, vocab=a.vocab, tied=a.tied) if scope == "model" else {}
+    )
     r = audit_hf(
         a.hf, embed=E, heads=H, groups=a.groups, head_dim=a.head_dim, rope_dims=rope_dims, bias=a.bias,
         seed=a.seed, check=False, max_memory=None if a.max_memory is None else a.max_memory * 2**30,
@@ -289,7 +290,7 @@ def cmd_presets(a) -> int:
     print(" gives the terms)")
     if not a.verify:
         print("(--verify audits each structure, attention and whole decoder layer, through its transformers module, "
-              "about 45 s on 2 cores)")  # fmt: skip
+              "about a minute on 2 cores)")  # fmt: skip
     return 0
 
 
