@@ -12,11 +12,11 @@ from pathlib import Path
 
 from .attention import AttentionConfig
 from .audit import METHODS as AUDIT_METHODS
-from .counting import BLOCKS, count
+from .counting import BLOCKS, SCOPES, count
 from .hf import HF_TYPES
 from .lm.launch import LAUNCHERS, SlurmOptions
 from .lm.profiles import CASES, PRECISIONS
-from .presets import SCOPE_NAMES, preset
+from .presets import preset
 
 SLURM = SlurmOptions()  # the defaults of the slurm options
 HF_TYPE_NAMES = tuple(HF_TYPES)
@@ -450,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("count", help="closed-form parameter and unidentified counts")
     _arch_args(p)
     p.add_argument(
-        "--scope", default="attention", choices=SCOPE_NAMES,
+        "--scope", default="attention", choices=SCOPES,
         help="with --preset: one attention layer (default), one whole decoder layer, or the whole model",
     )  # fmt: skip
     p.set_defaults(func=cmd_count)

@@ -190,6 +190,7 @@ def layer_gauge_dims(cfg: AttentionConfig) -> int:
 NORMS = ("layer", "rms")  # LayerNorm with a shift; RMSNorm (a scale only)
 MLPS = ("gelu", "relu", "swiglu")  # GELU-like (no continuous symmetry), ReLU, SwiGLU
 RESIDUALS = ("sequential", "parallel", "shared_norm")
+SCOPES = ("attention", "block", "model")  # one attention layer, one decoder layer, a whole model
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import AttentionConfig, parse_bias
 from .audit import RTOL, AuditResult, audit_module, available_memory, default_data_size, memory_estimate
-from .counting import BlockConfig, ModelConfig, count, count_block, count_model
+from .counting import SCOPES, BlockConfig, ModelConfig, count, count_block, count_model
 
 TESTED = "transformers 5.24"
 MIN_GAP = 1e6  # a rank decision with a smaller singular-value gap is not trusted
@@ -189,7 +189,6 @@ def equivalent_config(
 
 
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
-SCOPES = ("attention", "block", "model")
 
 
 def _hf_config(hf_type: str, cfg: AttentionConfig, attn_implementation: str = "sdpa", **changes):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .attention import AttentionConfig
+from .counting import SCOPES, Count
 
 
 @dataclass(frozen=True)
@@ -168,10 +169,7 @@ def preset_rows(verified: dict | None = None, verified_block: dict | None = None
     return rows
 
 
-SCOPE_NAMES = ("attention", "block", "model")
-
-
-def preset_count(name: str, scope: str = "attention"):
+def preset_count(name: str, scope: str = "attention") -> Count:
     """:class:`~attnid.counting.Count` of preset ``name``: one attention layer (``"attention"``), one whole
     decoder layer (``"block"``), or the whole model (``"model"``: every layer, embeddings, final norm and
     head; chapter 8). Presets without a counted block structure raise ``ValueError`` at the last two."""
@@ -180,8 +178,8 @@ def preset_count(name: str, scope: str = "attention"):
     key = name.strip().lower() if isinstance(name, str) else name
     if key not in PRESETS:
         raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(PRESETS)}")
-    if scope not in SCOPE_NAMES:
-        raise ValueError(f"scope: expected one of {', '.join(SCOPE_NAMES)}, got {scope!r}")
+    if scope not in SCOPES:
+        raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
     p = PRESETS[key]
     if scope == "attention":
         return count(p.config)
