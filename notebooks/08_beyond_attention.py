@@ -47,7 +47,7 @@ from IPython.display import Markdown, display
 from matplotlib.ticker import FormatStrFormatter
 from myst_nb import glue
 
-from attnid.audit import audit_module
+from attnid.audit import audit_module, default_seq_len
 from attnid.counting import layer_gauge_dims
 from attnid.hf import (
     NEAR_NULL_BAND,
@@ -379,7 +379,7 @@ table(models, formats={"gap": "{:.0e}"})
 cfg = equivalent_config("llama", embed=8, heads=2)
 F32 = "transformers' float32 RMSNorm, ε = 0"
 spectra = {}
-L_seq = max(16, 2 * cfg.D)
+L_seq = default_seq_len(cfg)
 ids = torch.randint(
     0,
     24,

@@ -72,6 +72,12 @@ def check_seq_len(seq_len) -> None:
         )
 
 
+def default_seq_len(cfg: AttentionConfig) -> int:
+    """The audit's sequence length: 8 tokens, or ``max(16, 2D)`` with RoPE (its minimum there: shorter
+    sequences barely turn the slow frequencies, whose rotations then look like the identity)."""
+    return max(16, 2 * cfg.D) if cfg.rope else 8
+
+
 def default_data_size(
     cfg: AttentionConfig, n_params: int, *, ratio: float = 3.0, seq_len: int | None = None
 ) -> tuple[int, int]:
@@ -80,7 +86,7 @@ def default_data_size(
     Each token carries at most ``min(E, H C)`` independent outputs (too few outputs fake unidentified directions);
     RoPE needs longer sequences for its slow frequencies to show.
     """
-    rope_min = max(16, 2 * cfg.D) if cfg.rope else 2
+    rope_min = default_seq_len(cfg) if cfg.rope else 2
     if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2):
         raise ValueError(
             f"seq_len must be an integer of at least 2 (L = 1 makes the softmax constant), got {seq_len!r}"
@@ -90,7 +96,7 @@ def default_data_size(
             f"seq_len: {seq_len} tokens are too few for RoPE's slow frequencies to show (their rotations would look "
             f"like the identity and fake unidentified directions); use seq_len >= {rope_min} or leave it unset"
         )
-    L = seq_len or (rope_min if cfg.rope else 8)
+    L = seq_len or default_seq_len(cfg)
     per_token = min(cfg.E, cfg.H * cfg.C)
     B = max(2, math.ceil(ratio * n_params / (per_token * L)))
     return B, L

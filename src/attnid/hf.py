@@ -25,7 +25,15 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import AttentionConfig, parse_bias
-from .audit import RTOL, AuditResult, audit_module, available_memory, default_data_size, memory_estimate
+from .audit import (
+    RTOL,
+    AuditResult,
+    audit_module,
+    available_memory,
+    default_data_size,
+    default_seq_len,
+    memory_estimate,
+)
 from .counting import SCOPES, BlockConfig, ModelConfig, count, count_block, count_model
 
 TESTED = "transformers 5.24"
@@ -434,7 +442,7 @@ def audit_hf(
     )
     t = HF_TYPES[hf_type]
     gen = torch.Generator().manual_seed(10_000 + seed)
-    rope_min = max(16, 2 * cfg.D) if cfg.rope else 8
+    seq_len = default_seq_len(cfg)
     if scope == "attention":
         module, forward = build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation)
         theory = count(cfg)
@@ -455,11 +463,11 @@ def audit_hf(
                 )
             tied = t.tied if tied is None else tied
             mc = model_config(
-                hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=rope_min, norm_eps=norm_eps
+                hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=seq_len, norm_eps=norm_eps
             )
             theory = count_model(mc)
             module, forward = build_model(
-                hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=rope_min, norm_eps=norm_eps,
+                hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=seq_len, norm_eps=norm_eps,
                 seed=seed,
             )  # fmt: skip
             described = f"transformers.{t.lm}"
@@ -469,7 +477,7 @@ def audit_hf(
     if scope == "attention":
         B, L = default_data_size(cfg, n)
     else:  # each token carries at most E informative outputs (the final norm's width, for a model)
-        L = rope_min
+        L = seq_len
         B = max(2, -(-3 * n // (cfg.E * L)))
     n_out = B * L * (vocab if scope == "model" and vocab else cfg.E)
     need, free = memory_estimate(n, n_out, "dense"), available_memory()
