@@ -231,5 +231,70 @@ def test_power_iterations_match_the_singular_values():
 def test_certify_reports_where_its_time_goes():
     r = audit(AttentionConfig(16, 4, bias="all"), method="certify")
     stages = r.details["stage_seconds"]
-    assert list(stages) == ["output_block", "tangent_lu", "null_residuals", "sigma_max", "sketch", "sketch_lu"]
+    assert list(stages) == [
+        *("output_block", "tangent_lu", "null_residuals", "sigma_max", "block_jacobians", "block_factors")
+    ]
     assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= r.seconds
+
+
+@pytest.mark.parametrize(
+    "cfg, route",
+    [
+        (AttentionConfig(16, 4, bias="all", causal=True), "per-group QR"),
+        (AttentionConfig(16, 4, groups=2, bias="qkv", rope_dims=2), "per-group QR"),
+        (AttentionConfig(16, 4, groups=1, bias="kvo", rope=True, causal=True), "per-group QR"),  # MQA: one group
+        (AttentionConfig(8, 4, head_dim=2, value_dim=3, bias="all"), "whole sketch"),  # H·C = 12 > E: W_O not injective
+    ],
+    ids=str,
+)
+def test_certify_routes_agree_with_dense(cfg, route):
+    cert = audit(cfg, method="certify")
+    assert cert.details["certificate"] == route
+    assert cert.details["jacobian_blocks"] == (cfg.G if route == "per-group QR" else 1)
+    assert cert.unidentified == audit(cfg, method="dense").unidentified == count(cfg).unidentified
+    assert cert.sv_gap > 1e6
+
+
+def test_directions_that_span_two_groups_take_the_whole_sketch():
+    """The same null space given by directions mixed across groups: the per-group split does not apply,
+    the whole sketch certifies the same count."""
+    cfg = AttentionConfig(8, 2, bias="all", causal=True)
+    T = _tangent(cfg)
+    mixed = T.clone()
+    mixed[:, 0] += T[:, -1]  # the last direction (value bias) lives in the other group than the first (QK)
+    r = audit(cfg, method="certify", directions=mixed)
+    assert r.details["certificate"] == "whole sketch"
+    assert r.unidentified == count(cfg).unidentified == 80
+
+
+def _certify_at(cfg, p):
+    from attnid.attention import attention, flatten, unflatten
+    from attnid.audit import _certify, default_data_size, jacobian_rank, random_inputs
+
+    B, L = default_data_size(cfg, flatten(p).numel())
+    X = random_inputs(cfg, B, L)
+    dense = jacobian_rank(lambda v: attention(X, unflatten(v, p), cfg).reshape(-1), flatten(p))
+    return (lambda: _certify(cfg, p, X)), dense
+
+
+def test_a_singular_output_map_is_not_split_by_group():
+    """The per-group split needs W_O injective. A head whose W_O is zero has its whole query, key and
+    value block unidentified (dense: 160 + its 204 − the 40 already counted = 324); split by group, each group's
+    own Jacobian would still look full rank. Certify must take the whole sketch and refuse. Two heads
+    sharing one W_O (also singular) keep the count, and the whole sketch certifies it."""
+    from attnid.attention import init_params
+    from attnid.audit import CertificateError
+
+    cfg = AttentionConfig(16, 4, bias="all")
+    p = init_params(cfg, seed=0)
+    p["W_O"][1] = 0
+    run, dense = _certify_at(cfg, p)
+    assert dense.unidentified == 324 > count(cfg).unidentified  # the control: the count really changed
+    with pytest.raises(CertificateError, match="beyond the"):
+        run()
+    p = init_params(cfg, seed=0)
+    p["W_O"][1] = p["W_O"][0]
+    run, dense = _certify_at(cfg, p)
+    r = run()
+    assert r.details["certificate"] == "whole sketch"
+    assert r.unidentified == dense.unidentified == count(cfg).unidentified

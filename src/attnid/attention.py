@@ -206,6 +206,26 @@ def attention_steps(
     ``head_out`` = ``W_O^h Z_h`` ``(B, H, E, L)`` and ``Y`` ``(B, E, L)``.
     """
     check_inputs(X, p, cfg)
+    steps = _mixing_steps(X, p, cfg)
+    Z = steps["Z"]
+    if per_head_outputs:
+        steps["head_out"] = torch.einsum("hec,bhcl->bhel", p["W_O"], Z)
+        Y = steps["head_out"].sum(1)
+    else:
+        Y = torch.einsum("hec,bhcl->bel", p["W_O"], Z)
+    if "b_O" in p:
+        Y = Y + p["b_O"][None, :, None]
+    steps["Y"] = Y
+    return steps
+
+
+def head_mixtures(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> torch.Tensor:
+    """``Z`` ``(B, H, C, L)``, the value mixtures ``V_g P_h`` of every head, from the query, key and value
+    parameters only (``W_O``, ``b_O`` are neither needed nor read; no shape checks)."""
+    return _mixing_steps(X, p, cfg)["Z"]
+
+
+def _mixing_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.Tensor]:
     n = cfg.H // cfg.G
     Q = torch.einsum("hde,bel->bhdl", p["W_Q"], X)
     K = torch.einsum("gde,bel->bgdl", p["W_K"], X)
@@ -228,16 +248,7 @@ def attention_steps(
         A = A.masked_fill(future, float("-inf"))
     P = torch.softmax(A, dim=-2)  # each column sums to one
     Z = torch.einsum("bhck,bhkq->bhcq", V, P)
-    steps = {"Q": Q, "K": K, "V": V, "A": A, "P": P, "Z": Z}
-    if per_head_outputs:
-        steps["head_out"] = torch.einsum("hec,bhcl->bhel", p["W_O"], Z)
-        Y = steps["head_out"].sum(1)
-    else:
-        Y = torch.einsum("hec,bhcl->bel", p["W_O"], Z)
-    if "b_O" in p:
-        Y = Y + p["b_O"][None, :, None]
-    steps["Y"] = Y
-    return steps
+    return {"Q": Q, "K": K, "V": V, "A": A, "P": P, "Z": Z}
 
 
 def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, return_z: bool = False):

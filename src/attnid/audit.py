@@ -6,17 +6,20 @@ Two exact methods:
 * ``dense``: build the Jacobian (forward mode), QR, singular values; rank = #{σ > rtol σ_max}.
   Works on any ``nn.Module`` (:func:`audit_module`). Cost ~ n³ in the parameter count n.
 * ``certify`` (our layer): the output is linear in ``(W_O, b_O)`` with the same block for every
-  output coordinate, so that block is projected out exactly; on the remaining parameters the
+  output coordinate, so that block is projected out exactly; on the remaining parameters φ the
   null space is certified to equal the span of the known symmetry directions
   (:func:`attnid.symmetry.tangent_basis`): ``J t ≈ 0`` for every known direction, and the
-  Jacobian restricted to a complement (the known directions' LU pivots pinned) is nonsingular,
-  checked on a Gaussian sketch of it. ``rank = E·rank(Z) + n_φ − k``.
+  Jacobian restricted to a complement (the known directions' LU pivots pinned) has full rank.
+  ``rank = E·rank(Z) + n_φ − k``. When ``W_O`` is injective (``H C <= E``) that full rank is
+  checked one key/value group at a time, on the group's exact Jacobian (a QR each: G small
+  problems instead of one large one); otherwise on one Gaussian sketch of the whole.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -31,6 +34,7 @@ from .attention import (
     AttentionParams,
     attention,
     flatten,
+    head_mixtures,
     init_params,
     param_slices,
     unflatten,
@@ -281,13 +285,14 @@ def qk_product_rank(E: int, D: int, *, orthonormal: bool = False, seed: int = 0)
     return jacobian_rank(fn, theta)
 
 
-def memory_estimate(n_params: int, n_outputs: int, method: str) -> int:
+def memory_estimate(n_params: int, n_outputs: int, method: str, *, groups: int | None = None) -> int:
     """Bytes an audit needs, roughly: dense holds the ``n_outputs x n_params`` float64 Jacobian twice
-    (it and its QR); certify holds an ``n x n`` sketch, a chunk of 128 output-sized vectors and the
-    tangent basis."""
+    (it and its QR); certify holds a chunk of 128 output-sized vectors, the tangent basis and either
+    an ``n x n`` sketch or, split by ``groups`` key/value groups, two groups' Jacobians of ``n/G x 2n/G``."""
     if method == "dense":
         return 16 * n_outputs * n_params
-    return 8 * (2 * n_params * n_params + 3 * 128 * n_outputs)
+    block = n_params * n_params if groups is None else 4 * (n_params // groups) ** 2
+    return 8 * (2 * block + 3 * 128 * n_outputs)
 
 
 def available_memory() -> int | None:
@@ -391,7 +396,8 @@ def audit(
             f"{n:,} parameters, too few to identify them (the count would be too high); use a batch "
             f"of at least {math.ceil(n / (L * min(cfg.E, cfg.H * cfg.C)))} or leave it to the default"
         )
-    need = memory_estimate(n, B * cfg.E * L, method)
+    split = directions is None and cfg.H * cfg.C <= cfg.E  # the per-group route of certify (see _certify)
+    need = memory_estimate(n, B * cfg.E * L, method, groups=cfg.G if split else None)
     limit = max_memory if max_memory is not None else available_memory()
     if limit is not None and need > limit:
         raise ValueError(
@@ -435,18 +441,109 @@ def top_singular_value(
 INVERSE_ITER = 15  # most inverse iterations for the smallest singular value
 
 
-def smallest_singular_value(K: torch.Tensor, gen: torch.Generator) -> float:
-    """``σ_min`` of a square float64 ``K``: its LU, then block inverse iteration (``‖K⁻¹‖``); 0 if singular.
-    (A float32 LU, half the cost, is not accurate enough: for the sketches of :func:`audit`,
-    ``‖I − X K‖ > 1`` with ``X`` its solve.)"""
-    LU, piv, info = torch.linalg.lu_factor_ex(K)
-    if int(info) != 0:
-        return 0.0
+def smallest_singular_value(K: torch.Tensor, gen: torch.Generator, *, upper_triangular: bool = False) -> float:
+    """``σ_min`` of a square float64 ``K``: its LU (or ``K`` itself when ``upper_triangular``), then block
+    inverse iteration (``‖K⁻¹‖``); 0 if singular. (A float32 LU, half the cost, is not accurate enough:
+    for the sketches of :func:`audit`, ``‖I − X K‖ > 1`` with ``X`` its solve.)"""
+    if upper_triangular:
+        if not bool(K.diagonal().ne(0).all()):
+            return 0.0
 
-    def gram_inverse(V: torch.Tensor) -> torch.Tensor:  # K⁻ᵀ K⁻¹ Vᵀ, transposed
-        return torch.linalg.lu_solve(LU, piv, torch.linalg.lu_solve(LU, piv, V.T), adjoint=True).T
+        def gram_inverse(V: torch.Tensor) -> torch.Tensor:  # K⁻¹ K⁻ᵀ Vᵀ, transposed
+            W = torch.linalg.solve_triangular(K.T, V.T, upper=False)
+            return torch.linalg.solve_triangular(K, W, upper=True).T
+
+    else:
+        LU, piv, info = torch.linalg.lu_factor_ex(K)
+        if int(info) != 0:
+            return 0.0
+
+        def gram_inverse(V: torch.Tensor) -> torch.Tensor:  # K⁻ᵀ K⁻¹ Vᵀ, transposed
+            return torch.linalg.lu_solve(LU, piv, torch.linalg.lu_solve(LU, piv, V.T), adjoint=True).T
 
     return 1.0 / top_singular_value(gram_inverse, K.shape[0], gen, max_iter=INVERSE_ITER)
+
+
+@dataclass
+class _JacobianBlock:
+    """A part of the projected Jacobian certified on its own: ``fn(theta)`` its outputs ``(B, rows, L)``
+    (flattened), ``cols`` the indices of ``theta`` that are φ coordinates (in θ's order), ``T`` the known
+    null directions restricted to them ``(len(cols), k_b)``. ``free``: the coordinates left after pinning."""
+
+    fn: Callable[[torch.Tensor], torch.Tensor]
+    theta: torch.Tensor
+    cols: torch.Tensor
+    T: torch.Tensor
+    rows: int
+    free: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    t_cond: float = 1.0
+
+
+def _head_group_blocks(
+    cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, phi_idx: torch.Tensor, T: torch.Tensor, rtol: float
+) -> tuple[list[_JacobianBlock], float] | None:
+    """The per-group split of the projected Jacobian, or ``None`` where it does not hold.
+
+    ``Y = W_O Z + b_O`` with ``Z`` stacked over heads, and a key/value group's mixtures ``Z_g`` depend on
+    that group's query, key and value parameters only. When ``W_O`` (``E x HC``) is injective, the rank of
+    the φ-Jacobian of ``Y`` projected off the output block's range is the sum over groups of the ranks of
+    ``Z_g``'s Jacobian projected the same way (the projection acts on tokens, ``W_O`` on features). So each
+    group is certified on its own: G sketches of side ``n_φ/G`` instead of one of side ``n_φ``. It also
+    needs every known direction to touch one group only. Returns the blocks and ``σ_min(W_O)``."""
+    E, H, G, C = cfg.E, cfg.H, cfg.G, cfg.C
+    if H * C > E:
+        return None
+    sw = torch.linalg.svdvals(p["W_O"].permute(1, 0, 2).reshape(E, H * C))
+    wo_ratio = float(sw[-1] / sw[0])
+    if not wo_ratio > rtol:
+        return None
+    where = param_slices(p)
+    phi_names = [k for k in PARAM_ORDER if k in p and k not in ("W_O", "b_O")]
+    group_idx = [
+        torch.cat([torch.arange(where[k].start, where[k].stop).reshape(G, -1)[g] for k in phi_names]) for g in range(G)
+    ]
+    pos = torch.full((int(phi_idx.max()) + 1,), -1, dtype=torch.long)  # θ index -> row of T[phi_idx]
+    pos[phi_idx] = torch.arange(len(phi_idx))
+    T_phi = T[phi_idx]
+    owner = torch.full((T.shape[1],), -1, dtype=torch.long)
+    for g, idx in enumerate(group_idx):
+        inside = T_phi[pos[idx]].ne(0).any(0)
+        if (inside & (owner >= 0)).any():
+            return None  # a direction touches two groups
+        owner[inside] = g
+    if (owner < 0).any():
+        return None  # a direction without a φ part: the whole sketch reports it
+    sub = cfg.with_(heads=H // G, groups=1)
+    blocks = []
+    for g, idx in enumerate(group_idx):
+        pg = {k: p[k].reshape(G, -1)[g].reshape(-1, *p[k].shape[1:]) for k in phi_names}
+        fn = (lambda like: lambda v: head_mixtures(X, unflatten(v, like), sub).reshape(-1))(pg)
+        blocks.append(
+            _JacobianBlock(fn, flatten(pg), torch.arange(len(idx)), T_phi[pos[idx]][:, owner == g], (H // G) * C)
+        )
+    return blocks, float(sw[-1])
+
+
+def _pin_known_directions(block: _JacobianBlock, rtol: float) -> None:
+    """Choose a complement of the block's known directions: pin ``k_b`` of its coordinates by LU pivoting
+    of ``T`` (so ``T[pinned]`` is nonsingular) and keep the rest as ``block.free``."""
+    T_b = block.T.numpy()
+    n_b, k = T_b.shape
+    if k > n_b:
+        raise CertificateError(f"certify: {k} supplied null directions for {n_b} coordinates are not independent")
+    if k == 0:
+        block.free = np.arange(n_b)
+        return
+    perm, _, U = scipy.linalg.lu(T_b, p_indices=True)
+    order = np.argsort(perm)  # scipy returns p with A = P L U; the rows of A in pivot order
+    diagU = np.abs(np.diag(U))
+    block.t_cond = float(diagU.min() / diagU.max())
+    if block.t_cond < rtol:
+        raise CertificateError(
+            f"certify: the supplied null directions are not independent (LU pivot ratio "
+            f"{block.t_cond:.1e} < rtol {rtol:.0e}); the count would be wrong"
+        )
+    block.free = np.setdiff1d(np.arange(n_b), np.sort(order[:k]))
 
 
 def _certify(
@@ -488,7 +585,8 @@ def _certify(
     n_o = sum(p[k].numel() for k in out_names)
 
     stage("output_block")
-    # 2. known null directions, restricted to phi; pin k coordinates of phi by LU pivoting
+    # 2. known null directions; the blocks to sketch (one per key/value group where that split holds,
+    # else the whole φ); in each, pin k_b coordinates by LU pivoting
     T = (
         torch.cat(list(tangent_basis(p, cfg).values()), dim=1)
         if directions is None
@@ -499,20 +597,15 @@ def _certify(
     k = T.shape[1]
     where = param_slices(p)
     phi_idx = torch.cat([torch.arange(where[name].start, where[name].stop) for name in phi_names])
-    T_phi = T[phi_idx].numpy()
-    perm, _, U = scipy.linalg.lu(T_phi, p_indices=True)
-    # scipy returns p with A = P L U; the rows of A in pivot order are perm's argsort
-    order = np.argsort(perm)
-    pinned = np.sort(order[:k])
-    diagU = np.abs(np.diag(U))
-    t_cond = float(diagU.min() / diagU.max()) if k else 1.0
-    if k > len(phi_idx) or t_cond < rtol:
-        raise CertificateError(
-            f"certify: the {k} supplied null directions are not independent (LU pivot ratio "
-            f"{t_cond:.1e} < rtol {rtol:.0e}); the count would be wrong"
-        )
-    free = np.setdiff1d(np.arange(len(phi_idx)), pinned)
-    n_free = len(free)
+    split = _head_group_blocks(cfg, p, X, phi_idx, T, rtol)
+    if split is None:
+        blocks, wo_min = [_JacobianBlock(f, theta, phi_idx, T[phi_idx], E)], None
+    else:
+        blocks, wo_min = split
+    for block in blocks:
+        _pin_known_directions(block, rtol)
+    t_cond = min(b.t_cond for b in blocks)
+    n_free = sum(len(b.free) for b in blocks)
 
     stage("tangent_lu")
 
@@ -526,37 +619,72 @@ def _certify(
     resid = resid / T.norm(dim=0)
     stage("null_residuals")
     # ||J||_2 by block power iteration (a block of vectors through vmap costs little more than one)
-    vjp_fn = vjp(f, theta)[1]
-    sigma_max = top_singular_value(lambda V: vmap(vjp_fn)(vmap(jt)(V))[0], n, gen)
+    vjp_full = vjp(f, theta)[1]
+    sigma_max = top_singular_value(lambda V: vmap(vjp_full)(vmap(jt)(V))[0], n, gen)
 
     stage("sigma_max")
 
-    # 4. Gaussian sketch of the projected Jacobian on the free coordinates (n_free x n_free)
-    def project(u):  # u: (b, E, L) -> remove span of J_O
-        ut = u.permute(0, 2, 1).reshape(Bsz * L, E)
+    # 4. the blocks' Jacobians on their free coordinates, projected off the output block's range
+    def project(u):  # u: (b, rows, L) -> remove the span of Z's token rows
+        rows = u.shape[1]
+        ut = u.permute(0, 2, 1).reshape(Bsz * L, rows)
         ut = ut - Qz @ (Qz.T @ ut)
-        return ut.reshape(Bsz, L, E).permute(0, 2, 1).reshape(-1)
+        return ut.reshape(Bsz, L, rows).permute(0, 2, 1).reshape(-1)
 
-    phi_free = phi_idx[free]
-    K = torch.empty(n_free, n_free, dtype=torch.float64)
-    it = range(0, n_free, chunk)
+    def block_matrix(block: _JacobianBlock) -> torch.Tensor:
+        """Whole route: a Gaussian sketch ``Ωᵀ P J`` of side ``n_free`` (a VJP per row). Per-group route: the
+        group's exact projected Jacobian, ``(n_b, m_b)`` (a JVP per free coordinate)."""
+        cols = block.cols[block.free]
+        nb, m_b = len(cols), Bsz * block.rows * L
+        out = torch.empty(nb, nb if split is None else m_b, dtype=torch.float64)
+        vjp_b = vjp(block.fn, block.theta)[1] if split is None else None
+        for j in range(0, nb, chunk):
+            rows = min(chunk, nb - j)
+            if vjp_b is not None:  # any generic random matrix will do; float32 draws are twice as fast
+                omega = torch.randn(rows, Bsz, block.rows, L, generator=gen).double() / math.sqrt(m_b)
+                out[j : j + rows] = vmap(vjp_b)(vmap(project)(omega))[0][:, cols]
+            else:
+                V = torch.zeros(rows, block.theta.numel(), dtype=torch.float64)
+                V[torch.arange(rows), cols[j : j + rows]] = 1
+                cols_j = vmap(lambda t: jvp(block.fn, (block.theta,), (t,))[1])(V)
+                out[j : j + rows] = vmap(project)(cols_j.reshape(rows, Bsz, block.rows, L))
+            if bar is not None:
+                bar.update(rows)
+        return out
+
+    bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(it, desc="sketch", unit="chunk")
-    for j in it:
-        rows = min(chunk, n_free - j)
-        # any generic random matrix will do; float32 draws are twice as fast
-        omega = torch.randn(rows, Bsz, E, L, generator=gen).double() / math.sqrt(m)
-        u = vmap(project)(omega)
-        K[j : j + rows] = vmap(vjp_fn)(u)[0][:, phi_free]
-
-    stage("sketch")
-    # 5. K nonsingular: its extreme singular values
-    sigma_min_K = smallest_singular_value(K, gen)
-    sigma_max_K = top_singular_value(lambda V: (K.T @ (K @ V.T)).T, n_free, gen)
-
-    stage("sketch_lu")
+        bar = tqdm(total=n_free, desc="per-group Jacobians" if split else "sketch", unit="column")
+    # 5. full rank on the free coordinates, one block at a time
+    build_s = factor_s = 0.0
+    sketch_cond: float | None = None
+    s_min = math.inf
+    for block in blocks:
+        t1 = time.perf_counter()
+        M = block_matrix(block)
+        t2 = time.perf_counter()
+        if split is None and len(M):  # the sketch is nonsingular: its condition number (need not be exact)
+            k_min = smallest_singular_value(M, gen)
+            k_max = top_singular_value(lambda V: (M.T @ (M @ V.T)).T, len(M), gen)
+            sketch_cond = k_max / k_min if k_min > 0 else math.inf
+        elif len(M):  # the group's exact smallest singular value, from the R of a QR
+            R = torch.linalg.qr(M.T, mode="r").R
+            s_min = min(s_min, smallest_singular_value(R, gen, upper_triangular=True))
+        build_s, factor_s = build_s + t2 - t1, factor_s + time.perf_counter() - t2
+    if bar is not None:
+        bar.close()
+    if split is None:
+        sketch_cond = sketch_cond or 1.0
+        kept = sigma_max / sketch_cond
+        certified = sketch_cond < 1 / rtol
+    else:  # σ_min(P J_φ | free) >= σ_min(W_O) · min_g σ_min(P J_g | free)
+        assert wo_min is not None
+        kept = wo_min * s_min if math.isfinite(s_min) else sigma_max
+        certified = kept > rtol * sigma_max
+    stage_seconds["block_jacobians"], stage_seconds["block_factors"] = build_s, factor_s
+    last[0] = time.perf_counter()
     worst = float(resid.max()) if k else 0.0
     if worst > rtol * sigma_max:
         bad = int((resid > rtol * sigma_max).sum())
@@ -564,15 +692,13 @@ def _certify(
             f"certify: {bad} of the {k} supplied directions are not null directions of the "
             f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})"
         )
-    if not sigma_min_K > rtol * sigma_max_K:
+    if not certified:
         raise CertificateError(
             f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
-            f"are too few (sketch condition {sigma_max_K / sigma_min_K:.1e}); rerun with a larger "
+            f"are too few (smallest kept singular value {kept / sigma_max:.1e} σ_max); rerun with a larger "
             "--batch, or --method dense at a small width"
         )
-    rank_phi = n_free
-    rank = rank_o + rank_phi
-    kept = sigma_min_K / max(sigma_max_K, 1e-300) * sigma_max
+    rank = rank_o + n_free
     gap = kept / max(worst, sigma_max * np.finfo(np.float64).eps)
     details = {
         "sigma_max": sigma_max,
@@ -582,7 +708,10 @@ def _certify(
         "params_output_block": n_o,
         "known_null_dirs": k,
         "free_params": n_free,
-        "sketch_cond": sigma_max_K / sigma_min_K,
+        "certificate": "per-group QR" if split else "whole sketch",
+        "jacobian_blocks": len(blocks),  # one per key/value group when W_O is injective, else 1
+        "sketch_cond": sketch_cond,  # whole sketch only
+        "W_O_sigma_min": wo_min,  # per-group only
         "null_residual_max": worst,
         "tangent_lu_ratio": t_cond,
         "Z_singular_gap": float(sz[rank_z - 1] / sz[rank_z]) if rank_z < len(sz) else float("inf"),
