@@ -5,13 +5,14 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PROFILE ?= cpu
 DEVICE ?= auto
+JOBS ?= 1
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv test test-fast lint format bench bench-gpu data book chapter serve clean
 
 help:
-	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE)) and build the HTML book"
+	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE), JOBS=$(JOBS) at once) and build the HTML book"
 	@echo "make test     run the whole test suite"
 	@echo "make test-fast   every test but the slow ones (the smoke book, real presets, processes)"
 	@echo "make lint     ruff check, ruff format --check and mypy on src/ (configured in pyproject.toml)"
@@ -58,7 +59,7 @@ clean:
 
 # ------------------------------------------------------------------------- the book
 BOOK_OUT ?= build/$(PROFILE)
-BOOK := $(PY) tools/book.py --profile $(PROFILE) --device $(DEVICE) --out $(BOOK_OUT)
+BOOK := $(PY) tools/book.py --profile $(PROFILE) --device $(DEVICE) --out $(BOOK_OUT) --jobs $(JOBS)
 
 data: $(STAMP)
 	$(VENV)/bin/attnid data

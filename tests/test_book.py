@@ -41,7 +41,7 @@ def statuses(stdout: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("book") / "smoke"
-    r = book("build", "--profile", "smoke", "--out", str(out))
+    r = book("build", "--profile", "smoke", "--out", str(out), "--jobs", "2")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     return out
 
@@ -101,14 +101,15 @@ def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path)
 
 
 def test_failing_chapter_is_named_with_its_cell(tmp_path):
-    bad = tmp_path / "zz_failing_for_test.py"
-    bad.write_text(
-        '# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n'
-        '# %%\nx = 1\n\n# %%\nraise RuntimeError("deliberate failure")\n'
-    )
-    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(bad))
+    """Two chapters side by side (--jobs 2): the failing one is named with its cell, the other is executed."""
+    head = '# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n# %%\nx = 1\n'
+    bad, good = tmp_path / "zz_failing_for_test.py", tmp_path / "zz_passing_for_test.py"
+    bad.write_text(head + '\n# %%\nraise RuntimeError("deliberate failure")\n')
+    good.write_text(head)
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), "--jobs", "2", str(bad), str(good))
     assert r.returncode == 1
     assert "zz_failing_for_test.py failed in cell" in r.stderr and "deliberate failure" in r.stderr
+    assert statuses(r.stdout) == {str(bad): "failed", str(good): "executed"}
 
 
 def test_bad_profile_is_refused():
@@ -133,7 +134,7 @@ def test_every_page_reads_well_in_chromium(smoke_book):
 
     html = smoke_book / "_build" / "html"
     assert len(pages_of(html)) >= 10
-    problems = check_book(html, SCREENSHOTS)
+    problems = check_book(html, SCREENSHOTS, jobs=2)
     assert not problems, "\n".join(problems)
     shots = list(SCREENSHOTS.glob("*.png"))
     assert len(shots) >= 3 * (len(pages_of(html)) - 1)  # light, dark and phone for every page

@@ -2,7 +2,7 @@
 content hash, write the reproducibility page, build the Jupyter Book strictly.
 
     python tools/book.py build   [--profile cpu] [--device auto] [--seed 0] [--out build/cpu]
-    python tools/book.py execute [--profile ...] [notebooks/03_biases.py ...]
+    python tools/book.py execute [--profile ...] [--jobs N] [notebooks/03_biases.py ...]
     python tools/book.py serve   [--out build/cpu] [--port 8000]
 
 Chapter sources are jupytext percent files ``notebooks/*.py``. Each is converted one way to
@@ -221,20 +221,50 @@ def plan(action: str, only: list[Path] | None, force: bool) -> tuple[list[Path],
     return todo + [p for p in only or [] if p not in todo], forced
 
 
-def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced: set[Path]) -> dict:
-    """Execute ``todo`` in order (cached unless changed); chapters in ``forced`` always re-execute."""
+def _execute_job(
+    nb: Path, out_dir: Path, params: dict, src_digest: str, force: bool, threads: int | None = None
+) -> tuple[str, str, float]:
+    """:func:`execute_one` (in a worker process when ``threads`` is set: the kernel's torch/BLAS threads,
+    so that chapters run side by side do not oversubscribe the cores): ``(status, failure message, seconds)``."""
+    if threads is not None:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[var] = str(threads)
+    t = time.perf_counter()
+    try:
+        return execute_one(nb, out_dir, params, src_digest, force=force), "", time.perf_counter() - t
+    except ChapterFailed as e:
+        return "failed", str(e), time.perf_counter() - t
+
+
+def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced: set[Path], jobs: int = 1) -> dict:
+    """Execute ``todo`` (cached unless changed), ``jobs`` chapters at a time; chapters in ``forced`` always
+    re-execute. Chapters that train share their run records safely (each run is locked while it trains)."""
     src_digest = tree_hash(src_dir)
-    status, failures = {}, []
-    for nb in todo:
-        t = time.perf_counter()
-        try:
-            status[nb.stem] = execute_one(nb, out / "_generated", params, src_digest, force=nb in forced)
-        except ChapterFailed as e:
-            failures.append(str(e))
-            status[nb.stem] = "failed"
-        print(f"  {status[nb.stem]:>8}  {shown(nb)}  ({time.perf_counter() - t:.1f} s)", flush=True)
+    status, failures = {}, {}
+    args = [(nb, out / "_generated", params, src_digest, nb in forced) for nb in todo]
+
+    def report(nb: Path, result: tuple[str, str, float]) -> None:
+        status[nb.stem], message, seconds = result
+        if message:
+            failures[nb] = message
+        print(f"  {status[nb.stem]:>8}  {shown(nb)}  ({seconds:.1f} s)", flush=True)
+
+    if jobs <= 1 or len(todo) <= 1:
+        for a in args:
+            report(a[0], _execute_job(*a))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = multiprocessing.get_context("spawn")
+        workers = min(jobs, len(todo))
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            futures = {pool.submit(_execute_job, *a, threads): a[0] for a in args}
+            for f in as_completed(futures):
+                report(futures[f], f.result())
     if failures:
-        print("\n".join(["", "BUILD FAILED:"] + failures), file=sys.stderr)
+        print("\n".join(["", "BUILD FAILED:"] + [failures[nb] for nb in todo if nb in failures]), file=sys.stderr)
         raise SystemExit(1)
     return status
 
@@ -259,10 +289,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, help="staging folder (default build/<profile>)")
     ap.add_argument("--src-dir", type=Path, default=ROOT / "src", help="code whose changes invalidate the cache")
     ap.add_argument("--force", action="store_true", help="re-execute even if cached")
+    ap.add_argument("--jobs", type=int, default=1, help="chapters executed at once (2 suits two idle cores)")
     ap.add_argument("--port", type=int, default=8000)
     a = ap.parse_intermixed_args(argv)
     if a.profile not in PROFILES:
         ap.error(f"profile must be one of {', '.join(PROFILES)}, got {a.profile!r}")
+    if a.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {a.jobs}")
     out = (a.out or ROOT / "build" / a.profile).resolve()
     if out.exists() and not out.is_dir():
         ap.error(f"--out {out}: exists and is not a folder")
@@ -286,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     stage_sources(out)
     print(f"executing chapters (profile={a.profile}, device={a.device}) into {out / '_generated'}")
     todo, forced = plan(a.action, only, a.force)
-    execute_all(out, params, todo, a.src_dir.resolve(), forced)
+    execute_all(out, params, todo, a.src_dir.resolve(), forced, jobs=a.jobs)
     toc = (BOOK_SRC / "_toc.yml").read_text()
     for p in only or []:
         target = out / "_generated" / f"{p.stem}.ipynb"

@@ -1,6 +1,6 @@
 """Open every page of a built book in headless Chromium, as a reader would, and report what is wrong.
 
-    python tools/check_pages.py build/cpu/_build/html [--screenshots build/cpu/screenshots]
+    python tools/check_pages.py build/cpu/_build/html [--screenshots build/cpu/screenshots] [--jobs 2]
 
 For every page, at 1300 px in light and in dark mode:
 
@@ -95,33 +95,45 @@ def pages_of(html: Path) -> list[str]:
     )
 
 
-def check_book(html: Path, screenshots: Path | None = None, chromium: str = CHROMIUM) -> list[str]:
-    """Every problem found, one line each (empty: the book reads well)."""
-    from playwright.sync_api import sync_playwright
-
+def check_book(html: Path, screenshots: Path | None = None, chromium: str = CHROMIUM, jobs: int = 1) -> list[str]:
+    """Every problem found, one line each (empty: the book reads well). ``jobs`` browsers share the pages."""
     html = Path(html)
     if screenshots:
         screenshots.mkdir(parents=True, exist_ok=True)
     server, base = _serve(html)
-    problems: list[str] = []
     # the chapters: pages executed from a notebook (myst-nb keeps its source as .ipynb)
     chapters = {
         p.relative_to(html / "_sources").as_posix().removesuffix(".ipynb") for p in html.glob("_sources/**/*.ipynb")
     }
+    pages = [(rel, rel.removesuffix(".html") in chapters) for rel in pages_of(html) if rel != "index.html"]
+    shares = [pages[i::jobs] for i in range(max(1, min(jobs, len(pages))))]  # index.html: a redirect
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
-            for rel in pages_of(html):
-                if rel == "index.html":  # a redirect to the first chapter
-                    continue
-                chapter = rel.removesuffix(".html") in chapters
-                for mode in ("light", "dark"):
-                    problems += _check_page(browser, base, rel, mode, screenshots, chapter)
-                problems += _check_phone(browser, base, rel, screenshots)
-            browser.close()
+        if len(shares) == 1:
+            found = _check_pages(base, shares[0], screenshots, chromium)
+        else:
+            import multiprocessing
+
+            with multiprocessing.get_context("spawn").Pool(len(shares)) as pool:
+                parts = pool.starmap(_check_pages, [(base, share, screenshots, chromium) for share in shares])
+            found = {rel: p for part in parts for rel, p in part.items()}
     finally:
         server.shutdown()
-    return problems
+    return [line for rel, _ in pages for line in found[rel]]
+
+
+def _check_pages(base: str, pages: list[tuple[str, bool]], screenshots: Path | None, chromium: str) -> dict:
+    """``{page: problems}`` for ``pages`` (``(path, is_chapter)``), in one browser."""
+    from playwright.sync_api import sync_playwright
+
+    found = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
+        for rel, chapter in pages:
+            found[rel] = [line for mode in ("light", "dark") for line in
+                          _check_page(browser, base, rel, mode, screenshots, chapter)]  # fmt: skip
+            found[rel] += _check_phone(browser, base, rel, screenshots)
+        browser.close()
+    return found
 
 
 def _open(browser, base: str, rel: str, width: int, mode: str):
@@ -180,6 +192,8 @@ def _check_page(browser, base: str, rel: str, mode: str, screenshots: Path | Non
 
 
 def _check_phone(browser, base: str, rel: str, screenshots: Path | None) -> list[str]:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     ctx, page, errors, _ = _open(browser, base, rel, PHONE, "light")
     m = page.evaluate(MEASURE)
     out = []
@@ -195,13 +209,14 @@ def _check_phone(browser, base: str, rel: str, screenshots: Path | None) -> list
         out.append(f"{where}: no navigation toggle")
     else:
         toggle.click(timeout=5000)
-        page.wait_for_timeout(800)  # the drawer slides in
-        visible = page.evaluate(
-            "() => { const n = document.querySelector('dialog[open] .bd-sidebar-primary, dialog[open]');"
-            " if (!n) return false; const r = n.getBoundingClientRect();"
-            " return r.left >= -1 && r.width > 150 && !!n.querySelector('nav a'); }"
-        )
-        if not visible:
+        try:  # the drawer slides in: wait until it is open, in view and holds the navigation
+            page.wait_for_function(
+                "() => { const n = document.querySelector('dialog[open] .bd-sidebar-primary, dialog[open]');"
+                " if (!n) return false; const r = n.getBoundingClientRect();"
+                " return r.left >= -1 && r.width > 150 && !!n.querySelector('nav a'); }",
+                timeout=5000,
+            )
+        except PlaywrightTimeout:
             out.append(f"{where}: the navigation does not open")
         page.keyboard.press("Escape")
     if errors:
@@ -214,14 +229,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("html", type=Path, help="the built book (…/_build/html)")
     ap.add_argument("--screenshots", type=Path, help="write a screenshot of every page here")
+    ap.add_argument("--jobs", type=int, default=2, help="browsers that share the pages (default 2)")
     a = ap.parse_args()
+    if a.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {a.jobs}")
     if not a.html.is_dir():
         ap.error(f"{a.html}: not a folder (give the built book, e.g. build/cpu/_build/html)")
     if not pages_of(a.html):
         ap.error(f"{a.html}: no pages to check (build the book first: make book)")
     if a.screenshots is not None and a.screenshots.exists() and not a.screenshots.is_dir():
         ap.error(f"--screenshots {a.screenshots}: exists and is not a folder")
-    problems = check_book(a.html, a.screenshots)
+    problems = check_book(a.html, a.screenshots, jobs=a.jobs)
     print("\n".join(problems) if problems else f"{len(pages_of(a.html))} pages: no problems")
     return 1 if problems else 0
 

@@ -535,14 +535,15 @@ def audit_hf(
 
 
 def small_structure(cfg: AttentionConfig) -> dict:
-    """The structure of ``cfg`` at a width a dense audit handles in seconds: the same kind of key/value
-    sharing (MHA, GQA or MQA), the same biases, and RoPE on all, part or none of each head; heads of size
-    4, or 8 under partial RoPE (so that the rotated share can be 1/4, 1/2 or 3/4 of a head).
-    Returns :func:`audit_hf` keyword arguments."""
-    head_dim = 8 if 0 < cfg.R < cfg.D else 4
+    """The structure of ``cfg`` at a width a dense audit handles in about a second: the same kind of
+    key/value sharing (MHA, GQA or MQA), the same biases, and RoPE on all, part or none of each head;
+    4 heads of size 4, or under partial RoPE heads of size 8 (so that the rotated share can be 1/4, 1/2
+    or 3/4 of a head), 2 of them for MHA (E = 16 either way). Returns :func:`audit_hf` keyword arguments."""
+    partial = 0 < cfg.R < cfg.D
+    head_dim = 8 if partial else 4
     n = cfg.H // cfg.G
     if n == 1:  # multi-head: every head its own keys and values
-        heads, groups = 4, 4
+        heads = groups = 2 if partial else 4
     elif cfg.G == 1:  # multi-query
         heads, groups = 4, 1
     else:  # grouped-query
