@@ -66,6 +66,7 @@ def test_presets_lists_models():
         (["audit", "--hf", ""], "model type"),
         (["audit", "--hf", "llama", "--embed", "0"], "embed"),
         (["audit", "--hf", "gpt2", "--heads", "0"], "heads"),
+        (["audit", "--hf", "llama", "--embed", "8", "--heads", "2", "--head-dim", "3"], "head_dim must be even"),
         (["audit", "--hf", "gpt2", "--max-memory", "0.001"], "GiB"),
         (["audit", "--embed", "8", "--heads", "2", "--max-memory", "nan"], "max-memory"),
         (["audit", "--embed", "8", "--heads", "2", "--max-memory", "-1"], "max-memory"),

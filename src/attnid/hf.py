@@ -191,8 +191,10 @@ def equivalent_config(
         return cfg
     if rope_dims is not None and rope_dims != cfg.D and not t.partial_rope:
         raise ValueError(f"rope_dims: {hf_type} rotates all head dimensions (rope_dims = head_dim = {cfg.D})")
+    if rope_dims is None and not t.partial_rope:
+        return cfg.with_(rope=True)  # an odd head_dim is refused as such, not as a rope_dims nobody gave
     if rope_dims is None:
-        rope_dims = max(2, (cfg.D // 2) // 2 * 2) if t.partial_rope else cfg.D
+        rope_dims = max(2, (cfg.D // 2) // 2 * 2)
     return cfg.with_(rope=True, rope_dims=rope_dims)
 
 
