@@ -450,7 +450,11 @@ CASES = [
     # inputs silently ignored or replaced
     Case("--hf llama --embed 0", "cli", cli_error("audit", "--hf", "llama", "--embed", "0", words=("embed",))),
     Case("--hf gpt2 --heads 0", "cli", cli_error("audit", "--hf", "gpt2", "--heads", "0", words=("heads",))),
-    Case("--hf ''", "cli", cli_error("audit", "--hf", "")),
+    Case(
+        "--hf '' --embed 8 --heads 2",
+        "cli",
+        cli_error("audit", "--hf", "", "--embed", "8", "--heads", "2", words=("hf",)),
+    ),  # fmt: skip
     Case("--max-memory with --hf", "cli", cli_error("audit", "--hf", "gpt2", "--max-memory", "0.001")),
     Case("--max-memory nan", "cli", cli_error("audit", "--embed", "8", "--heads", "2", "--max-memory", "nan")),
     Case("--max-memory -1", "cli", cli_error("audit", "--embed", "8", "--heads", "2", "--max-memory", "-1")),
