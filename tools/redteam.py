@@ -254,7 +254,10 @@ def launcher_case(kind: str) -> Callable:
             (bindir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition' >&2\nexit 1\n")
             (bindir / "sbatch").chmod(0o755)
             env["PATH"] = f"{bindir}:{os.environ['PATH']}"
-            return one_line_error(sh(tree, [*args, "--launcher", "slurm"], env=env, cwd=cwd))
+            r = sh(tree, [*args, "--launcher", "slurm"], env=env, cwd=cwd)
+            if r is not None:  # sbatch's own stderr reaches the terminal (submitit does not capture it)
+                r.stderr = "\n".join(x for x in r.stderr.splitlines() if not x.startswith("sbatch:"))
+            return one_line_error(r, "sbatch")
         if kind == "log-dir-file":
             f = cwd / "a-file"
             f.write_text("")
