@@ -105,8 +105,10 @@ def check_book(html: Path, screenshots: Path | None = None, chromium: str = CHRO
     chapters = {
         p.relative_to(html / "_sources").as_posix().removesuffix(".ipynb") for p in html.glob("_sources/**/*.ipynb")
     }
+    # every page but index.html, a redirect to the first chapter
     pages = [(rel, rel.removesuffix(".html") in chapters) for rel in pages_of(html) if rel != "index.html"]
-    shares = [pages[i::jobs] for i in range(max(1, min(jobs, len(pages))))]  # index.html: a redirect
+    n = max(1, min(jobs, len(pages)))
+    shares = [pages[i::n] for i in range(n)]
     try:
         if len(shares) == 1:
             found = _check_pages(base, shares[0], screenshots, chromium)

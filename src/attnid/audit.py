@@ -488,8 +488,9 @@ def _head_group_blocks(
     that group's query, key and value parameters only. When ``W_O`` (``E x HC``) is injective, the rank of
     the φ-Jacobian of ``Y`` projected off the output block's range is the sum over groups of the ranks of
     ``Z_g``'s Jacobian projected the same way (the projection acts on tokens, ``W_O`` on features). So each
-    group is certified on its own: G sketches of side ``n_φ/G`` instead of one of side ``n_φ``. It also
-    needs every known direction to touch one group only. Returns the blocks and ``σ_min(W_O)``."""
+    group is certified on its own, on its exact Jacobian (about ``2n_φ/G x n_φ/G``), instead of one sketch
+    of side ``n_φ``. It also needs every known direction to touch one group only. Returns the blocks and
+    ``σ_min(W_O)``."""
     E, H, G, C = cfg.E, cfg.H, cfg.G, cfg.C
     if H * C > E:
         return None

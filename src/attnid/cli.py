@@ -290,7 +290,7 @@ def cmd_presets(a) -> int:
     print(" gives the terms)")
     if not a.verify:
         print("(--verify audits each structure, attention and whole decoder layer, through its transformers module, "
-              "about a minute on 2 cores)")  # fmt: skip
+              "about 20 s on 2 cores)")  # fmt: skip
     return 0
 
 
