@@ -91,10 +91,8 @@ def default_data_size(
     RoPE needs longer sequences for its slow frequencies to show.
     """
     rope_min = default_seq_len(cfg) if cfg.rope else 2
-    if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2):
-        raise ValueError(
-            f"seq_len must be an integer of at least 2 (L = 1 makes the softmax constant), got {seq_len!r}"
-        )
+    if seq_len is not None:
+        check_seq_len(seq_len)
     if seq_len is not None and seq_len < rope_min:
         raise ValueError(
             f"seq_len: {seq_len} tokens are too few for RoPE's slow frequencies to show (their rotations would look "
@@ -216,10 +214,7 @@ def audit_torch_mha(
         raise TypeError(f"mha: expected a torch.nn.MultiheadAttention, got {type(mha).__name__}")
     if not mha._qkv_same_embed_dim:
         raise ValueError("mha: kdim/vdim different from embed_dim is not self-attention; audit_module takes any module")
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2:
-        raise ValueError(
-            f"seq_len must be an integer of at least 2 (L = 1 makes the softmax constant), got {seq_len!r}"
-        )
+    check_seq_len(seq_len)
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     if not isinstance(seed, int) or isinstance(seed, bool):
@@ -396,7 +391,7 @@ def audit(
             f"{n:,} parameters, too few to identify them (the count would be too high); use a batch "
             f"of at least {math.ceil(n / (L * min(cfg.E, cfg.H * cfg.C)))} or leave it to the default"
         )
-    split = directions is None and cfg.H * cfg.C <= cfg.E  # the per-group route of certify (see _certify)
+    split = directions is None and splits_by_group(cfg)  # the per-group route of certify (see _certify)
     need = memory_estimate(n, B * cfg.E * L, method, groups=cfg.G if split else None)
     limit = max_memory if max_memory is not None else available_memory()
     if limit is not None and need > limit:
@@ -479,6 +474,12 @@ class _JacobianBlock:
     t_cond: float = 1.0
 
 
+def splits_by_group(cfg: AttentionConfig) -> bool:
+    """Whether ``W_O`` (``E x HC``) can be injective, so that certify may check one key/value group at a
+    time (it still checks ``W_O``'s own condition at the audited point)."""
+    return cfg.H * cfg.C <= cfg.E
+
+
 def _head_group_blocks(
     cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, phi_idx: torch.Tensor, T: torch.Tensor, rtol: float
 ) -> tuple[list[_JacobianBlock], float] | None:
@@ -492,7 +493,7 @@ def _head_group_blocks(
     of side ``n_φ``. It also needs every known direction to touch one group only. Returns the blocks and
     ``σ_min(W_O)``."""
     E, H, G, C = cfg.E, cfg.H, cfg.G, cfg.C
-    if H * C > E:
+    if not splits_by_group(cfg):
         return None
     sw = torch.linalg.svdvals(p["W_O"].permute(1, 0, 2).reshape(E, H * C))
     wo_ratio = float(sw[-1] / sw[0])
