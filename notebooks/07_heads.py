@@ -308,6 +308,7 @@ md(
 # %% tags=["hide-input"]
 corr = sweep.dropna(subset=["corr"])
 n_within = int((corr["corr within layers"] > 0).sum())
+glue("corr_sign", an.sign_reading(corr["corr"]), display=False)
 md(
     "Correlation across heads between importance and mean ρ, per run (n = number of "
     "heads): "
@@ -321,9 +322,9 @@ md(
     + ". "
     f"Over these {len(corr)} runs it ranges from {corr['corr'].min():+.2f} to "
     f"{corr['corr'].max():+.2f}, and it is positive in {int((corr['corr'] > 0).sum())} "
-    "of them. "
-    "A sign that repeats is a pattern, not yet a cause: both numbers are taken on the "
-    "same heads of "
+    f"of them: it is {an.sign_reading(corr['corr'])}. "
+    "Even a sign that repeats would be a pattern, not yet a cause: both numbers are "
+    "taken on the same heads of "
     "one model, and both differ systematically between layers (depth changes the size "
     "of a head's "
     "updates and its share of the residual stream), so a layer effect alone could make "
@@ -433,7 +434,7 @@ md(
 #   allows; with few heads per layer a single removal is a large step. Claims of "most heads are
 #   redundant" come from much larger models; here they are measured rather than assumed.
 # - **Importance and identification.** The correlations stated above are each over the heads of one run,
-#   a handful of numbers; their sign repeats, but the confounds named above (layer, weight norm, Adam's
+#   a handful of numbers, {glue:text}`corr_sign`; the confounds named above (layer, weight norm, Adam's
 #   per-coordinate step size) are not separated, so they are reported, not interpreted as a mechanism.
 # - **Head count.** At fixed width the identified fraction rises from 1/2 to $1 - 1/(2H)$ for the largest
 #   $H$, and the validation loss is shown against it, with the seed-to-seed range as the yardstick. The

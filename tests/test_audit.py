@@ -1,5 +1,6 @@
 import itertools
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -298,3 +299,17 @@ def test_a_singular_output_map_is_not_split_by_group():
     r = run()
     assert r.details["certificate"] == "whole sketch"
     assert r.unidentified == dense.unidentified == count(cfg).unidentified
+
+
+def test_tolerance_window_gives_the_rank():
+    from attnid.audit import tolerance_window
+
+    sv = np.array([3.0, 1.0, 0.5, 1e-4, 1e-8, 1e-16])
+    lo, hi = tolerance_window(sv, 3)
+    assert (lo, hi) == (pytest.approx(1e-4 / 3), pytest.approx(0.5 / 3))
+    for t in (lo, np.sqrt(lo * hi), hi * 0.999):
+        assert int((sv > t * sv[0]).sum()) == 3
+    assert int((sv > hi * sv[0]).sum()) == 2
+    assert tolerance_window(sv, 6)[0] == 0.0
+    with pytest.raises(ValueError, match="rank must be"):
+        tolerance_window(sv, 0)

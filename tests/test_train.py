@@ -243,3 +243,44 @@ def test_a_full_disk_is_one_line(monkeypatch, capsys):
         torch.set_num_threads(threads)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0] and "checkpoint.pt" in err[0] and "resumes" in err[0]
+
+
+def test_law_residual_of_the_probe_equals_the_weights(corpus):
+    """The probe's ``beta_law_residual`` after SGD + weight-decay steps equals ‖β_t − c_t β_0‖ / ‖c_t β_0‖
+    computed here from the fused ``c_attn`` weights (rows 0..E: queries, E..2E: keys), c_t = Π(1 − η λ)²."""
+    from attnid.lm.metrics import Key
+    from attnid.lm.probe import IdentificationProbe
+    from attnid.lm.train import build
+
+    cfg = make_config("smoke", "sgd_wd", weight_decay=0.05)
+    model, opt = build(cfg, corpus.vocab_size, "cpu")
+    E, H = cfg.n_embd, cfg.n_head
+
+    def betas():
+        out = []
+        for layer in model.attention_layers():
+            w, b = layer.c_attn.weight.detach().double(), layer.c_attn.bias.detach().double()
+            Q = torch.cat([w[:E], b[:E, None]], 1).reshape(H, E // H, E + 1)
+            K = torch.cat([w[E : 2 * E], b[E : 2 * E, None]], 1).reshape(H, E // H, E + 1)
+            out.append(Q @ Q.transpose(-1, -2) - K @ K.transpose(-1, -2))
+        return torch.stack(out)  # (L, H, D, D)
+
+    beta0, probe, c = betas(), IdentificationProbe(model, opt), 1.0
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        for g in opt.param_groups:
+            g["lr"] = 0.5
+        x, y = corpus.batch("train", 8, cfg.block_size, gen, "cpu")
+        opt.zero_grad()
+        model(x, y)[1].backward()
+        probe.before_step()
+        opt.step()
+        c *= (1 - 0.5 * 0.05) ** 2
+        row = probe.after_step(c)
+    bt = betas()
+    norm = lambda M: M.pow(2).sum((-1, -2, -3)).sqrt()  # noqa: E731  per layer, over heads
+    want = norm(bt - c * beta0) / norm(c * beta0)
+    assert torch.allclose(torch.tensor(row[Key.BETA_LAW], dtype=torch.float64), want, rtol=1e-9)
+    drift = norm(bt - beta0) / norm(beta0)
+    assert torch.allclose(torch.tensor(row[Key.BETA_DRIFT], dtype=torch.float64), drift, rtol=1e-9)
+    assert (want - drift).abs().min() > 1e-3  # the two differ: c_t enters

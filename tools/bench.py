@@ -223,7 +223,7 @@ def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
     )
     print(f"projected {full.max_iters}-step run ({n_evals} evaluations, head analysis): {projected:.0f} s")
     for suite, spec in SUITES.items():
-        n = len(spec.cases) * len(spec.seeds[profile])
+        n = len(spec.cases_at(profile)) * len(spec.seeds[profile])
         print(f"projected suite {suite!r} ({n} runs, one after another): {n * projected / 60:.1f} min")
     # several seeds as one batched model (attnid.lm.batched): what 3 seeds cost against one
     from attnid.lm.batched import train_seeds

@@ -116,6 +116,17 @@ def _gap(sv: np.ndarray, rank: int) -> float:
     return float(kept / max(dropped, eps_floor))
 
 
+def tolerance_window(singular_values, rank: int) -> tuple[float, float]:
+    """The relative tolerances ``t`` that give ``rank`` (a singular value ``σ ≤ t·σ_max`` counted as null):
+    ``lo ≤ t < hi`` with ``lo = σ_rank / σ_max`` (0 when fewer singular values than ``rank + 1``) and
+    ``hi = σ_{rank−1} / σ_max`` (singular values descending, 0-based). ``hi / lo`` is the gap."""
+    sv = np.asarray(singular_values, float)
+    if not 0 < rank <= len(sv):
+        raise ValueError(f"rank must be between 1 and {len(sv)}, got {rank}")
+    lo = float(sv[rank] / sv[0]) if rank < len(sv) else 0.0
+    return lo, float(sv[rank - 1] / sv[0])
+
+
 RTOL_RANGE = (1e-13, 1e-5)  # a float64 rank cut between round-off (~1e-15) and real small singular values
 
 

@@ -360,7 +360,8 @@ def cmd_experiments(a) -> int:
     if a.profile not in suite.seeds:
         raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(suite.seeds)}")
     seeds = [a.seed] if a.seed is not None else suite.seeds[a.profile]
-    cfgs = [make_config(a.profile, c, seed=s, device=a.device, **_run_options(a)) for s in seeds for c in suite.cases]
+    cases = suite.cases_at(a.profile)
+    cfgs = [make_config(a.profile, c, seed=s, device=a.device, **_run_options(a)) for s in seeds for c in cases]
     slurm = None
     if a.launcher == "slurm":  # the jobs resolve the device on their own nodes
         slurm = SlurmOptions(
@@ -380,7 +381,7 @@ def cmd_experiments(a) -> int:
             raise ValueError("batch-seeds: trains in this process; it cannot be combined with --launcher local|slurm")
         from .lm.batched import train_seeds
 
-        for case in suite.cases:
+        for case in suite.cases_at(a.profile):
             for s in train_seeds([c for c in cfgs if c.case == case], force=a.force, progress=True):
                 batch = s.get("batched_seeds", [s["seed"]])
                 print(f"{a.profile}/{case} seed {s['seed']}: final val loss {s['final_val_loss']:.4f} "
@@ -400,7 +401,8 @@ def cmd_experiments(a) -> int:
 
 def cmd_claims(a) -> int:
     """The §5 claims evaluated on the records found (chapter 6's table); trains nothing."""
-    from .lm.analysis import evaluate_claims, load_suite
+    from .lm.analysis import load_suite
+    from .lm.claims import evaluate_claims
     from .lm.profiles import PROFILES
 
     if a.profile not in PROFILES:
@@ -425,6 +427,8 @@ def cmd_claims(a) -> int:
         rng = "" if r["low"] is None or r["seeds"] < 2 else f"{r['low']:.3g} .. {r['high']:.3g}"
         print(f"{r['id']:<22}{v:>11}{rng:>22}  {r['op']} {r['threshold']:<8g}{r['seeds']:>6}  {r['verdict']}"
               + (f" ({r['reason']})" if r["reason"] else ""))  # fmt: skip
+        if r["depends_on"]:
+            print(f"{'':<4}{r['depends_on']}")
     return 0
 
 

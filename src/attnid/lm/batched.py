@@ -32,7 +32,7 @@ from . import records
 from .data import CharData, load
 from .metrics import Key
 from .probe import IdentificationProbe
-from .profiles import RunConfig, lr_at, resolve_device, resolve_precision
+from .profiles import RunConfig, beta_law_factor, lr_at, resolve_device, resolve_precision
 from .train import (
     Checkpoint,
     Interrupted,
@@ -191,6 +191,7 @@ def _run_batched(
         return torch.func.functional_call(template, p, (x, y))[1]
 
     batched_loss = torch.func.vmap(losses_of, randomness="different")
+    law = beta_law_factor(cfg)
     bar = Progress(cfg, start, progress)
     template.train()
     t0 = time.perf_counter()
@@ -218,7 +219,7 @@ def _run_batched(
             losses = losses.detach()
             rows: list[dict | None] = [None] * S
             if probing:
-                r = probe.after_step(**{Key.TRAIN_LOSS: losses})
+                r = probe.after_step(law[it + 1], **{Key.TRAIN_LOSS: losses})
                 rows = [{Key.STEP: it + 1, Key.LR: lr, **{k: v[s] for k, v in r.items()}} for s in range(S)]
             sv = None
             for s, run in enumerate(runs):

@@ -208,7 +208,8 @@ def run_suite(
     if suite not in SUITES:
         raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
     seeds = list(SUITES[suite].seeds[profile] if seeds is None else seeds)
-    cfgs = pending_configs([make_config(profile, c, seed=s, device=device) for s in seeds for c in SUITES[suite].cases])
+    cases = SUITES[suite].cases_at(profile)
+    cfgs = pending_configs([make_config(profile, c, seed=s, device=device) for s in seeds for c in cases])
     if not cfgs:
         return 0
     import os

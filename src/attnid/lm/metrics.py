@@ -23,6 +23,7 @@ class Key(StrEnum):
     RHO_W = "rho_w"
     RHO_DIFF = "rho_diff"
     BETA_DRIFT = "beta_drift"
+    BETA_LAW = "beta_law_residual"
     BETA_REL = "beta_rel"
     TAU = "tau"
     GRAD_BQ = "grad_bq"
@@ -73,6 +74,15 @@ SCHEMA: dict[Key, Metric] = {
             rows="metric steps",
         ),
         Metric(Key.BETA_DRIFT, ("L",), "1", "‖β_t − β_0‖_F / ‖β_0‖_F, norms over all heads of a layer"),
+        Metric(
+            Key.BETA_LAW,
+            ("L",),
+            "1",
+            "residual of the weight-decay law ‖β_t − c_t β_0‖_F / ‖c_t β_0‖_F, norms over all heads of a layer, "
+            "c_t = Π_{s<t}(1 − η_s λ)² for SGD (attnid.lm.profiles.beta_law_factor; 1 without decay and for AdamW, "
+            "where it equals beta_drift)",
+            rows="metric steps, records made since the law's residual",
+        ),
         Metric(Key.BETA_REL, ("L",), "1", "relative imbalance ‖β_t‖_F / (‖G_Q‖_F + ‖G_K‖_F) of a layer"),
         Metric(Key.TAU, ("L", "H"), "weight²", "τ = tr β = ‖Q‖²_F − ‖K‖²_F per head (signed)"),
         Metric(Key.GRAD_BQ, ("L", "H"), "nats/char per unit", "‖∇b_Q‖ per head, before clipping"),

@@ -10,8 +10,9 @@ key weights and the bias gradients; ``after_step()`` (after ``opt.step()``) retu
 - ``rho_w``: the same for the weights alone (ignoring the biases, on which the symmetry also acts);
 - ``rho_diff``: ρ of the float32 weight difference, the measure of the paper, whose rounding floor
   grows as the steps shrink;
-- ``beta_drift`` ``‖β_t − β_0‖ / ‖β_0‖`` and ``beta_rel`` ``‖β_t‖ / (‖G_Q‖ + ‖G_K‖)`` per layer
-  (norms over all heads of a layer); ``tau`` ``= tr β`` per head;
+- ``beta_drift`` ``‖β_t − β_0‖ / ‖β_0‖``, ``beta_law_residual`` ``‖β_t − c_t β_0‖ / ‖c_t β_0‖`` (the residual of
+  the weight-decay law, ``c_t`` passed in by the loop from the schedule) and ``beta_rel``
+  ``‖β_t‖ / (‖G_Q‖ + ‖G_K‖)`` per layer (norms over all heads of a layer); ``tau`` ``= tr β`` per head;
 - ``grad_bq``, ``grad_bk`` (bias-gradient norms before clipping) and ``norm_bq``, ``norm_bk`` per head.
 
 The keys, shapes and units are :data:`attnid.lm.metrics.SCHEMA`. All of it is computed on the
@@ -128,8 +129,9 @@ class IdentificationProbe:
             self._grads = {Key.GRAD_BQ: g_q.norm(dim=-1), Key.GRAD_BK: g_k.norm(dim=-1)}
 
     @torch.no_grad()
-    def after_step(self, **scalars: torch.Tensor | float) -> dict:
-        """Call after ``opt.step()``; returns the row (``scalars`` such as the loss are added to it)."""
+    def after_step(self, law_factor: float = 1.0, **scalars: torch.Tensor | float) -> dict:
+        """Call after ``opt.step()``; returns the row (``scalars`` such as the loss are added to it).
+        ``law_factor``: ``c_t`` of the weight-decay law after this step (:func:`attnid.lm.profiles.beta_law_factor`)."""
         if self._old is None:
             raise RuntimeError("IdentificationProbe.after_step() called without before_step()")
         (w0, b0), (w1, b1) = self._old, self._stacked()
@@ -168,6 +170,7 @@ class IdentificationProbe:
             Key.RHO_W: rho_w,
             Key.RHO_DIFF: rho_diff,
             Key.BETA_DRIFT: per_layer(beta_t - self.beta0) / per_layer(self.beta0),
+            Key.BETA_LAW: per_layer(beta_t - law_factor * self.beta0) / (law_factor * per_layer(self.beta0)),
             Key.BETA_REL: per_layer(beta_t) / (per_layer(G_Q1) + per_layer(G_K1)),
             Key.TAU: beta_t.diagonal(dim1=-2, dim2=-1).sum(-1),
             **self._grads,

@@ -28,11 +28,16 @@ PROFILES: dict[str, dict] = {
 @dataclass(frozen=True)
 class Suite:
     """Training cases run together: each case's changes to its profile, the seeds each profile runs,
-    and changes a profile makes for this suite only."""
+    changes a profile makes for this suite only, and cases run at some profiles only (``only_at``)."""
 
     cases: dict[str, dict]
     seeds: dict[str, tuple[int, ...]]
     profile_changes: dict[str, dict] = field(default_factory=dict)
+    only_at: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def cases_at(self, profile: str) -> list[str]:
+        """The cases this suite runs at ``profile``."""
+        return [c for c in self.cases if profile in self.only_at.get(c, (profile,))]
 
 
 SGD_LR = 0.5  # the paper's SGD learning rate (§5); the sweep halves it
@@ -49,8 +54,12 @@ SUITES: dict[str, Suite] = {
                 f"sgd_lr{lr:g}": dict(optimizer="sgd", lr=lr, weight_decay=0.0)
                 for lr in (SGD_LR / 2, SGD_LR / 4, SGD_LR / 8)
             },
+            # plain SGD deep enough for a trend over layers (the claim drift_earlier_layers), where the
+            # profile's own model has fewer than 3 layers; at paper scale `sgd` itself has 6
+            "sgd_deep": dict(optimizer="sgd", lr=SGD_LR, weight_decay=0.0, n_layer=4),
         },
         seeds={"smoke": (0,), "cpu": (0, 1, 2), "paper": (0,)},  # 3 seeds: a verdict needs a spread
+        only_at={"sgd_deep": ("smoke", "cpu")},
     ),
     # chapter 7: head-count sweep at fixed E (D = E/H), AdamW, and a control with fewer parameters
     "heads": Suite(
@@ -65,8 +74,11 @@ SUITES: dict[str, Suite] = {
 CASES: dict[str, dict] = {case: changes for suite in SUITES.values() for case, changes in suite.cases.items()}
 OPTIMIZER_CASES = ("sgd", "sgd_wd", "adamw", "adamw_rebalance")  # the panels of chapter 6's figures
 LR_SWEEP: dict[float, str] = {  # SGD learning rate -> case, for every SGD case without weight decay
-    c["lr"]: name for name, c in SUITES["dynamics"].cases.items() if c["optimizer"] == "sgd" and not c["weight_decay"]
+    c["lr"]: name
+    for name, c in SUITES["dynamics"].cases.items()
+    if c["optimizer"] == "sgd" and not c["weight_decay"] and "n_layer" not in c
 }
+DEEP_SGD = "sgd_deep"  # plain SGD with at least 4 layers at the profiles whose model is shallower
 HEAD_CASES: dict[int, str] = {  # H -> case of chapter 7's head-count sweep at D = E/H
     c["n_head"]: name for name, c in SUITES["heads"].cases.items() if "head_dim" not in c
 }
@@ -164,6 +176,19 @@ def lr_at(cfg: RunConfig, it: int) -> float:
     ratio = (it - cfg.warmup_iters) / max(1, cfg.max_iters - cfg.warmup_iters)
     coeff = 0.5 * (1.0 + math.cos(math.pi * min(1.0, ratio)))
     return cfg.lr * (cfg.min_lr_ratio + coeff * (1 - cfg.min_lr_ratio))
+
+
+def beta_law_factor(cfg: RunConfig) -> list[float]:
+    """``c_t = Π_{s < t} (1 − η_s λ)²`` for ``t = 0 .. max_iters``: the factor by which plain SGD's weight decay
+    alone scales β = [W_Q | b_Q][W_Q | b_Q]ᵀ − [W_K | b_K][W_K | b_K]ᵀ after ``t`` steps (chapter 6). Known from
+    the schedule before training. All ones without decay, and for AdamW, whose decay skips the biases (so it is
+    no uniform scaling of the augmented matrices)."""
+    c, out = 1.0, [1.0]
+    for t in range(cfg.max_iters):
+        if cfg.optimizer == "sgd":
+            c *= (1.0 - lr_at(cfg, t) * cfg.weight_decay) ** 2
+        out.append(c)
+    return out
 
 
 def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto", **overrides) -> RunConfig:

@@ -31,7 +31,7 @@ from .data import CharData, load
 from .gpt import GPT, GPTConfig
 from .metrics import Key
 from .probe import IdentificationProbe
-from .profiles import RunConfig, lr_at, resolve_device, resolve_precision
+from .profiles import RunConfig, beta_law_factor, lr_at, resolve_device, resolve_precision
 from .records import RecordError
 
 # Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
@@ -485,6 +485,7 @@ def _run(
         run.restore(ck)
         start, beta0 = ck.step, None if ck.beta0 is None else ck.beta0.to(device)
     run.probe = IdentificationProbe(model, opt, beta0=beta0) if metrics else None
+    law = beta_law_factor(cfg)
     bar = Progress(cfg, start, progress)
     model.train()
     t0 = time.perf_counter()
@@ -499,7 +500,7 @@ def _run(
             loss, lr = train_step(run, step_model, it, probe)
             row = None
             if probe is not None:
-                row = {Key.STEP: it + 1, Key.LR: lr, **probe.after_step(**{Key.TRAIN_LOSS: loss.detach()})}
+                row = {Key.STEP: it + 1, Key.LR: lr, **probe.after_step(law[it + 1], **{Key.TRAIN_LOSS: loss.detach()})}
             rebalance_hook(run, it)
             row = evaluation_hook(run, it, row, loss, lr)
             if row is not None:

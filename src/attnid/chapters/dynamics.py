@@ -1,0 +1,228 @@
+"""Chapter 6 (the paper's §5, training dynamics): the weight-decay law, the key-bias step and the claims
+table, from run records (:mod:`attnid.lm.claims`, :mod:`attnid.lm.analysis`).
+
+``scales`` maps a short label (``"paper scale"``, ``"cpu rerun"``) to the :class:`~attnid.lm.analysis.SuiteRuns`
+of that scale, the paper scale first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..lm import analysis as an
+from ..lm import claims as cl
+from ..lm.analysis import SuiteRuns
+from ..lm.metrics import Key
+from ..lm.profiles import DEEP_SGD, RunConfig, lr_at
+
+Scales = dict[str, SuiteRuns]
+
+
+def _layers(idx) -> str:
+    idx = [int(i) + 1 for i in idx]
+    return ", ".join(map(str, idx)) if idx else "none"
+
+
+# ------------------------------------------------------------------------------ the weight-decay law
+def table_wd_law(scales: Scales) -> pd.DataFrame:
+    """One row per scale, seed and layer: the law's residual ``‖β_T − c_T β_0‖ / ‖c_T β_0‖``, plain SGD's
+    remainder over ``c_T``, whether the layer is tested and whether the law holds there (to
+    :data:`attnid.lm.claims.LAW_TOLERANCE`), and what the residual was measured on."""
+    rows = []
+    for name, runs in scales.items():
+        if "sgd_wd" not in runs or "sgd" not in runs:
+            continue
+        for s in runs.seeds(("sgd", "sgd_wd")):
+            law = cl.wd_beta_law(runs.runs["sgd_wd"][s], runs.runs["sgd"][s])
+            assert law.remainder is not None
+            for i, r in enumerate(law.residual):
+                rows.append(
+                    {
+                        "scale": name,
+                        "seed": s,
+                        "layer": i + 1,
+                        "c_T": law.factor,
+                        "law residual": float(r),
+                        "SGD remainder / c_T": float(law.remainder[i]),
+                        "tested": i in law.tested,
+                        "holds (< 1 %)": bool(r < cl.LAW_TOLERANCE),
+                        "measured on": "β" if law.measure.startswith("β") else "τ per head",
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def law_sentence(table: pd.DataFrame, scale: str) -> str:
+    """What the law does at one scale, from :func:`table_wd_law` (mean over seeds per layer)."""
+    t = table[table["scale"] == scale].groupby("layer")[["law residual", "SGD remainder / c_T", "c_T"]].mean()
+    holds = t[t["law residual"] < cl.LAW_TOLERANCE]
+    fails = t[~(t["law residual"] < cl.LAW_TOLERANCE)]
+    text = f"at the {scale} (c_T = {t['c_T'].iloc[0]:.3g}) the law holds to 1 % in "
+    text += (
+        f"layer(s) {_layers(holds.index - 1)} (residual ≤ {holds['law residual'].max():.2g}, plain SGD's remainder "
+        f"{holds['SGD remainder / c_T'].min():.2g} to {holds['SGD remainder / c_T'].max():.2g} times c_T)"
+        if len(holds)
+        else "no layer"
+    )
+    if len(fails):
+        text += (
+            f" and fails in layer(s) {_layers(fails.index - 1)} (residual {fails['law residual'].min():.2g} to "
+            f"{fails['law residual'].max():.2g}, remainder {fails['SGD remainder / c_T'].min():.2g} to "
+            f"{fails['SGD remainder / c_T'].max():.2g} times c_T)"
+        )
+    return text
+
+
+def law_remainder_reading(table: pd.DataFrame) -> str:
+    """Whether the law's residual stays within plain SGD's remainder in every layer, scale and seed of
+    :func:`table_wd_law`, as a sentence."""
+    ratio = float((table["law residual"] / table["SGD remainder / c_T"]).max())
+    if ratio <= 1:
+        return (
+            f"In every layer, scale and seed the residual stays within plain SGD's remainder (at most {ratio:.2f} "
+            "of it): the law is first order, close to exact where the steps are small against what the decay "
+            "leaves of β, and the second-order remainder is what breaks it elsewhere"
+        )
+    return (
+        f"In some layers the residual exceeds plain SGD's remainder (up to {ratio:.2f} times it): there something "
+        "beyond the second-order remainder of the steps breaks the law"
+    )
+
+
+def fig_wd_law(scales: Scales, titles: dict[str, str]):
+    """Left: the law's residual over training, every layer of the last scale (seed 0 of it, usually this build's
+    rerun). Right: every layer at every scale and seed, final residual against plain SGD's remainder / c_T, with
+    the 1 % tolerance and the line where the residual equals the remainder."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import panels
+
+    fig, axes = panels(2, height=3.8)
+    ax, bx = axes[0]
+    name = list(scales)[-1]
+    runs = scales[name]
+    law = cl.wd_beta_law(runs.first("sgd_wd"), runs.first("sgd"))
+    for layer in range(law.curve.shape[1]):
+        ax.plot(law.steps, np.clip(law.curve[:, layer], 1e-9, None), color=f"C{layer}", label=f"layer {layer + 1}")
+    ax.axhline(cl.LAW_TOLERANCE, color="k", ls="--", lw=1, label="1 % tolerance")
+    ax.set_yscale("log")
+    ax.set(xlabel="training step", ylabel="‖β_t − c_t β_0‖ / ‖c_t β_0‖", title=f"law residual, {titles[name]}")
+    ax.legend(fontsize="small")
+    t = table_wd_law(scales)
+    for k, (scale, part) in enumerate(t.groupby("scale", sort=False)):
+        bx.scatter(
+            part["SGD remainder / c_T"],
+            part["law residual"],
+            marker="os^"[k % 3],
+            color=f"C{k}",
+            label=f"{scale} ({part['measured on'].iloc[0]})",
+        )
+    lo = min(t["SGD remainder / c_T"].min(), t["law residual"].min(), 1e-3) / 2
+    hi = max(t["SGD remainder / c_T"].max(), t["law residual"].max(), 1.0) * 2
+    bx.plot([lo, hi], [lo, hi], color="0.5", lw=1, ls=":", label="residual = remainder")
+    bx.axhline(cl.LAW_TOLERANCE, color="k", ls="--", lw=1)
+    bx.axvline(1.0, color="0.3", lw=0.8, ls="-.", label="tested: remainder < c_T")
+    bx.set_xscale("log")
+    bx.set_yscale("log")
+    bx.set(
+        xlim=(lo, hi),
+        ylim=(lo, hi),
+        xlabel="plain SGD's final drift / c_T (its remainder)",
+        ylabel="final law residual",
+        title="every layer, every seed",
+    )
+    bx.legend(fontsize="small", loc="upper left")
+    plt.show()
+    return fig
+
+
+# ------------------------------------------------------------------------------ β drift by depth
+def table_drift_by_layer(scales: Scales) -> pd.DataFrame:
+    """Plain SGD's final β drift per layer (mean over seeds) and the slope of its logarithm against the layer
+    index, per scale, from the deepest plain-SGD case the scale has (``sgd_deep`` where its profile trains one)."""
+    rows = []
+    for name, runs in scales.items():
+        case = DEEP_SGD if DEEP_SGD in runs else "sgd"
+        if case not in runs:
+            continue
+        drift = np.mean([an.final_drift(r) for r in runs.runs[case].values()], axis=0)
+        slopes = an.over_seeds(runs, case, an.layer_trend)
+        rows.append(
+            {
+                "scale": name,
+                "case": case,
+                "layers": len(drift),
+                "seeds": slopes["n"],
+                "final drift per layer, first to last": ", ".join(f"{d:.3g}" for d in drift),
+                "slope of log drift per layer": slopes["mean"],
+                "min": slopes["min"],
+                "max": slopes["max"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------ the key bias
+def key_bias_step(rec) -> tuple[float, float]:
+    """The key bias's step per coordinate as a share of the learning rate, read from its final norm per head
+    (median head; it starts at zero): ``(coherent, walk)``, the share that explains the norm if every step
+    points the same way (``‖b_K‖ / (√D Σ_t η_t)``) or if the steps are independent
+    (``‖b_K‖ / √(D Σ_t η_t²)``). The true share lies between the two."""
+    cfg = RunConfig.from_dict(rec.config)
+    norm = float(np.median(an.values(rec, Key.NORM_BK)[-1]))
+    D = cfg.gpt_config().head_dim
+    assert D is not None
+    eta = np.array([lr_at(cfg, t) for t in range(cfg.max_iters)])
+    return norm / (np.sqrt(D) * eta.sum()), norm / np.sqrt(D * (eta**2).sum())
+
+
+# ------------------------------------------------------------------------------ the claims table
+def claim_rows(scales: Scales) -> pd.DataFrame:
+    """Every claim at every scale (:func:`attnid.lm.claims.evaluate_claims`), one row each."""
+    return pd.DataFrame([{"scale": name, **row} for name, runs in scales.items() for row in cl.evaluate_claims(runs)])
+
+
+def table_claims(rows: pd.DataFrame) -> pd.DataFrame:
+    """The claims table as the chapter shows it."""
+
+    def shown(r) -> str:
+        if r["value"] is None or pd.isna(r["value"]):
+            return "—"
+        rng = f" ({r['low']:.3g} to {r['high']:.3g})" if r["seeds"] > 1 else ""
+        return f"{r['value']:.3g}{rng}"
+
+    return pd.DataFrame(
+        {
+            "id": rows["id"],
+            "scale": rows["scale"],
+            "value (range over seeds)": rows.apply(shown, axis=1),
+            "test": rows["op"] + " " + rows["threshold"].map("{:g}".format),
+            "control": rows["control_value"],
+            "seeds": rows["seeds"],
+            "verdict": rows["verdict"] + rows["reason"].map(lambda s: f" ({s})" if s else ""),
+        }
+    )
+
+
+def disagreements(rows: pd.DataFrame) -> str:
+    """Where the records go against the claims: the decided rows reading ``no``, the undecided rows whose seeds all
+    lie against it, the rows whose seeds split, the pending ones, and how many undecided rows lean its way."""
+    undecided = rows["verdict"] == "inconclusive"
+
+    def listed(part: pd.DataFrame, seeds: bool = False) -> str:
+        return "; ".join(
+            f"{r.id} ({r.scale}" + (f", {r.seeds} seed{'s' * (r.seeds > 1)})" if seeds else ")")
+            for r in part.itertuples()
+        )
+
+    no = rows[rows["verdict"] == "no"]
+    parts = [
+        "Read **no**: " + ("; ".join(f"{r.claim} ({r.scale})" for r in no.itertuples()) or "none"),
+        "Undecided, every seed against the paper: "
+        + (listed(rows[undecided & (rows["side"] == "against the paper")], True) or "none"),
+        "Seeds split: " + (listed(rows[undecided & (rows["side"] == "split")]) or "none"),
+        "Pending: " + (listed(rows[rows["verdict"] == "pending"]) or "none"),
+    ]
+    leaning = int((undecided & (rows["side"] == "with the paper")).sum())
+    return ". ".join(parts) + f". The other {leaning} undecided rows have every seed on the paper's side."

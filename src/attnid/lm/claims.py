@@ -1,0 +1,598 @@
+"""The paper's §5 claims as data, each tested where it can fail (chapter 6's table, ``attnid claims``).
+
+A :class:`Claim` is a reading of §5 (or of chapter 6's weight-decay law) with the number that tests it, the
+threshold and why, the control it is read against, the cases and seeds it needs. :func:`evaluate_claim`
+turns it into one row with a verdict:
+
+* ``yes`` / ``no``: every seed agrees that the claim holds / fails;
+* ``inconclusive``: the seeds' range crosses the threshold, there are too few seeds or layers (the reason
+  then says on which side the seeds lie: "1 seed, against the paper"), or a value is not finite;
+* ``pending``: records are missing.
+
+Every claim has a test that plants a violation in synthetic records and watches its verdict turn to
+``no`` (``tests/test_claims.py``, ``pytest -k planted``).
+
+The weight-decay law (:func:`wd_beta_law`): under SGD with weight decay λ the gradient part of a step
+conserves β = [W_Q | b_Q][W_Q | b_Q]ᵀ − [W_K | b_K][W_K | b_K]ᵀ to first order and the decay scales it by
+(1 − η_t λ)², so ``β_T = c_T β_0 + R_T`` with ``c_T = Π_t (1 − η_t λ)²`` and ``R_T`` the second-order
+remainder. The law is tested on its own residual ``‖β_T − c_T β_0‖ / ‖c_T β_0‖`` (the row key
+``beta_law_residual``; on older records, on τ = tr β per head), in the layers where plain SGD's own drift,
+the same remainder without decay, is smaller than ``c_T``.
+
+Shapes: ``L`` layers, ``H`` heads (:data:`attnid.lm.metrics.SCHEMA`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .analysis import (
+    Cases,
+    SuiteRuns,
+    best_val_loss,
+    drift_slope,
+    final_drift,
+    isotropic_rho,
+    late_ratio,
+    layer_trend,
+    max_rho,
+    mean_rho,
+    min_sv_ratio,
+    rho_measure,
+    tau_spread_growth,
+    values,
+)
+from .metrics import Key
+from .profiles import DEEP_SGD, LR_SWEEP, SUITES, RunConfig, beta_law_factor
+from .records import Record, series
+
+MIN_SEEDS = 3  # seeds a claim about training (not an exact law) needs before it is decided
+LAW_TOLERANCE = 1e-2  # the weight-decay law "holds" in a layer when its residual is below 1 %
+EPS32 = float(np.finfo(np.float32).eps)  # 1.2e-7: float32's relative resolution
+
+
+class Undecidable(ValueError):
+    """A claim's value cannot be computed from these records for a stated reason (the row reads
+    ``inconclusive`` and gives it)."""
+
+
+def need(rec: Record, key: Key) -> np.ndarray:
+    """``values(rec, key)``; raises ``KeyError`` naming ``key`` when no row of the record holds it."""
+    v = values(rec, key)
+    if not len(v):
+        raise KeyError(str(key))
+    return v
+
+
+# ------------------------------------------------------------------------------ the weight-decay law
+@dataclass(frozen=True)
+class WdLaw:
+    """The weight-decay law on one SGD + weight-decay record, per layer (``(L,)`` arrays).
+
+    ``residual``: ``‖β_T − c_T β_0‖ / ‖c_T β_0‖`` at the last step (``measure`` says whether of β, from the
+    probe, or of τ = tr β per head, on records without the key). ``remainder``: plain SGD's final drift
+    ``‖β_T − β_0‖ / ‖β_0‖`` (the second-order remainder without decay) over ``c_T``; ``None`` without a
+    control. ``tested``: the layers where ``remainder < 1`` (all without a control). ``curve``: the residual
+    over training, ``(n_rows, L)`` at ``steps``.
+    """
+
+    factor: float  # c_T
+    measure: str
+    residual: np.ndarray
+    remainder: np.ndarray | None
+    tested: list[int]
+    steps: np.ndarray
+    curve: np.ndarray
+
+    @property
+    def passing(self) -> list[int]:
+        return [i for i in range(len(self.residual)) if self.residual[i] < LAW_TOLERANCE]
+
+    @property
+    def failing(self) -> list[int]:
+        return [i for i in range(len(self.residual)) if not self.residual[i] < LAW_TOLERANCE]
+
+    @property
+    def worst_tested(self) -> float:
+        """The largest residual over the tested layers (``nan`` if none is tested)."""
+        return float(self.residual[self.tested].max()) if self.tested else float("nan")
+
+
+def law_residual(rec: Record) -> tuple[str, np.ndarray, np.ndarray]:
+    """``(measure, steps, residual (n_rows, L))`` of the weight-decay law over training.
+
+    From the probe's ``beta_law_residual`` when the record holds it; else from τ = tr β per head, which the
+    law scales the same way: ``‖τ_t − (c_t / c_1) τ_1‖ / ‖(c_t / c_1) τ_1‖`` over the heads of a layer, from
+    the first recorded step ``1`` (the records hold no τ before the first step)."""
+    steps, res = series(rec.rows, Key.BETA_LAW)
+    if len(steps):
+        return "β (the probe's residual)", steps, res
+    steps, tau = series(rec.rows, Key.TAU)
+    if not len(steps):
+        raise KeyError(str(Key.TAU))
+    c = np.asarray(beta_law_factor(RunConfig.from_dict(rec.config)))
+    scale = (c[steps] / c[steps[0]])[:, None, None]
+    pred = scale * tau[0]
+    res = np.linalg.norm(tau - pred, axis=-1) / np.linalg.norm(pred, axis=-1)
+    return "τ = tr β per head (records without the law's residual)", steps, res
+
+
+def wd_beta_law(rec: Record, control: Record | None = None) -> WdLaw:
+    """The weight-decay law on ``rec`` (SGD + weight decay), with plain SGD of the same seed as ``control``."""
+    cfg = RunConfig.from_dict(rec.config)
+    if cfg.optimizer != "sgd" or not cfg.weight_decay:
+        raise ValueError(f"wd_beta_law: {rec.name} is not an SGD run with weight decay")
+    factor = float(beta_law_factor(cfg)[-1])
+    measure, steps, curve = law_residual(rec)
+    remainder = None if control is None else final_drift(control) / factor
+    L = curve.shape[1]
+    tested = list(range(L)) if remainder is None else [i for i in range(L) if remainder[i] < 1.0]
+    return WdLaw(factor, measure, curve[-1], remainder, tested, steps, curve)
+
+
+def _layers(idx: list[int]) -> str:
+    return ", ".join(str(i + 1) for i in idx) or "none"
+
+
+def _law_value(c: Cases) -> float:
+    law = wd_beta_law(c["sgd_wd"], c["sgd"])
+    if not law.tested:
+        raise Undecidable("in every layer plain SGD's remainder exceeds c_T: the first-order law has no say there")
+    return law.worst_tested
+
+
+def _law_detail(per_seed: list[Cases]) -> dict:
+    laws = [wd_beta_law(c["sgd_wd"], c["sgd"]) for c in per_seed]
+    law = laws[0]
+    residual = np.mean([w.residual for w in laws], axis=0)
+    remainder = np.mean([w.remainder for w in laws if w.remainder is not None], axis=0)
+    tested = sorted(set.intersection(*(set(w.tested) for w in laws)))
+    passing = [i for i in range(len(residual)) if residual[i] < LAW_TOLERANCE]
+    failing = [i for i in range(len(residual)) if i not in passing]
+    fail_text = ""
+    if failing:
+        fail_text = (
+            f"; it fails in layer(s) {_layers(failing)} (residual {residual[failing].min():.2g} to "
+            f"{residual[failing].max():.2g}), where plain SGD's remainder is {remainder[failing].min():.2g} to "
+            f"{remainder[failing].max():.2g} times c_T"
+        )
+    return {
+        "predicted_factor": law.factor,
+        "law_measure": law.measure,
+        "per_layer": residual.tolist(),
+        "remainder_per_layer": remainder.tolist(),
+        "tested_layers": tested,
+        "passing_layers": passing,
+        "failing_layers": failing,
+        "depends_on": (
+            f"c_T = {law.factor:.4g}; tested in layer(s) {_layers(tested)} of {len(residual)}, where plain SGD's "
+            f"remainder is below c_T; the law holds to {LAW_TOLERANCE:.0%} in layer(s) {_layers(passing)}" + fail_text
+        ),
+    }
+
+
+# ------------------------------------------------------------------------------ helpers of the claims
+def _iso(c: Cases) -> float:
+    return isotropic_rho(c["adamw"].config)
+
+
+def _sgd_wd_setting(c: Cases) -> str:
+    wd = c["sgd_wd"].config["weight_decay"]
+    return (
+        f"SGD + weight decay with λ = {wd:g} reaches a best validation loss of {best_val_loss(c['sgd_wd']):.3f} "
+        f"nats/char, AdamW {best_val_loss(c['adamw']):.3f}: the two are compared at different losses"
+    )
+
+
+BIAS_CASES = ("sgd", "sgd_wd", "adamw")
+
+
+def key_bias_ratio(c: Cases) -> float:
+    """Largest ‖∇b_K‖ / ‖∇b_Q‖ (same head, same step) over training, heads and the optimizer cases."""
+    return max(float(np.max(need(c[k], Key.GRAD_BK) / need(c[k], Key.GRAD_BQ))) for k in BIAS_CASES)
+
+
+def query_bias_margin(c: Cases) -> float:
+    """Smallest per-head median ‖∇b_Q‖ over training / the largest ‖∇b_K‖ of the same run (its round-off
+    level), over the optimizer cases."""
+    return min(
+        float(np.median(need(c[k], Key.GRAD_BQ), axis=0).min() / np.max(need(c[k], Key.GRAD_BK))) for k in BIAS_CASES
+    )
+
+
+def rebalance_loss_change(rec: Record) -> float:
+    """Largest |loss after − loss before| of a rebalance (nats/char), from the record's summary."""
+    events = rec.summary.get("rebalances") or []
+    if not events:
+        raise Undecidable(f"{rec.name} records no rebalance")
+    return max(abs(e["loss_after"] - e["loss_before"]) for e in events)
+
+
+def mean_imbalance(rec: Record) -> float:
+    """Mean relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖) over training and layers."""
+    return float(need(rec, Key.BETA_REL).mean())
+
+
+def _rho_of(*cases: str) -> Callable[[Cases], str]:
+    return lambda c: "; ".join(f"{k}: {rho_measure(c[k])}" for k in cases)
+
+
+# ------------------------------------------------------------------------------ the claims
+@dataclass(frozen=True)
+class Claim:
+    """One reading of the paper's §5 and how it is tested.
+
+    ``value`` computes the tested number from one seed's records (``cases``); the claim holds for that seed
+    when ``value op threshold``. ``control`` is the number it is compared against (same seed), in words in
+    ``control_text``. A verdict needs ``min_seeds`` seeds and models of ``min_layers`` layers. ``setting``
+    says what the verdict depends on, computed from the records; ``rho`` names the ρ measure the value uses;
+    ``detail`` adds keys to the row from every seed's records. ``stand_in`` maps a case to the one whose records
+    stand in for it at profiles whose suite does not run it (``sgd_deep`` at paper scale, where ``sgd`` has 6
+    layers).
+    """
+
+    id: str
+    claim: str
+    metric: str
+    value: Callable[[Cases], float]
+    op: str
+    threshold: float
+    why: str
+    cases: tuple[str, ...]
+    control_text: str = ""
+    control: Callable[[Cases], float] | None = None
+    min_seeds: int = MIN_SEEDS
+    min_layers: int = 1
+    setting: Callable[[Cases], str] | None = None
+    rho: Callable[[Cases], str] | None = None
+    detail: Callable[[list[Cases]], dict] | None = None
+    stand_in: tuple[tuple[str, str], ...] = ()
+
+    def holds(self, v: float) -> bool:
+        return v < self.threshold if self.op == "<" else v > self.threshold
+
+
+SWEEP = tuple(LR_SWEEP.values())
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="sgd_orthogonal",
+        claim="plain SGD steps stay out of the unidentified directions",
+        metric="mean ρ of SGD / isotropic share D/(2(E+1))",
+        value=lambda c: mean_rho(c["sgd"]) / _iso(c),
+        op="<",
+        threshold=1e-3,
+        why="an exact gradient step has ρ = 0 (a theorem, so one seed decides). With ρ of the optimizer's float64 "
+        "update (the probe's own measure) this row checks the probe, which gives about 1e-14; with ρ of a float32 "
+        "weight difference (older records) it checks that the rounding floor stays below 1e-3 of the isotropic share",
+        cases=("sgd", "adamw"),
+        control_text="AdamW's mean ρ / isotropic share",
+        control=lambda c: mean_rho(c["adamw"]) / _iso(c),
+        min_seeds=1,
+        rho=_rho_of("sgd"),
+    ),
+    Claim(
+        id="wd_toward_symmetry",
+        claim="weight decay moves SGD's steps into the unidentified directions",
+        metric="mean ρ of SGD + weight decay / isotropic share",
+        value=lambda c: mean_rho(c["sgd_wd"]) / _iso(c),
+        op=">",
+        threshold=1e-2,
+        why="1 % of the isotropic share is ten times the bound that plain SGD stays under (previous row), "
+        "so it cannot be round-off",
+        cases=("sgd", "sgd_wd", "adamw"),
+        control_text="plain SGD's mean ρ / isotropic share",
+        control=lambda c: mean_rho(c["sgd"]) / _iso(c),
+        setting=lambda c: f"weight decay λ = {c['sgd_wd'].config['weight_decay']:g}",
+        rho=_rho_of("sgd_wd"),
+    ),
+    Claim(
+        id="adamw_closest",
+        claim="AdamW's steps lie further in the unidentified directions than SGD + weight decay's",
+        metric="mean ρ, AdamW / SGD + weight decay",
+        value=lambda c: mean_rho(c["adamw"]) / mean_rho(c["sgd_wd"]),
+        op=">",
+        threshold=1.0,
+        why="1 is equality of the two means",
+        cases=("sgd_wd", "adamw"),
+        control_text="SGD + weight decay's mean ρ / isotropic share",
+        control=lambda c: mean_rho(c["sgd_wd"]) / _iso(c),
+        setting=_sgd_wd_setting,
+        rho=_rho_of("adamw", "sgd_wd"),
+    ),
+    Claim(
+        id="adamw_covers",
+        claim="some AdamW steps lie mostly in the unidentified directions",
+        metric="largest per-head ρ of any AdamW step",
+        value=lambda c: max_rho(c["adamw"]),
+        op=">",
+        threshold=0.5,
+        why="more than half of one head's step energy in the invariant directions",
+        cases=("adamw",),
+        control_text="the same for SGD + weight decay",
+        control=lambda c: max_rho(c["sgd_wd"]),
+        rho=_rho_of("adamw"),
+    ),
+    Claim(
+        id="late_spike_sgd",
+        claim="ρ of plain SGD's float32 weight difference rises at the end of training",
+        metric="mean ρ (float32 difference) over the last tenth / over the middle fifth, SGD",
+        value=lambda c: late_ratio(c["sgd"]),
+        op=">",
+        threshold=2.0,
+        why="a doubling; the float32 rounding floor grows as the cosine schedule shrinks the steps",
+        cases=("sgd", "adamw"),
+        control_text="the same ratio for AdamW (whose steps do not shrink with the gradient)",
+        control=lambda c: late_ratio(c["adamw"]),
+        rho=lambda c: "float32 difference",
+    ),
+    Claim(
+        id="sgd_conserves_beta",
+        claim="plain SGD approximately conserves β = W_Q W_Qᵀ − W_K W_Kᵀ",
+        metric="largest final β drift over layers, SGD",
+        value=lambda c: float(final_drift(c["sgd"]).max()),
+        op="<",
+        threshold=0.1,
+        why="β moves only at second order in the step; 10 % of its initial size",
+        cases=("sgd", "adamw"),
+        control_text="the same for AdamW",
+        control=lambda c: float(final_drift(c["adamw"]).max()),
+    ),
+    Claim(
+        id="drift_falls_with_lr",
+        claim="SGD's β drift falls with the learning rate",
+        metric="slope of log(final drift, mean over layers) against log η over the SGD sweep",
+        value=drift_slope,
+        op=">",
+        threshold=0.0,
+        why="the paper claims a fall, not a rate (a fixed-gradient step would give slope 2)",
+        cases=("sgd", *SWEEP),
+    ),
+    Claim(
+        id="drift_earlier_layers",
+        claim="SGD's β drift is larger in earlier layers",
+        metric="slope of log(final SGD drift) against the layer index, plain SGD of ≥ 4 layers",
+        value=lambda c: layer_trend(c[DEEP_SGD]),
+        op="<",
+        threshold=0.0,
+        why="a trend over the layers, which needs at least 3 of them (with 2 it is a coin flip); where the "
+        "profile's model has fewer, a 4-layer SGD case is trained for it",
+        cases=(DEEP_SGD,),
+        min_layers=3,
+        stand_in=((DEEP_SGD, "sgd"),),
+    ),
+    Claim(
+        id="adamw_changes_beta",
+        claim="AdamW changes β far more than SGD",
+        metric="final β drift (mean over layers), AdamW / SGD",
+        value=lambda c: float(final_drift(c["adamw"]).mean() / final_drift(c["sgd"]).mean()),
+        op=">",
+        threshold=2.0,
+        why="at least twice SGD's drift",
+        cases=("sgd", "adamw"),
+        control_text="SGD's final drift (mean over layers)",
+        control=lambda c: float(final_drift(c["sgd"]).mean()),
+    ),
+    Claim(
+        id="adamw_spreads_tau",
+        claim="AdamW spreads τ = tr β across heads more than SGD",
+        metric="growth of the spread of τ over heads (end / start), AdamW / SGD",
+        value=lambda c: tau_spread_growth(c["adamw"]) / tau_spread_growth(c["sgd"]),
+        op=">",
+        threshold=2.0,
+        why="SGD is the control: training itself spreads τ, so AdamW must spread it at least twice as much",
+        cases=("sgd", "adamw"),
+        control_text="SGD's growth of the τ spread (end / start)",
+        control=lambda c: tau_spread_growth(c["sgd"]),
+    ),
+    Claim(
+        id="qk_full_rank",
+        claim="the trained QK products have no rank deficiency",
+        metric="smallest σ_min / σ_max of a final QK product (any head; SGD, SGD + wd, AdamW)",
+        value=lambda c: min(min_sv_ratio(c[k]) for k in ("sgd", "sgd_wd", "adamw")),
+        op=">",
+        threshold=1e-4,
+        why="float32 weights resolve about 1e-7 of a product's largest singular value, so a ratio below 1e-4, a "
+        "thousand times that, would be a direction that training has switched off, not rounding",
+        cases=("sgd", "sgd_wd", "adamw"),
+    ),
+    Claim(
+        id="wd_beta_law",
+        claim="under SGD + weight decay, β_T = Π_t (1 − η_t λ)² β_0 to within 1 % wherever plain SGD's "
+        "second-order remainder is smaller than that factor",
+        metric="largest ‖β_T − c_T β_0‖ / ‖c_T β_0‖ over the tested layers (τ per head on older records)",
+        value=_law_value,
+        op="<",
+        threshold=LAW_TOLERANCE,
+        why="the gradient part conserves β to first order and the decay scales it by c_T, an exact first-order law "
+        "(one seed decides). Its residual is the second-order remainder, so the law is tested in the layers where "
+        "plain SGD's own drift, that remainder without decay, is below c_T; the row lists every layer's residual",
+        cases=("sgd", "sgd_wd"),
+        control_text="plain SGD's final drift / c_T, largest over the tested layers",
+        control=lambda c: float(np.nanmax(_tested_remainder(c))),
+        min_seeds=1,
+        detail=_law_detail,
+    ),
+    Claim(
+        id="key_bias_grad_zero",
+        claim="key-bias gradients are numerically zero under every optimizer",
+        metric="largest ‖∇b_K‖ / ‖∇b_Q‖ (same head and step) over training, heads, SGD, SGD + wd and AdamW",
+        value=key_bias_ratio,
+        op="<",
+        threshold=1e-3,
+        why="the key bias shifts every score of a query by the same amount, so its exact gradient is 0 (one seed "
+        "decides); float32 (and TF32) round-off of the cancelling sum gives 1e-6 to 3e-5 of the query-bias "
+        "gradient, and a real gradient would be of its order",
+        cases=BIAS_CASES,
+        control_text="the same ratio's median",
+        control=lambda c: float(
+            np.median(np.concatenate([(need(c[k], Key.GRAD_BK) / need(c[k], Key.GRAD_BQ)).ravel() for k in BIAS_CASES]))
+        ),
+        min_seeds=1,
+    ),
+    Claim(
+        id="query_bias_grad_nonzero",
+        claim="query-bias gradients are small but nonzero",
+        metric="smallest per-head median ‖∇b_Q‖ over training / largest ‖∇b_K‖ of the run (its round-off level)",
+        value=query_bias_margin,
+        op=">",
+        threshold=1e2,
+        why="the query bias is identified (chapter 3): every head's query bias must receive a gradient a hundred "
+        "times the round-off that the key bias shows",
+        cases=BIAS_CASES,
+        control_text="median ‖∇b_Q‖ over training, heads and cases (nats/char per unit)",
+        control=lambda c: float(np.median(np.concatenate([need(c[k], Key.GRAD_BQ).ravel() for k in BIAS_CASES]))),
+    ),
+    Claim(
+        id="rebalance_keeps_loss",
+        claim="rebalancing leaves the loss unchanged",
+        metric="largest |loss after − loss before| of a rebalance, AdamW + rebalancing (nats/char)",
+        value=lambda c: rebalance_loss_change(c["adamw_rebalance"]),
+        op="<",
+        threshold=1e-5,
+        why="a rebalance is an exact symmetry of the model (one seed decides); a float32 forward pass of the same "
+        "batch resolves the loss to about 1e-7 (ε₃₂ times the loss), and 1e-5 is a hundred times that",
+        cases=("adamw", "adamw_rebalance"),
+        control_text="final validation loss, AdamW + rebalancing − AdamW (nats/char; the optimizer's moments are not "
+        "transformed, so the runs part)",
+        control=lambda c: float(values(c["adamw_rebalance"], Key.VAL_LOSS)[-1] - values(c["adamw"], Key.VAL_LOSS)[-1]),
+        min_seeds=1,
+    ),
+    Claim(
+        id="rebalance_changes_beta",
+        claim="periodic rebalancing changes the behaviour of the conserved quantity",
+        metric="mean relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖) over training, AdamW + rebalancing / AdamW",
+        value=lambda c: mean_imbalance(c["adamw_rebalance"]) / mean_imbalance(c["adamw"]),
+        op="<",
+        threshold=0.5,
+        why="each rebalance sets β = 0 in every head; AdamW rebuilds it between rebalances, so the imbalance "
+        "averaged over training must at least halve",
+        cases=("adamw", "adamw_rebalance"),
+        control_text="AdamW's mean relative imbalance",
+        control=lambda c: mean_imbalance(c["adamw"]),
+    ),
+)
+CLAIM_IDS = tuple(c.id for c in CLAIMS)
+
+
+def _tested_remainder(c: Cases) -> np.ndarray:
+    law = wd_beta_law(c["sgd_wd"], c["sgd"])
+    assert law.remainder is not None
+    return law.remainder[law.tested] if law.tested else np.array([np.nan])
+
+
+# ------------------------------------------------------------------------------ verdicts
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def resolve_cases(claim: Claim, runs: SuiteRuns) -> dict[str, str]:
+    """Each case of ``claim`` -> the case whose records it reads at this profile (itself, or its stand-in
+    where the suite does not run it)."""
+    ran = SUITES[runs.suite].cases_at(runs.profile)
+    stand = dict(claim.stand_in)
+    return {c: (stand[c] if c in stand and c not in ran else c) for c in claim.cases}
+
+
+def _seed_cases(runs: SuiteRuns, seed: int, cases: dict[str, str]) -> Cases:
+    """Every case's record of ``seed``, with each stand-in also under the name of the case it stands in for."""
+    c = runs.by_seed(seed)
+    return {**c, **{k: c[v] for k, v in cases.items()}}
+
+
+def seed_side(holds: list[bool]) -> str:
+    """On which side of the threshold the seeds lie: ``"with the paper"``, ``"against the paper"`` or
+    ``"split"``."""
+    if all(holds):
+        return "with the paper"
+    return "against the paper" if not any(holds) else "split"
+
+
+def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:
+    """One claim's row: ``id``, ``claim``, ``profile``, ``metric``, ``value`` (mean over seeds), ``low``,
+    ``high``, ``values`` (per seed), ``threshold``, ``op``, ``why``, ``control``, ``control_value``, ``seeds``,
+    ``seed_list``, ``side`` (where the seeds lie: with or against the paper, or split), ``verdict``, ``reason``,
+    ``depends_on``, ``rho_measure``, ``cases`` (the records read, after stand-ins) and the keys of the claim's
+    ``detail``."""
+    cases = resolve_cases(claim, runs)
+    seeds = runs.seeds(tuple(cases.values()))
+    row: dict = {
+        "id": claim.id,
+        "claim": claim.claim,
+        "profile": runs.profile,
+        "metric": claim.metric,
+        "value": None,
+        "low": None,
+        "high": None,
+        "values": [],
+        "threshold": claim.threshold,
+        "op": claim.op,
+        "why": claim.why,
+        "control": claim.control_text or None,
+        "control_value": None,
+        "seeds": len(seeds),
+        "seed_list": seeds,
+        "side": None,
+        "verdict": "pending",
+        "reason": "",
+        "depends_on": None,
+        "rho_measure": None,
+        "cases": {k: v for k, v in cases.items()},
+    }
+    if not seeds:
+        missing = [v for v in cases.values() if v not in runs]
+        row["reason"] = f"no records of {', '.join(missing)} at this profile"
+        return row
+    per_seed = [_seed_cases(runs, s, cases) for s in seeds]
+    try:
+        vals = [float(claim.value(c)) for c in per_seed]
+    except KeyError as e:  # a record without the metric (an older format)
+        row["verdict"], row["reason"] = "inconclusive", f"the records lack {e}"
+        return row
+    except Undecidable as e:
+        row["verdict"], row["reason"] = "inconclusive", str(e)
+        return row
+    row.update(values=vals, value=float(np.mean(vals)), low=float(np.min(vals)), high=float(np.max(vals)))
+    if claim.control is not None:
+        try:
+            row["control_value"] = float(np.mean([claim.control(c) for c in per_seed]))
+        except (KeyError, Undecidable):
+            pass
+    if claim.setting is not None:
+        row["depends_on"] = claim.setting(per_seed[0])
+    if claim.rho is not None:
+        row["rho_measure"] = claim.rho(per_seed[0])
+    if claim.detail is not None:
+        row.update(claim.detail(per_seed))
+    layers = per_seed[0][claim.cases[0]].config["n_layer"]
+    holds = [claim.holds(v) for v in vals]
+    bad = [s for s, v in zip(seeds, vals) if not math.isfinite(v)]
+    row["side"] = None if bad else seed_side(holds)
+    if bad:
+        row["verdict"] = "inconclusive"
+        row["reason"] = f"the value is not finite for seed(s) {', '.join(map(str, bad))} (a zero or missing quantity)"
+    elif layers < claim.min_layers:
+        row["verdict"], row["reason"] = "inconclusive", f"needs ≥ {claim.min_layers} layers, the model has {layers}"
+    elif len(seeds) < claim.min_seeds:
+        row["verdict"] = "inconclusive"
+        n = len(seeds)
+        row["reason"] = f"{n} seed{'s' * (n > 1)}, {row['side']}; {claim.min_seeds} needed for a spread"
+    elif all(holds):
+        row["verdict"] = "yes"
+    elif not any(holds):
+        row["verdict"] = "no"
+    else:
+        row["verdict"] = "inconclusive"
+        row["reason"] = f"the seeds' range {row['low']:.3g} to {row['high']:.3g} crosses the threshold"
+    return {k: _finite(v) for k, v in row.items()}
+
+
+def evaluate_claims(runs: SuiteRuns) -> list[dict]:
+    """Every claim of :data:`CLAIMS` on ``runs`` (a dynamics suite)."""
+    return [evaluate_claim(c, runs) for c in CLAIMS]

@@ -1,0 +1,73 @@
+"""The chapter modules (attnid.chapters): tables, sentences and figures from the committed paper-scale records
+and synthetic records, in seconds."""
+
+import matplotlib
+import numpy as np
+import pytest
+
+from attnid.chapters import dynamics as ch
+from attnid.lm.analysis import load_suite
+from attnid.lm.metrics import Key
+from attnid.lm.profiles import RunConfig, lr_at, make_config
+from attnid.lm.records import Record
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def scales():
+    from test_claims import synthetic_suite
+
+    paper = load_suite("paper")
+    if "sgd_wd" not in paper:
+        pytest.skip("the committed paper-scale records are not in this checkout")
+    return {"paper scale": paper, "smoke rerun": synthetic_suite()}
+
+
+def test_wd_law_table_and_sentence(scales):
+    t = ch.table_wd_law(scales)
+    paper = t[t["scale"] == "paper scale"]
+    assert list(paper["layer"]) == [1, 2, 3, 4, 5, 6] and set(paper["measured on"]) == {"τ per head"}
+    assert list(paper["tested"]) == [False, False, False, True, True, True]
+    assert list(paper["holds (< 1 %)"]) == [False, False, False, True, True, True]
+    text = ch.law_sentence(t, "paper scale")
+    assert "holds to 1 % in layer(s) 4, 5, 6" in text and "fails in layer(s) 1, 2, 3" in text
+    assert "residual 0.02 to 1.4" in text
+    assert ch.law_remainder_reading(t).startswith("In every layer")  # 0.2 of the remainder at most
+    worse = t.assign(**{"law residual": t["law residual"] * 10})
+    assert ch.law_remainder_reading(worse).startswith("In some layers")
+    fig = ch.fig_wd_law(scales, {k: k for k in scales})
+    assert len(fig.axes) == 2 and fig.axes[1].get_xlabel().startswith("plain SGD")
+
+
+def test_drift_by_layer_reads_the_deep_case_where_there_is_one(scales):
+    t = ch.table_drift_by_layer(scales).set_index("scale")
+    assert t.loc["paper scale", "case"] == "sgd" and t.loc["paper scale", "layers"] == 6
+    assert t.loc["smoke rerun", "case"] == "sgd_deep" and t.loc["smoke rerun", "slope of log drift per layer"] < 0
+
+
+def test_key_bias_step_recovers_a_planted_step():
+    """A key bias that starts at zero and takes steps of s·η_t per coordinate: all aligned, the coherent share
+    reads s; independent ±s·η_t, the random-walk share reads s within its sampling error."""
+    cfg = make_config("smoke", "adamw", max_iters=4000)
+    c = RunConfig.from_dict(cfg.as_dict())
+    D, H, L, s = cfg.gpt_config().head_dim, cfg.n_head, cfg.n_layer, 0.02
+    eta = np.array([lr_at(c, t) for t in range(c.max_iters)])
+    aligned = np.full((L, H), s * np.sqrt(D) * eta.sum())
+    rng = np.random.default_rng(0)
+    walk = np.linalg.norm(s * (rng.choice([-1, 1], size=(L, H, D, len(eta))) * eta).sum(-1), axis=-1)
+    for norms, which in ((aligned, 0), (walk, 1)):
+        rec = Record(None, cfg.as_dict(), {}, [{Key.STEP: c.max_iters, Key.NORM_BK: norms.tolist()}])
+        assert ch.key_bias_step(rec)[which] == pytest.approx(s, rel=0.1 if which else 1e-12)
+
+
+def test_disagreements_name_single_seed_rows_against_the_paper(scales):
+    rows = ch.claim_rows(scales)
+    text = ch.disagreements(rows)
+    for claim_id in ("adamw_closest", "adamw_covers", "sgd_conserves_beta"):
+        assert f"{claim_id} (paper scale, 1 seed)" in text
+    assert "Read **no**: none" in text
+    shown = ch.table_claims(rows)
+    assert len(shown) == len(rows) and shown["verdict"].str.startswith(("yes", "no", "inconclusive", "pending")).all()
+    good = ch.disagreements(ch.claim_rows({"smoke rerun": scales["smoke rerun"]}))
+    assert "Read **no**: none" in good and "Pending: none" in good and "The other 0 undecided" in good
