@@ -303,8 +303,8 @@ for i, H_ in enumerate(Hs):
         )
 ax.set_title(f"Identified fraction of attention weights, E = {E0} (red: D = E/H)")
 plt.show()
-# regression guards, not checks: the closed form (attnid.counting) against the same formula written by
-# hand; the Jacobian checks the closed form in the next section
+# regression guards, not checks: the closed form (attnid.counting) against the
+# same formula written by hand; the Jacobian checks the closed form below
 assert all(
     abs(frac.loc[H_, E0 // H_] - (1 - 1 / (2 * H_))) < 1e-12
     for H_ in Hs

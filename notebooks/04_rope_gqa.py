@@ -274,8 +274,8 @@ for label, c in cases.items():
         }
     )
 llama_table = pd.DataFrame(rows)
-# a regression guard, not a check: the closed form against the per-head formulas and their values
-# written by hand; the Jacobian table above checks the formulas themselves
+# a regression guard, not a check: the closed form against the per-head formulas
+# and their values written by hand; the Jacobian table above checks the formulas
 assert (
     list(llama_table["QK unidentified"])
     == [H * D**2, H * D, G * D**2, G * D]

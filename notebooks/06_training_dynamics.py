@@ -715,7 +715,8 @@ glue("kb_coherent", kb[0]["mean"], display=False)
 glue("kb_walk", kb[1]["mean"], display=False)
 md(
     "Final key-bias norm per head (rerun, median head, mean over seeds): AdamW "
-    f"{bk['adamw']:.1e}, plain SGD {bk['sgd']:.1e}, SGD + weight decay {bk['sgd_wd']:.1e}. "
+    f"{bk['adamw']:.1e}, plain SGD {bk['sgd']:.1e}, "
+    f"SGD + weight decay {bk['sgd_wd']:.1e}. "
     f"AdamW's key-bias steps are therefore {kb[0]['mean']:.2%} (all aligned) to "
     f"{kb[1]['mean']:.1%} (independent) of the learning rate per coordinate."
 )

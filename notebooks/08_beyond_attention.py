@@ -438,14 +438,16 @@ table(summary, formats={"gap": "{:.1e}"})
 
 # %%
 e0, e6 = "float64 norms, ε = 0", "float64 norms, ε = 1e-6"
-# the closed form drops exactly the stream's scale at ε > 0: the spectrum must lose as many null directions
+# at ε > 0 the closed form drops exactly the stream's scale: the spectrum must
+# lose as many null directions
 assert closed[e0] - closed[e6] == exact_zero[e0] - exact_zero[e6]
 assert exact_zero[e0] == closed[e0] and band[e0] == 0
 left = exact_zero[e0] - exact_zero[e6]
 display(
     Markdown(
-        f"With float64 norms at ε = 0 there are {exact_zero[e0]} exact null directions, "
-        f"the closed form's count, and {band[e0]} in the band. At ε = 1e-6 the closed form "
+        f"With float64 norms at ε = 0 there are {exact_zero[e0]} exact null "
+        f"directions, the closed form's count, and {band[e0]} in the band. "
+        "At ε = 1e-6 the closed form "
         f"loses its stream-scale term ({closed[e0]} → {closed[e6]}) and the spectrum "
         f"loses {left} null direction{'s' * (left != 1)} ({exact_zero[e6]} null, "
         f"{band[e6]} in the band): the scale is only nearly a symmetry there, and "
@@ -518,12 +520,12 @@ parts = [
     "other stream terms",
 ]
 g2, ll = compare.iloc[0], compare.iloc[1]
-# regression guards against numbers derived by hand from the released configs (the parts above are
-# differences of the whole, so their sum proves nothing); the closed form itself is checked against
-# the Jacobian of the real modules at small scale in the model audits above
+# regression guards against numbers derived by hand from the released configs
+# (the parts above are differences of the whole, so their sum proves nothing);
+# the closed form itself meets the Jacobian of the real modules in the audits above
 assert g2["whole model (closed form)"] == 1_347_352
 assert ll["whole model (closed form)"] == 25_917_440
-assert ll["stream rotations"] == 4096 * 4095 // 2  # E(E − 1)/2, Llama-2-7B's E = 4096
+assert ll["stream rotations"] == 4096 * 4095 // 2  # E(E − 1)/2 with E = 4096
 glue("gpt2_model", int(g2["whole model (closed form)"]), display=False)
 glue("gpt2_product", int(g2["product of layer groups"]), display=False)
 glue("llama_model", int(ll["whole model (closed form)"]), display=False)

@@ -3,6 +3,7 @@ strictly, check the execution cache, and open every page in headless Chromium.""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shutil
@@ -180,17 +181,23 @@ def test_cache_sees_the_records_a_chapter_reads(tmp_path):
 
 
 def test_records_digest_changes_with_the_records(tmp_path):
-    from attnid.lm.records import summaries_digest
+    from attnid.lm.records import records_digest
 
     root = tmp_path / "runs"
     shutil.copytree(ROOT / "data" / "runs" / "paper", root / "paper")
-    before = summaries_digest(["paper"], ["sgd", "adamw"], roots=[root])
-    assert before == summaries_digest(["paper"], ["sgd", "adamw"], roots=[root])
-    assert before != summaries_digest(["paper"], ["sgd"], roots=[root])
+    before = records_digest(["paper"], ["sgd", "adamw"], roots=[root])
+    assert before == records_digest(["paper"], ["sgd", "adamw"], roots=[root])
+    assert before != records_digest(["paper"], ["sgd"], roots=[root])
     (root / "paper" / "adamw-s1").mkdir()
     shutil.copy(root / "paper" / "adamw" / "summary.json", root / "paper" / "adamw-s1")
-    assert before != summaries_digest(["paper"], ["sgd", "adamw"], roots=[root])  # a seed added
-    assert summaries_digest(["paper"], ["sgd_wd"], roots=[root]) != summaries_digest(["paper"], [], roots=[root])
+    assert before != records_digest(["paper"], ["sgd", "adamw"], roots=[root])  # a seed added
+    assert records_digest(["paper"], ["sgd_wd"], roots=[root]) != records_digest(["paper"], [], roots=[root])
+    with gzip.open(root / "paper" / "sgd" / "metrics.jsonl.gz", "rb") as f:
+        rows = f.read()
+    added = records_digest(["paper"], ["sgd", "adamw"], roots=[root])
+    with gzip.open(root / "paper" / "sgd" / "metrics.jsonl.gz", "wb") as f:
+        f.write(rows[: len(rows) // 2])  # truncated rows: the summary is unchanged, the digest is not
+    assert records_digest(["paper"], ["sgd", "adamw"], roots=[root]) != added
 
 
 @pytest.mark.parametrize("what", ["missing", "empty", "file"])
@@ -213,3 +220,88 @@ def test_book_tool_refuses_a_folder_as_chapter_and_a_file_as_out(tmp_path):
     f.write_text("")
     r = book("execute", "--profile", "smoke", "--out", str(f))
     assert r.returncode == 2 and "not a folder" in r.stderr
+
+
+HEAD = '# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n# %%\nx = 1\n'
+
+
+def test_a_dead_kernel_is_named_and_the_other_chapters_go_on(tmp_path):
+    dead, good = tmp_path / "zz_dead_kernel_for_test.py", tmp_path / "zz_after_it_for_test.py"
+    dead.write_text(HEAD + "\n# %%\nimport os\n\nos._exit(1)\n")
+    good.write_text(HEAD)
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(dead), str(good))
+    assert r.returncode == 1
+    assert statuses(r.stdout) == {str(dead): "failed", str(good): "executed"}
+    failed = [line for line in r.stderr.splitlines() if "zz_dead_kernel_for_test.py failed" in line]
+    assert len(failed) == 1 and "kernel" in failed[0].lower() and "Traceback" not in r.stderr
+
+
+def _wait_for(pred, timeout: float = 120.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise TimeoutError("the event did not happen")
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig, jobs, rc", [("SIGTERM", "2", 143), ("SIGINT", "1", 130)])
+def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, jobs, rc):
+    """SIGTERM to the book tool (what timeout and a CI cancel send), or Ctrl-C to its process group: every kernel
+    stops, no chapter is stamped or left half-staged, and the tool says so in one line."""
+    import signal
+
+    pids = [tmp_path / f"kernel{i}.pid" for i in range(2)]
+    chapters = []
+    for i, pid in enumerate(pids):
+        nb = tmp_path / f"zz_sleeper{i}_for_test.py"
+        nb.write_text(
+            HEAD + f"\n# %%\nimport os, time\n\nopen({str(pid)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+        )
+        chapters.append(str(nb))
+    out = tmp_path / "b"
+    env = {**os.environ, "ATTNID_RUNS": RUNS}
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "book.py"), "execute", "--profile", "smoke", "--out", str(out),
+         "--jobs", jobs, *chapters], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    started = pids if jobs == "2" else pids[:1]
+    _wait_for(lambda: all(p.exists() and p.read_text() for p in started))
+    kernels = [int(p.read_text()) for p in started]
+    if sig == "SIGTERM":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == rc, stderr[-3000:]
+    assert f"interrupted ({sig})" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    _wait_for(lambda: not any(_alive(k) for k in kernels), timeout=30)
+    generated = out / "_generated"
+    assert not list(generated.glob("*.hash")) and not list(generated.glob(".*.source.ipynb"))
+
+
+def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from check_pages import check_book
+
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "a.html").write_text("<html><head><title>a</title></head><body><p>fine</p></body></html>")
+    (html / "b.html").write_text("<html><body><p>stuck</p><script>while (true) {}</script></body></html>")
+    problems = check_book(html, timeout_s=3)
+    assert [p for p in problems if p.startswith("b.html")] == [
+        "b.html: could not be checked (TimeoutError: Page.goto: Timeout 3000ms exceeded.)"
+    ]
+    assert any(p.startswith("a.html") for p in problems)  # the other page's findings are not lost

@@ -125,6 +125,15 @@ def test_audit_refuses_small_batch_and_bad_threads():
         (["train", "--profile", "smoke", "--device", "mps"], "mps"),
         (["train", "--profile", "smoke", "--threads", "0"], "threads"),
         (["train", "--profile", "paper", "--case", "sgd"], "paper profile needs a GPU"),
+        (["train", "--profile", "smoke", "--seed", "99999999999999999999999"], "seed must be an integer from 0"),
+        (["audit", "--embed", "8", "--heads", "2", "--seed", "-1"], "seed must be an integer from 0"),
+        (["audit", "--embed", "8", "--heads", "2", "--seed", "99999999999999999999999"], "seed must be"),
+        (["audit", "--hf", "gpt2", "--seed", "-1"], "seed must be"),
+        (["train", "--profile", "smoke", "--threads", "100000"], "threads must be from 1 to the"),
+        (["experiments", "--profile", "smoke", "--batch-seeds", "--parallel", "4"], "parallel"),
+        (["experiments", "--profile", "smoke", "--batch-seeds", "--wait"], "--wait only apply to --launcher slurm"),
+        (["experiments", "--profile", "smoke", "--partition", "gpu"], "--partition only apply"),
+        (["experiments", "--profile", "smoke", "--launcher", "local", "--time", "30"], "--time only apply"),
     ],
 )
 def test_more_bad_input_is_one_line(args, word, capsys):
@@ -257,3 +266,21 @@ def test_a_count_without_closed_form_says_so(capsys):
     assert out["unidentified"] == 56
     assert main(["audit", "--embed", "8", "--heads", "2", "--json"]) == 0
     assert _strict_loads(capsys.readouterr().out)["status"].startswith("verified")
+
+
+def test_hf_type_is_case_insensitive_as_presets_are(capsys):
+    from attnid.cli import main
+
+    assert main(["audit", "--hf", "GPT2", "--embed", "8", "--heads", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hf_type"] == "gpt2"
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`attnid presets --json | head -1`: the reader leaves early; no error line, no resume advice. Here the
+    reader closes the pipe before anything is written, so the write fails for certain."""
+    cmd = [EXE] if EXE else [sys.executable, "-m", "attnid"]
+    proc = subprocess.Popen([*cmd, "presets", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(timeout=300)
+    assert proc.returncode == 0 and "error" not in err and "resumes" not in err and "Traceback" not in err, err

@@ -127,3 +127,13 @@ def test_log_dir_that_is_a_file_is_refused(tmp_path):
     f.write_text("")
     with pytest.raises(ValueError, match="not a folder"):
         make_executor("local", f)
+
+
+def test_a_local_job_has_no_short_deadline(tmp_path):
+    """submitit's local executor kills a job at its deadline, 2 minutes by default, and hands the deadline to the
+    job as SUBMITIT_LOCAL_TIMEOUT_S: the job itself reads what it was given (no need to wait 2 minutes)."""
+    from attnid.lm.launch import LOCAL_TIMEOUT_MIN
+
+    ex = make_executor("local", tmp_path / "logs")
+    deadline_s = int(ex.submit(os.getenv, "SUBMITIT_LOCAL_TIMEOUT_S").result())
+    assert deadline_s == 60 * LOCAL_TIMEOUT_MIN >= 7 * 24 * 3600

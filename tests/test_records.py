@@ -171,6 +171,17 @@ def test_an_interrupted_forced_run_leaves_the_old_record(run):
     assert records.load(d).summary == before
 
 
+def test_a_killed_forced_runs_folder_is_removed_by_the_next_forced_run(run):
+    """SIGKILL during a forced run leaves ``.sgd.force-*`` with a checkpoint; the next forced run removes it."""
+    base, d, cfg, corpus = run
+    stale = d.parent / ".sgd.force-killed"
+    stale.mkdir()
+    (stale / "checkpoint.pt").write_bytes(b"left by a killed process")
+    with pytest.raises(Interrupted):
+        train(cfg, out=base, data=corpus, progress=False, force=True, stop_after=2)
+    assert not list(d.parent.glob(".sgd.force-*"))
+
+
 def test_stale_checkpoint_next_to_a_summary_is_ignored(run):
     base, d, cfg, corpus = run
     (d / "checkpoint.pt").write_bytes(b"stale")
@@ -255,3 +266,56 @@ def test_saved_model_loads_and_reproduces_the_recorded_head_baseline(run):
     batches = fixed_batches(corpus, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed)
     assert not model.training
     assert abs(masked_loss(model, batches) - records.load(d).heads["baseline"]) < 1e-5
+
+
+# ------------------------------------------------------------------------------ records are the identity
+@pytest.mark.parametrize(
+    "dest, word",
+    [
+        ("smoke/sgd-s1", "sits in smoke/sgd-s1"),  # a seed copied under another seed
+        ("cpu/sgd", "sits in cpu/sgd"),  # a smoke record under another profile
+        ("smoke/adamw", "sits in smoke/adamw"),  # under another case
+    ],
+)
+def test_a_record_is_read_only_from_its_own_folder(run, dest, word):
+    base, d, _, _ = run
+    shutil.copytree(d, base / dest)
+    with pytest.raises(RecordError, match=word):
+        records.load(base / dest)
+    from attnid.lm.analysis import load_suite
+
+    profile = dest.split("/")[0]
+    with pytest.raises(RecordError, match="a record is read only from its own folder"):
+        load_suite(profile, base=base)
+
+
+def test_a_folder_name_that_is_not_a_run_name_is_refused(run):
+    from attnid.lm.analysis import load_suite
+
+    base, d, _, _ = run
+    shutil.copytree(d, base / "smoke" / "sgd-s01")
+    with pytest.raises(RecordError, match="sgd-s01: not a run folder name"):
+        load_suite("smoke", base=base)
+
+
+def test_two_seeds_with_equal_rows_are_refused(run):
+    from attnid.lm.analysis import check_distinct_seeds
+
+    base, d, _, _ = run
+    rec = records.load(d)
+    other = records.Record(base / "smoke" / "sgd-s1", {**rec.config, "seed": 1}, rec.summary, rec.rows)
+    with pytest.raises(RecordError, match="hold the same run"):
+        check_distinct_seeds({0: rec, 1: other})
+    check_distinct_seeds({0: rec})  # one seed is fine
+
+
+def test_claims_refuses_a_runs_folder_that_is_not_one(run, capsys):
+    from attnid.cli import main
+
+    base, d, _, _ = run
+    assert main(["claims", "--profile", "smoke", "--runs", str(base / "nowhere")]) == 2
+    assert "runs:" in capsys.readouterr().err
+    assert main(["claims", "--profile", "smoke", "--runs", str(d / "config.json")]) == 2
+    assert main(["claims", "--profile", "smoke", "--runs", str(base), "--seed-set", "1_0"]) == 2
+    assert "seed-set" in capsys.readouterr().err
+    assert main(["claims", "--profile", "smoke", "--runs", str(base), "--json"]) == 0

@@ -8,7 +8,13 @@ content hash, write the reproducibility page, build the Jupyter Book strictly.
 Chapter sources are jupytext percent files ``notebooks/*.py``. Each is converted one way to
 ``.ipynb`` and executed into ``<out>/_generated/``; a chapter is re-executed only when the hash
 of its source, its parameters, every file under ``src/`` or the run records it reads changes
-(the ``summary.json`` of each record, so adding, removing or remaking a record counts).
+(each record's ``summary.json`` and the files it lists, so adding, removing, remaking or damaging a
+record counts). The records' digest is taken before and after a chapter runs: a chapter whose records
+changed while it ran (it trained them, or another process did) is executed once more at once, and is
+stamped only when the records it read are the ones there after it.
+
+A dead kernel fails its chapter (named) and the others go on. SIGTERM or Ctrl-C stops the workers and
+their kernels, stamps nothing unfinished and exits with one line.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -61,10 +68,10 @@ def records_read(nb: Path, profile: str) -> str:
     if "load_suite(" not in text:
         return ""
     from attnid.lm.profiles import SUITES
-    from attnid.lm.records import summaries_digest
+    from attnid.lm.records import records_digest
 
     cases = [c for name, suite in SUITES.items() if f'"{name}"' in text for c in suite.cases]
-    return summaries_digest([profile, "paper"], cases)
+    return records_digest([profile, "paper"], cases)
 
 
 def chapter_hash(nb: Path, params: dict, src_digest: str, records_digest: str = "") -> str:
@@ -101,7 +108,6 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
     """Execute one chapter; returns 'cached', 'executed' or raises ChapterFailed."""
     import jupytext
     import nbformat
-    import papermill as pm
 
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{nb.stem}.ipynb"
@@ -117,22 +123,15 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
     source_nb = out_dir / f".{nb.stem}.source.ipynb"
     jupytext.write(notebook, source_nb)
     stamp.unlink(missing_ok=True)
-    t0 = time.perf_counter()
     try:
-        pm.execute_notebook(
-            str(source_nb),
-            str(target),
-            parameters=params,
-            kernel_name="python3",
-            cwd=str(ROOT),
-            progress_bar=False,
-            log_output=False,
-        )
-    except pm.PapermillExecutionError as e:
-        raise ChapterFailed(nb, e.exec_count, f"{e.ename}: {e.evalue}", cell_index=e.cell_index) from None
+        for _ in range(2):  # once more if the records changed while it ran (it trained them, or another process)
+            before = records_read(nb, profile)
+            wall = _papermill(nb, source_nb, target, params)
+            after = records_read(nb, profile)
+            if after == before:
+                break
     finally:
         source_nb.unlink(missing_ok=True)
-    wall = time.perf_counter() - t0
     import torch
 
     executed = nbformat.read(target, as_version=4)
@@ -152,14 +151,57 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
     }
     nbformat.write(executed, target)
-    stamp.write_text(chapter_hash(nb, params, src_digest, records_read(nb, profile)))  # records it made count
+    if after == before:  # the records it read are the ones there now
+        stamp.write_text(chapter_hash(nb, params, src_digest, after))
     return "executed"
+
+
+def _papermill(nb: Path, source_nb: Path, target: Path, params: dict) -> float:
+    """Execute ``source_nb`` into ``target``; returns the seconds. A failing cell or a dead kernel raises
+    :class:`ChapterFailed` naming the chapter; an interrupt propagates (papermill shuts its kernel down). The
+    kernel process's own log (its stderr, not the chapter's output) goes to ``<target>.kernel.log``."""
+    import papermill as pm
+
+    t0 = time.perf_counter()
+    log = target.with_suffix(".kernel.log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log, "w") as f:
+            os.dup2(f.fileno(), 2)  # the kernel inherits this process's stderr
+            try:
+                _run_papermill(pm, nb, source_nb, target, params, log)
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+    return time.perf_counter() - t0
+
+
+def _run_papermill(pm, nb: Path, source_nb: Path, target: Path, params: dict, log: Path) -> None:
+    try:
+        pm.execute_notebook(
+            str(source_nb),
+            str(target),
+            parameters=params,
+            kernel_name="python3",
+            cwd=str(ROOT),
+            progress_bar=False,
+            log_output=False,
+        )
+    except pm.PapermillExecutionError as e:
+        raise ChapterFailed(nb, e.exec_count, f"{e.ename}: {e.evalue}", cell_index=e.cell_index) from None
+    except Exception as e:  # noqa: BLE001  a dead kernel (OOM kill, os._exit), a kernel that did not start
+        lines = [line for line in str(e).strip().splitlines() if line.strip()]
+        why = f"{type(e).__name__}: {lines[0] if lines else 'no message'} (kernel log: {shown(log)})"
+        raise ChapterFailed(nb, None, why) from None
 
 
 class ChapterFailed(Exception):
     def __init__(self, nb: Path, exec_count, message: str, cell_index: int | None = None):
         self.nb, self.exec_count, self.message, self.cell_index = nb, exec_count, message, cell_index
-        where = f"cell {cell_index} (execution count {exec_count})" if cell_index is not None else "setup"
+        where = f"cell {cell_index} (execution count {exec_count})" if cell_index is not None else "its kernel"
         super().__init__(f"chapter {shown(nb)} failed in {where}: {message}")
 
 
@@ -229,11 +271,28 @@ def _execute_job(
     if threads is not None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(threads)
+        signal.signal(signal.SIGTERM, _interrupt)  # a worker: the book tool forwards SIGTERM to it
     t = time.perf_counter()
     try:
         return execute_one(nb, out_dir, params, src_digest, force=force), "", time.perf_counter() - t
     except ChapterFailed as e:
         return "failed", str(e), time.perf_counter() - t
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+class Interrupted(Exception):
+    """The build was stopped (SIGTERM, Ctrl-C); ``unfinished`` chapters were not stamped."""
+
+    def __init__(self, unfinished: list[Path], signame: str):
+        self.unfinished, self.signame = unfinished, signame
+        super().__init__(
+            f"interrupted ({signame}): {len(unfinished)} chapter(s) not finished "
+            f"({', '.join(shown(p) for p in unfinished) or 'none'}); nothing of theirs was stamped, and the "
+            "same command resumes (finished chapters and run records are reused)"
+        )
 
 
 def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced: set[Path], jobs: int = 1) -> dict:
@@ -250,19 +309,36 @@ def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced
         print(f"  {status[nb.stem]:>8}  {shown(nb)}  ({seconds:.1f} s)", flush=True)
 
     if jobs <= 1 or len(todo) <= 1:
-        for a in args:
-            report(a[0], _execute_job(*a))
+        for i, a in enumerate(args):
+            try:
+                report(a[0], _execute_job(*a))
+            except KeyboardInterrupt as e:
+                raise Interrupted([x[0] for x in args[i:]], str(e) or "SIGINT") from None
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
 
         ctx = multiprocessing.get_context("spawn")
         workers = min(jobs, len(todo))
         threads = max(1, (os.cpu_count() or 1) // workers)
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            futures = {pool.submit(_execute_job, *a, threads): a[0] for a in args}
+        pool = ProcessPoolExecutor(workers, mp_context=ctx)
+        futures = {pool.submit(_execute_job, *a, threads): a[0] for a in args}
+        try:
             for f in as_completed(futures):
-                report(futures[f], f.result())
+                try:
+                    result = f.result()
+                except BrokenProcessPool:  # the worker itself died (killed, out of memory)
+                    result = ("failed", f"chapter {shown(futures[f])} failed: its worker process died", 0.0)
+                report(futures[f], result)
+        except KeyboardInterrupt as e:
+            for proc in list(getattr(pool, "_processes", {}).values()):  # forward to the workers and kernels
+                if proc.is_alive():
+                    proc.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            unfinished = [futures[f] for f in futures if not f.done() or f.cancelled() or f.exception()]
+            raise Interrupted([nb for nb in todo if nb in unfinished], str(e) or "SIGINT") from None
+        pool.shutdown(wait=True)
     if failures:
         print("\n".join(["", "BUILD FAILED:"] + [failures[nb] for nb in todo if nb in failures]), file=sys.stderr)
         raise SystemExit(1)
@@ -315,11 +391,16 @@ def main(argv: list[str] | None = None) -> None:
         if not p.is_file() or p.suffix != ".py":
             ap.error(f"{p}: not a chapter source (a jupytext .py file in notebooks/)")
     params = {"profile": a.profile, "seed": a.seed, "device": a.device}
+    signal.signal(signal.SIGTERM, _interrupt)  # what timeout, a CI cancel and systemd send
     t0 = time.perf_counter()
     stage_sources(out)
     print(f"executing chapters (profile={a.profile}, device={a.device}) into {out / '_generated'}")
     todo, forced = plan(a.action, only, a.force)
-    execute_all(out, params, todo, a.src_dir.resolve(), forced, jobs=a.jobs)
+    try:
+        execute_all(out, params, todo, a.src_dir.resolve(), forced, jobs=a.jobs)
+    except Interrupted as e:
+        print(str(e), file=sys.stderr)
+        raise SystemExit(143 if e.signame == "SIGTERM" else 130) from None
     toc = (BOOK_SRC / "_toc.yml").read_text()
     for p in only or []:
         target = out / "_generated" / f"{p.stem}.ipynb"

@@ -30,6 +30,7 @@ from attnid.plotting import DPI, MIN_FONT_PT  # how every figure of the book is 
 
 CHROMIUM = "/usr/bin/chromium"
 WIDE, PHONE = 1300, 390
+PAGE_TIMEOUT_S = 30  # a page that has not loaded by then is reported, and the other pages are still checked
 MIN_IMAGE_PX = 500
 ARGS = [
     "--no-sandbox",
@@ -95,8 +96,15 @@ def pages_of(html: Path) -> list[str]:
     )
 
 
-def check_book(html: Path, screenshots: Path | None = None, chromium: str = CHROMIUM, jobs: int = 1) -> list[str]:
-    """Every problem found, one line each (empty: the book reads well). ``jobs`` browsers share the pages."""
+def check_book(
+    html: Path,
+    screenshots: Path | None = None,
+    chromium: str = CHROMIUM,
+    jobs: int = 1,
+    timeout_s: float = PAGE_TIMEOUT_S,
+) -> list[str]:
+    """Every problem found, one line each (empty: the book reads well). ``jobs`` browsers share the pages; a
+    page that does not load within ``timeout_s`` is one problem, and the others are still checked."""
     html = Path(html)
     if screenshots:
         screenshots.mkdir(parents=True, exist_ok=True)
@@ -111,35 +119,47 @@ def check_book(html: Path, screenshots: Path | None = None, chromium: str = CHRO
     shares = [pages[i::n] for i in range(n)]
     try:
         if len(shares) == 1:
-            found = _check_pages(base, shares[0], screenshots, chromium)
+            found = _check_pages(base, shares[0], screenshots, chromium, timeout_s)
         else:
             import multiprocessing
 
             with multiprocessing.get_context("spawn").Pool(len(shares)) as pool:
-                parts = pool.starmap(_check_pages, [(base, share, screenshots, chromium) for share in shares])
+                parts = pool.starmap(
+                    _check_pages, [(base, share, screenshots, chromium, timeout_s) for share in shares]
+                )
             found = {rel: p for part in parts for rel, p in part.items()}
     finally:
         server.shutdown()
     return [line for rel, _ in pages for line in found[rel]]
 
 
-def _check_pages(base: str, pages: list[tuple[str, bool]], screenshots: Path | None, chromium: str) -> dict:
+def _check_pages(
+    base: str, pages: list[tuple[str, bool]], screenshots: Path | None, chromium: str, timeout_s: float
+) -> dict:
     """``{page: problems}`` for ``pages`` (``(path, is_chapter)``), in one browser."""
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
     found = {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
         for rel, chapter in pages:
-            found[rel] = [line for mode in ("light", "dark") for line in
-                          _check_page(browser, base, rel, mode, screenshots, chapter)]  # fmt: skip
-            found[rel] += _check_phone(browser, base, rel, screenshots)
+            try:
+                found[rel] = [line for mode in ("light", "dark") for line in
+                              _check_page(browser, base, rel, mode, screenshots, chapter, timeout_s)]  # fmt: skip
+                found[rel] += _check_phone(browser, base, rel, screenshots, timeout_s)
+            except PlaywrightError as e:  # a page that never loads (a TimeoutError) or a crashed tab
+                first = str(e).strip().splitlines()[0] if str(e).strip() else "no message"
+                found[rel] = [f"{rel}: could not be checked ({type(e).__name__}: {first})"]
+                browser.close()  # its stuck tab with it; the next pages get a fresh browser
+                browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
         browser.close()
     return found
 
 
-def _open(browser, base: str, rel: str, width: int, mode: str):
+def _open(browser, base: str, rel: str, width: int, mode: str, timeout_s: float = PAGE_TIMEOUT_S):
     ctx = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=mode)
+    ctx.set_default_timeout(1000 * timeout_s)
     ctx.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
     page = ctx.new_page()
     errors: list[str] = []
@@ -166,8 +186,10 @@ def _shot_name(rel: str, what: str) -> str:
     return rel.replace("/", "_").removesuffix(".html") + f"-{what}.png"
 
 
-def _check_page(browser, base: str, rel: str, mode: str, screenshots: Path | None, chapter: bool) -> list[str]:
-    ctx, page, errors, outside = _open(browser, base, rel, WIDE, mode)
+def _check_page(
+    browser, base: str, rel: str, mode: str, screenshots: Path | None, chapter: bool, timeout_s: float
+) -> list[str]:
+    ctx, page, errors, outside = _open(browser, base, rel, WIDE, mode, timeout_s)
     m = page.evaluate(MEASURE)
     out = []
     where = f"{rel} ({mode}, {WIDE} px)"
@@ -193,10 +215,10 @@ def _check_page(browser, base: str, rel: str, mode: str, screenshots: Path | Non
     return out
 
 
-def _check_phone(browser, base: str, rel: str, screenshots: Path | None) -> list[str]:
+def _check_phone(browser, base: str, rel: str, screenshots: Path | None, timeout_s: float) -> list[str]:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    ctx, page, errors, _ = _open(browser, base, rel, PHONE, "light")
+    ctx, page, errors, _ = _open(browser, base, rel, PHONE, "light", timeout_s)
     m = page.evaluate(MEASURE)
     out = []
     where = f"{rel} ({PHONE} px)"

@@ -69,6 +69,15 @@ class AuditResult:
         return d
 
 
+SEED_MAX = 2**63 - 1  # torch generators take seeds up to here
+
+
+def check_seed(seed) -> None:
+    """A seed is an integer in ``[0, 2⁶³ − 1]``; anything else raises ``ValueError`` naming it."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
+
+
 def check_seq_len(seq_len) -> None:
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 2:
         raise ValueError(
@@ -228,8 +237,7 @@ def audit_torch_mha(
     check_seq_len(seq_len)
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    check_seed(seed)
     n = sum(p.numel() for p in mha.parameters())
     E = mha.embed_dim
     B = batch or max(2, math.ceil(3 * n / (E * seq_len)))
@@ -383,8 +391,7 @@ def audit(
     """
     if not isinstance(cfg, AttentionConfig):
         raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    check_seed(seed)
     if batch is not None and (not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     check_rtol(rtol)

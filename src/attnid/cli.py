@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -161,6 +162,7 @@ def _audit_hf(a) -> int:
         raise ValueError(f"hf: {', '.join(extra)} cannot be combined with --hf (the module and its data fix them)")
     if not a.hf.strip():
         raise ValueError(f"hf: give a model type ({', '.join(HF_TYPE_NAMES)})")
+    a.hf = a.hf.strip().lower()  # as --preset: case does not matter
     scope_flags = [f for f, v in (("--block", a.block), ("--model", a.model)) if v]
     if len(scope_flags) > 1:
         raise ValueError("scope: give --block or --model, not both")
@@ -304,9 +306,33 @@ def _set_threads(a) -> None:
 
     from .lm.profiles import default_threads
 
-    if a.threads is not None and a.threads < 1:
-        raise ValueError(f"threads must be a positive integer, got {a.threads}")
+    cores = os.cpu_count() or 1
+    if a.threads is not None and not 1 <= a.threads <= cores:
+        raise ValueError(f"threads must be from 1 to the {cores} cores of this machine, got {a.threads}")
     torch.set_num_threads(a.threads or default_threads())
+
+
+def _check_launcher_flags(a) -> None:
+    """Refuse launcher options that the chosen launcher would ignore."""
+    slurm_only = [
+        flag
+        for flag, given in (
+            ("--partition", a.partition is not None),
+            ("--time", a.time != SLURM.time_min),
+            ("--gpus-per-job", a.gpus_per_job != SLURM.gpus_per_job),
+            ("--cpus-per-job", a.cpus_per_job != SLURM.cpus_per_job),
+            ("--mem-gb", a.mem_gb is not None),
+            ("--array-parallelism", a.array_parallelism != SLURM.array_parallelism),
+            ("--wait", a.wait),
+        )
+        if given
+    ]
+    if slurm_only and a.launcher != "slurm":
+        raise ValueError(f"launcher: {', '.join(slurm_only)} only apply to --launcher slurm")
+    if a.parallel != 1 and a.launcher != "local":
+        raise ValueError("parallel: only --launcher local runs several processes at once")
+    if a.batch_seeds and a.launcher != "inline":
+        raise ValueError("batch-seeds: trains in this process; it cannot be combined with --launcher local|slurm")
 
 
 def _check_paper_device(a) -> None:
@@ -360,6 +386,7 @@ def cmd_experiments(a) -> int:
     if a.profile not in suite.seeds:
         raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(suite.seeds)}")
     seeds = [a.seed] if a.seed is not None else suite.seeds[a.profile]
+    _check_launcher_flags(a)
     cases = suite.cases_at(a.profile)
     cfgs = [make_config(a.profile, c, seed=s, device=a.device, **_run_options(a)) for s in seeds for c in cases]
     slurm = None
@@ -409,12 +436,12 @@ def cmd_claims(a) -> int:
         raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(PROFILES)}")
     seeds = None
     if a.seed_set is not None:
-        try:
-            seeds = sorted({int(s) for s in a.seed_set.split(",") if s.strip()})
-        except ValueError:
-            raise ValueError(f"seed-set: expected comma-separated seeds such as 0,1,2, got {a.seed_set!r}") from None
-        if not seeds or min(seeds) < 0:
-            raise ValueError(f"seed-set: expected non-negative seeds such as 0,1,2, got {a.seed_set!r}")
+        parts = [s.strip() for s in a.seed_set.split(",") if s.strip()]
+        if not parts or not all(s.isascii() and s.isdigit() for s in parts):
+            raise ValueError(f"seed-set: expected comma-separated non-negative seeds such as 0,1,2, got {a.seed_set!r}")
+        seeds = sorted({int(s) for s in parts})
+    if a.runs and not Path(a.runs).is_dir():
+        raise ValueError(f"runs: {a.runs} is not a folder of run records (<runs>/<profile>/<case>)")
     runs = load_suite(a.profile, "dynamics", seeds=seeds, base=Path(a.runs) if a.runs else None)
     rows = evaluate_claims(runs)
     if a.json:
@@ -512,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="inline",
         choices=[name for name in LAUNCHERS if name != "debug"],
         help="inline: one run after another in this process (default); local: a process per run on this "
-        "machine; slurm: a SLURM job array",
+        "machine, with no practical deadline (a week; submitit's own default would kill a job after 2 minutes); "
+        "slurm: a SLURM job array (--time per run)",
     )
     g.add_argument("--parallel", type=int, default=1, help="local: runs at once (one GPU gains nothing from more)")
     g.add_argument(
@@ -579,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RecordError, CertificateError, LaunchError, HFAuditError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): what it read is what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:  # the machine said no: a read-only folder, a full disk, a missing program
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
         print(f"attnid: error: {e.strerror or e}{where}; a run that stopped resumes when rerun", file=sys.stderr)
@@ -586,9 +617,12 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as e:
         print(f"attnid: {e}", file=sys.stderr)
         return 130
-    except KeyboardInterrupt:  # before a training loop started (a loop reports its step itself)
-        what = f"attnid {a.command}"
-        print(f"attnid: interrupted before any work was done ({what}); run the same command again", file=sys.stderr)
+    except KeyboardInterrupt:  # outside a training loop (a loop reports its step itself)
+        print(
+            f"attnid: interrupted (attnid {a.command}); finished runs and records are kept and reused: "
+            "run the same command again",
+            file=sys.stderr,
+        )
         return 130
 
 

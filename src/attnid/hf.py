@@ -30,6 +30,7 @@ from .audit import (
     AuditResult,
     audit_module,
     available_memory,
+    check_seed,
     default_data_size,
     default_seq_len,
     memory_estimate,
@@ -427,6 +428,7 @@ def audit_hf(
     inside the module, for example, blurs the rank), raises :class:`HFAuditError`. An audit estimated to
     need more than ``max_memory`` bytes (default: the machine's available memory) is refused before it starts.
     """
+    check_seed(seed)
     if scope not in SCOPES:
         raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
     for name, v in (("ffn", ffn), ("layers", layers), ("vocab", vocab)):

@@ -83,6 +83,10 @@ def found_seeds(profile: str, case: str, roots: list[Path]) -> list[int]:
         for d in folder.iterdir():
             name, _, s = d.name.partition("-s")
             if name == case and records.is_finished(d) and (not s or s.isdigit()):
+                if d.name != records.run_name(case, int(s or 0)):
+                    raise RecordError(
+                        f"{d}: not a run folder name (seed {int(s)} of {case} is {records.run_name(case, int(s))})"
+                    )
                 seeds.add(int(s) if s else 0)
     return sorted(seeds)
 
@@ -91,8 +95,9 @@ def load_suite(
     profile: str, suite: str = "dynamics", seeds: list[int] | None = None, base: Path | None = None
 ) -> SuiteRuns:
     """The finished records of ``suite`` at ``profile`` from ``base`` (default: the runs folder), else the
-    committed records; ``seeds=None`` takes every seed found. Missing runs are left out; a damaged one
-    raises :class:`RecordError`."""
+    committed records; ``seeds=None`` takes every seed found. Missing runs are left out; a damaged one, one
+    whose folder is not the one its config names, a folder name that is not a run name, and two seeds
+    with equal rows raise :class:`RecordError`."""
     if suite not in SUITES:
         raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
     roots = list(dict.fromkeys([Path(base or records.runs_root()), records.committed_root()]))
@@ -102,7 +107,20 @@ def load_suite(
             rec = records.find_runs(profile, [case], seed=s, base=base).get(case)
             if rec is not None:
                 out.runs.setdefault(case, {})[s] = rec
+        check_distinct_seeds(out.runs.get(case, {}))
     return out
+
+
+def check_distinct_seeds(by_seed: dict[int, Record]) -> None:
+    """Refuse two seeds of a case whose rows are equal (one run copied under two seeds): one line naming both."""
+    seen: dict[str, Record] = {}
+    for rec in by_seed.values():
+        key = repr(rec.rows[-1]) if rec.rows else ""
+        if key and key in seen:
+            raise RecordError(
+                f"{seen[key].path} and {rec.path} hold the same run (equal rows): one seed's record under two names"
+            )
+        seen[key] = rec
 
 
 def scale_label(rec: Record) -> str:

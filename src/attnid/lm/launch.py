@@ -21,6 +21,10 @@ from pathlib import Path
 from .profiles import RunConfig
 
 LAUNCHERS = ("inline", "local", "slurm", "debug")
+# A local job's deadline. submitit's local executor kills a job after 2 minutes unless told otherwise (it passes
+# the deadline to the job as SUBMITIT_LOCAL_TIMEOUT_S); a cpu run takes half a minute on idle cores and several
+# on a busy machine, a paper-scale run hours. A week is no deadline in practice.
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60
 
 
 class LaunchError(RuntimeError):
@@ -74,6 +78,8 @@ def make_executor(launcher: str, folder: str | Path, slurm: SlurmOptions | None 
     if Path(folder).exists() and not Path(folder).is_dir():
         raise ValueError(f"log-dir: {folder} exists and is not a folder")
     ex = submitit.AutoExecutor(folder=str(folder), cluster=launcher)
+    if launcher == "local":
+        ex.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN)
     if launcher == "slurm":
         o = slurm or SlurmOptions()
         params = dict(
@@ -153,7 +159,9 @@ def launch(
         try:
             return done(i, cfg, ex.submit(run_job, cfg.as_dict(), force, threads).result())
         except (UncompletedJobError, FailedJobError) as e:
-            report(f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: did not finish ({type(e).__name__})")
+            lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+            why = f"{type(e).__name__}: {lines[-1] if lines else 'no reason given'}"
+            report(f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: did not finish ({why})")
             return None
 
     with ThreadPoolExecutor(max_workers=1 if launcher == "debug" else parallel) as pool:

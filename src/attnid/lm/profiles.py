@@ -209,8 +209,9 @@ def make_config(profile: str, case: str, *, seed: int = 0, device: str = "auto",
         device=device,
         **{**PROFILES[profile], **suite_changes, **CASES[case], **overrides},
     )
-    if not isinstance(cfg.seed, int) or cfg.seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {cfg.seed!r}")
+    from ..audit import check_seed
+
+    check_seed(cfg.seed)
     if cfg.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer: unknown {cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not cfg.lr > 0:

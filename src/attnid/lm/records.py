@@ -257,10 +257,29 @@ def _check_rows(d: Path, summary: dict, config: dict, rows: list) -> None:
             raise _fail(d / "summary.json", f"says {key} = {said!r}, its rows say {rows_say!r}")
 
 
+def check_place(d: Path, config: dict) -> None:
+    """Refuse a record whose folder is not where its ``config.json`` puts it (``<profile>/<case>[-s<seed>]``):
+    the record, not the folder name, says what a run is, so a copy under another name or profile is refused.
+    A forced run's temporary folder (``.<name>.force-*``) is exempt."""
+    if d.name.startswith("."):
+        return
+    try:
+        want = (str(config["profile"]), run_name(str(config["case"]), int(config["seed"])))
+    except (KeyError, TypeError, ValueError):
+        raise _fail(d / "config.json", "names no profile, case and seed") from None
+    if (d.parent.name, d.name) != want:
+        raise _fail(
+            d / "config.json",
+            f"is the record of {want[0]}/{want[1]} (profile {config['profile']}, case {config['case']}, seed "
+            f"{config['seed']}) but sits in {d.parent.name}/{d.name}: a record is read only from its own folder",
+        )
+
+
 def load(d: Path, *, verify: bool = True) -> Record:
     """Read and check a finished run in ``d``; raise :class:`RecordError` naming what is wrong.
 
-    Checked: the summary's format is one this code reads, its file list is complete and well formed,
+    Checked: the folder is the one its config names (:func:`check_place`), the summary's format is one this
+    code reads, its file list is complete and well formed,
     every listed file is present with its size and sha256, the rows are the expected steps up to
     ``max_iters``, and the numbers the summary repeats (steps, final and best losses) equal the rows'."""
     d = Path(d)
@@ -273,6 +292,7 @@ def load(d: Path, *, verify: bool = True) -> Record:
     if not isinstance(config, dict):
         raise _fail(d / "config.json", "not a run config (a JSON object)")
     if verify:
+        check_place(d, config)
         for name, entry in _check_summary(d, summary).items():
             p = d / name
             if not p.exists():
@@ -318,10 +338,11 @@ def find_runs(profile: str, cases: list[str], seed: int = 0, base: Path | None =
     return found
 
 
-def summaries_digest(profiles: list[str], cases: list[str], roots: list[Path] | None = None) -> str:
-    """sha256 over the ``summary.json`` of every finished record of ``cases`` (any seed) at ``profiles``
-    under ``roots`` (default: the runs folder and the committed records): it changes when a record is
-    added, removed or remade. The book's cache uses it for the chapters that read records."""
+def records_digest(profiles: list[str], cases: list[str], roots: list[Path] | None = None) -> str:
+    """sha256 over every finished record of ``cases`` (any seed) at ``profiles`` under ``roots`` (default: the
+    runs folder and the committed records): its ``summary.json`` and the bytes of every file the summary lists
+    except weights (``*.pt``), so it changes when a record is added, removed or remade, and when a file of one
+    is truncated or replaced. The book's cache uses it for the chapters that read records."""
     h = hashlib.sha256()
     for root in dict.fromkeys(roots or [runs_root(), committed_root()]):
         for profile in dict.fromkeys(profiles):
@@ -331,8 +352,18 @@ def summaries_digest(profiles: list[str], cases: list[str], roots: list[Path] | 
             for d in sorted(folder.iterdir()):
                 name, _, seed = d.name.partition("-s")
                 if name in cases and (not seed or seed.isdigit()) and (d / "summary.json").is_file():
+                    summary = (d / "summary.json").read_bytes()
                     h.update(f"{profile}/{d.name}\n".encode())
-                    h.update((d / "summary.json").read_bytes())
+                    h.update(summary)
+                    try:
+                        listed = json.loads(summary).get("files", {})
+                    except (ValueError, AttributeError):
+                        listed = {}
+                    for f in sorted(listed) if isinstance(listed, dict) else []:
+                        p = d / f
+                        if not f.endswith(".pt") and p.is_file():
+                            h.update(f.encode())
+                            h.update(p.read_bytes())
     return h.hexdigest()
 
 
