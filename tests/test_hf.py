@@ -150,3 +150,45 @@ def test_preset_verification_shows_progress_on_stderr(capsys):
     captured = capsys.readouterr()
     assert "verifying presets" in captured.err and captured.out == ""
     assert out["bert-base"] is None and out["gpt2"].unidentified == out["gpt2"].details["theory_unidentified"]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(scope="model", vocab=10**9),
+        dict(scope="model", layers=10**9),
+        dict(scope="block", ffn=10**9),
+    ],
+)
+def test_hf_memory_guard_runs_before_anything_is_built(kw, monkeypatch):
+    """The estimate comes from the closed form's shapes: a size that cannot fit is refused before a module
+    (or its parameters) exists."""
+    import attnid.hf as hf
+
+    def refuse(*a, **k):
+        raise AssertionError("built before the memory check")
+
+    for name in ("build_attention", "build_block", "build_model"):
+        monkeypatch.setattr(hf, name, refuse)
+    with pytest.raises(ValueError, match="GiB available"):
+        hf.audit_hf("llama", embed=8, heads=2, **kw)
+
+
+def test_plain_audit_memory_guard_runs_before_the_parameters_exist(monkeypatch):
+    import attnid.audit as audit_mod
+    from attnid import AttentionConfig
+
+    monkeypatch.setattr(audit_mod, "init_params", lambda *a, **k: pytest.fail("allocated before the check"))
+    with pytest.raises(ValueError, match="GiB available"):
+        audit_mod.audit(AttentionConfig(100_000, 1))
+
+
+def test_available_memory_sees_ulimit(monkeypatch):
+    import resource
+
+    from attnid.audit import available_memory
+
+    free = available_memory()
+    assert free is not None and free > 0
+    monkeypatch.setattr(resource, "getrlimit", lambda r: (2**31, resource.RLIM_INFINITY))
+    assert available_memory() <= 2**31  # what is left under `ulimit -v 2GiB`, less what the process already maps

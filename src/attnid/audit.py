@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import scipy.linalg
@@ -39,6 +40,7 @@ from .attention import (
     param_slices,
     unflatten,
 )
+from .counting import total_params
 from .symmetry import tangent_basis
 
 RTOL = 1e-9
@@ -300,25 +302,53 @@ def qk_product_rank(E: int, D: int, *, orthonormal: bool = False, seed: int = 0)
 
 
 def memory_estimate(n_params: int, n_outputs: int, method: str, *, groups: int | None = None) -> int:
-    """Bytes an audit needs, roughly: dense holds the ``n_outputs x n_params`` float64 Jacobian twice
-    (it and its QR); certify holds a chunk of 128 output-sized vectors, the tangent basis and either
-    an ``n x n`` sketch or, split by ``groups`` key/value groups, two groups' Jacobians of ``n/G x 2n/G``."""
+    """Bytes an audit needs, roughly: dense holds the ``n_outputs x n_params`` float64 Jacobian three times at
+    its peak (its chunks as they are joined, and the copy its QR factors; measured under ``ulimit -v``);
+    certify holds a chunk of 128 output-sized vectors, the tangent basis and either an ``n x n`` sketch or,
+    split by ``groups`` key/value groups, two groups' Jacobians of ``n/G x 2n/G``."""
     if method == "dense":
-        return 16 * n_outputs * n_params
+        return 24 * n_outputs * n_params
     block = n_params * n_params if groups is None else 4 * (n_params // groups) ** 2
     return 8 * (2 * block + 3 * 128 * n_outputs)
 
 
 def available_memory() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes (``None`` where unknown)."""
+    """Bytes this process can still allocate, as far as the machine says: the smallest of the host's
+    ``MemAvailable``, the room left under ``RLIMIT_AS`` (``ulimit -v``) and the room left under the
+    container's cgroup memory limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``); ``None`` where none
+    is known."""
+    import resource
+
+    known: list[int] = []
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    known.append(int(line.split()[1]) * 1024)
     except OSError:
         pass
-    return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        used = 0
+        try:
+            with open("/proc/self/status") as f:
+                used = next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:")), 0)
+        except OSError:
+            pass
+        known.append(max(0, soft - used))
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        try:
+            limit = Path(limit_file).read_text().strip()
+            usage = int(Path(usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 2**60:  # "max" or a huge number: no limit
+            known.append(max(0, int(limit) - usage))
+        break
+    return min(known) if known else None
 
 
 def svd_construction_rank(E: int, D: int, *, seed: int = 0) -> dict:
@@ -395,9 +425,7 @@ def audit(
     if batch is not None and (not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     check_rtol(rtol)
-    p = init_params(cfg, seed=seed)
-    theta = flatten(p)
-    n = theta.numel()
+    n = total_params(cfg)  # from the shapes: nothing is allocated before the memory check
     if method == "auto":
         method = "certify" if (n > 3000 and cfg.D <= cfg.E and cfg.C <= cfg.E) else "dense"
     B, L = default_data_size(cfg, n, ratio=ratio or (1.5 if method == "certify" else 3.0), seq_len=seq_len)
@@ -414,10 +442,14 @@ def audit(
     limit = max_memory if max_memory is not None else available_memory()
     if limit is not None and need > limit:
         raise ValueError(
-            f"audit: the {method} method needs about {need / 2**30:.1f} GiB for {n:,} parameters, more "
-            f"than the {limit / 2**30:.1f} GiB available; audit a smaller width (the counts depend on "
-            "the shape, not the size: try --embed 64) or use `attnid count` (the closed form)"
+            f"audit: the {method} method needs about {need / 2**30:,.3g} GiB for {n:,} parameters, more "
+            f"than the {limit / 2**30:.3g} GiB available (free memory, ulimit -v and the cgroup limit); audit a "
+            "smaller width (the counts depend on the shape, not the size: try --embed 64) or use `attnid count` "
+            "(the closed form)"
         )
+    p = init_params(cfg, seed=seed)
+    theta = flatten(p)
+    assert theta.numel() == n
     X = random_inputs(cfg, B, L, seed)
     if method == "dense":
         res = jacobian_rank(_layer_fn(cfg, p, X), theta, rtol=rtol)

@@ -447,15 +447,14 @@ def audit_hf(
     t = HF_TYPES[hf_type]
     gen = torch.Generator().manual_seed(10_000 + seed)
     seq_len = default_seq_len(cfg)
+    # the closed form first: the memory check reads the shapes alone, before anything is allocated
     if scope == "attention":
-        module, forward = build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation)
         theory = count(cfg)
         described = f"transformers.models.{t.module}.{t.attention}"
     else:
         ffn = ffn or default_ffn(hf_type, cfg.E)
         if scope == "block":
             theory = count_block(block_config(hf_type, cfg, ffn))
-            module, forward = build_block(hf_type, cfg, ffn=ffn, seed=seed)
             described = f"transformers.models.{t.module}.{t.layer}"
         else:
             vocab = vocab or default_vocab(hf_type, cfg.E, ffn)
@@ -470,14 +469,8 @@ def audit_hf(
                 hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=seq_len, norm_eps=norm_eps
             )
             theory = count_model(mc)
-            module, forward = build_model(
-                hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=seq_len, norm_eps=norm_eps,
-                seed=seed,
-            )  # fmt: skip
             described = f"transformers.{t.lm}"
-    n = sum(p.numel() for p in module.parameters())
-    if n != theory.total_params:
-        raise HFAuditError(f"{hf_type}: the module has {n} parameters, the closed form counts {theory.total_params}")
+    n = theory.total_params
     if scope == "attention":
         B, L = default_data_size(cfg, n)
     else:  # each token carries at most E informative outputs (the final norm's width, for a model)
@@ -488,9 +481,26 @@ def audit_hf(
     limit = free if max_memory is None else max_memory
     if limit is not None and need > limit:
         raise ValueError(
-            f"hf: auditing the {hf_type} {scope} at E = {cfg.E} needs about {need / 2**30:.1f} GiB ({n:,} "
-            f"parameters, {n_out:,} outputs), more than the {limit / 2**30:.1f} GiB available; use a smaller --embed"
+            f"hf: auditing the {hf_type} {scope} at E = {cfg.E} needs about {need / 2**30:,.3g} GiB ({n:,} "
+            f"parameters, {n_out:,} outputs), more than the {limit / 2**30:.3g} GiB available (free memory, "
+            "ulimit -v and the cgroup limit); use a smaller --embed"
+            + ("" if scope == "attention" else ", --ffn")
+            + (", --vocab or --layers" if scope == "model" else "")
         )
+    if scope == "attention":
+        module, forward = build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation)
+    elif scope == "block":
+        assert ffn is not None
+        module, forward = build_block(hf_type, cfg, ffn=ffn, seed=seed)
+    else:
+        assert ffn is not None and vocab is not None and tied is not None
+        module, forward = build_model(
+            hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=seq_len, norm_eps=norm_eps,
+            seed=seed,
+        )  # fmt: skip
+    built = sum(p.numel() for p in module.parameters())
+    if built != n:
+        raise HFAuditError(f"{hf_type}: the module has {built} parameters, the closed form counts {n}")
     if scope == "model":
         assert vocab is not None
         x = torch.randint(0, vocab, (B, L), generator=gen)
