@@ -313,3 +313,18 @@ def test_tolerance_window_gives_the_rank():
     assert tolerance_window(sv, 6)[0] == 0.0
     with pytest.raises(ValueError, match="rank must be"):
         tolerance_window(sv, 0)
+
+
+def test_a_large_dense_audit_says_what_it_is_doing(monkeypatch, capsys):
+    """Above PROGRESS_ENTRIES Jacobian entries a dense audit shows a bar and the factoring on stderr, never on
+    stdout (which may carry JSON); below it, nothing."""
+    import attnid.audit as audit_mod
+
+    cfg = AttentionConfig(8, 2)
+    quiet = audit(cfg, method="dense", progress=True)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(audit_mod, "PROGRESS_ENTRIES", 0)
+    loud = audit(cfg, method="dense", progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and "Jacobian" in err and "factoring the" in err
+    assert loud.unidentified == quiet.unidentified

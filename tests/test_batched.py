@@ -73,6 +73,12 @@ def test_an_interrupted_batch_resumes_alone_or_batched(corpus, tmp_path):
     for w, r in zip(whole, [rest[0], alone, rest[1]]):
         for key in (Key.TRAIN_LOSS, Key.VAL_LOSS, Key.TAU, Key.RHO):
             assert _rel_diff(w["rows"], r["rows"], key) < 1e-4, key
+    # the provenance says how each part was trained
+    assert alone["history"] == [[0, 20, [0, 1, 2]], [20, 50, None]] and alone["batched_seeds"] == [0, 1, 2]
+    for r in rest:
+        assert r["history"] == [[0, 20, [0, 1, 2]], [20, 50, [0, 2]]] and r["batched_seeds"] == [0, 1, 2]
+    assert whole[0]["history"] == [[0, 50, None]] and "batched_seeds" not in whole[0]
+    assert records.load_run("smoke", "adamw", 1, tmp_path / "cut").summary["history"] == alone["history"]
 
 
 def test_optimizer_state_slices_stack_back():

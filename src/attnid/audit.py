@@ -18,6 +18,7 @@ Two exact methods:
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -152,11 +153,15 @@ def check_rtol(rtol: float) -> None:
 
 
 JVP_CHUNK_BYTES = 2**28  # forward-mode tangents pushed through at once hold about this much output
+PROGRESS_ENTRIES = 2 * 10**7  # a dense audit whose Jacobian has more entries than this shows its progress
 
 
-def chunked_jacobian(fn, theta: torch.Tensor) -> torch.Tensor:
+def chunked_jacobian(fn, theta: torch.Tensor, *, progress: bool = False) -> torch.Tensor:
     """``(m, n)`` Jacobian of ``fn`` at ``theta`` by forward mode, a chunk of basis tangents at a time, so
-    that a module's intermediates (held once per tangent) stay bounded whatever ``n``."""
+    that a module's intermediates (held once per tangent) stay bounded whatever ``n``. ``progress``: a bar
+    on stderr when the Jacobian is large (:data:`PROGRESS_ENTRIES`)."""
+    from tqdm import tqdm
+
     n = theta.numel()
     m = fn(theta).numel()
     chunk = max(1, min(n, JVP_CHUNK_BYTES // (8 * 16 * max(m, 1))))  # ~16 output-sized intermediates each
@@ -165,7 +170,10 @@ def chunked_jacobian(fn, theta: torch.Tensor) -> torch.Tensor:
         return torch.func.jvp(fn, (theta,), (v,))[1].reshape(-1)
 
     cols = []
-    for start in range(0, n, chunk):
+    show = progress and m * n > PROGRESS_ENTRIES
+    for start in tqdm(
+        range(0, n, chunk), desc=f"Jacobian {m:,} x {n:,}", unit="chunk", file=sys.stderr, disable=not show
+    ):
         k = min(chunk, n - start)
         V = torch.zeros(k, n, dtype=theta.dtype, device=theta.device)
         V[torch.arange(k), start + torch.arange(k)] = 1
@@ -173,17 +181,20 @@ def chunked_jacobian(fn, theta: torch.Tensor) -> torch.Tensor:
     return torch.cat(cols).T
 
 
-def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL) -> AuditResult:
-    """Rank of the Jacobian of ``fn: R^n -> R^m`` at ``theta`` (float64, dense)."""
+def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL, progress: bool = False) -> AuditResult:
+    """Rank of the Jacobian of ``fn: R^n -> R^m`` at ``theta`` (float64, dense); ``progress``: say on stderr
+    what a large audit is doing."""
     check_rtol(rtol)
     t0 = time.perf_counter()
     theta = theta.detach().to(torch.float64)
     try:
-        J = chunked_jacobian(fn, theta)
+        J = chunked_jacobian(fn, theta, progress=progress)
     except (NotImplementedError, RuntimeError):  # some fused kernels have no forward-mode AD
         J = torch.autograd.functional.jacobian(fn, theta, vectorize=False)
     J = J.reshape(-1, theta.numel())
     m, n = J.shape
+    if progress and m * n > PROGRESS_ENTRIES:
+        print(f"factoring the {m:,} x {n:,} Jacobian (QR, then SVD) ...", file=sys.stderr, flush=True)
     if m > n:
         J = torch.linalg.qr(J, mode="r").R
     sv = torch.linalg.svdvals(J).numpy()
@@ -192,7 +203,9 @@ def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL) -> AuditResult
     return AuditResult(n, rank, n - rank, _gap(sv, rank), float(tol), "dense", time.perf_counter() - t0, m, sv.tolist())
 
 
-def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float = RTOL) -> AuditResult:
+def audit_module(
+    module: nn.Module, inputs: tuple, *, forward=None, rtol: float = RTOL, progress: bool = False
+) -> AuditResult:
     """Dense audit of any module: ``forward(module, *inputs)`` (default ``module(*inputs)``,
     first element if it returns a tuple) differentiated with respect to all its parameters. The caller's
     module is not changed (a float64 copy is audited). Inputs that are constant (all zeros, say) are
@@ -223,7 +236,7 @@ def audit_module(module: nn.Module, inputs: tuple, *, forward=None, rtol: float 
         out = call(*inputs)
         return (out[0] if isinstance(out, tuple) else out).reshape(-1)
 
-    return jacobian_rank(fn, theta, rtol=rtol)
+    return jacobian_rank(fn, theta, rtol=rtol, progress=progress)
 
 
 def audit_torch_mha(
@@ -452,7 +465,7 @@ def audit(
     assert theta.numel() == n
     X = random_inputs(cfg, B, L, seed)
     if method == "dense":
-        res = jacobian_rank(_layer_fn(cfg, p, X), theta, rtol=rtol)
+        res = jacobian_rank(_layer_fn(cfg, p, X), theta, rtol=rtol, progress=progress)
     elif method == "certify":
         res = _certify(cfg, p, X, progress=progress, rtol=rtol, directions=directions)
     else:

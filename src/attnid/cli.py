@@ -193,7 +193,7 @@ def _audit_hf(a) -> int:
     r = audit_hf(
         a.hf, embed=E, heads=H, groups=a.groups, head_dim=a.head_dim, rope_dims=rope_dims, bias=a.bias,
         seed=a.seed, check=False, max_memory=None if a.max_memory is None else a.max_memory * 2**30,
-        scope=scope, ffn=a.ffn, norm_eps=a.norm_eps, **model_flags,
+        scope=scope, ffn=a.ffn, norm_eps=a.norm_eps, progress=True, **model_flags,
     )  # fmt: skip
     d = r.details
     out = {

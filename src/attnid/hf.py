@@ -411,6 +411,7 @@ def audit_hf(
     vocab: int | None = None,
     tied: bool | None = None,
     norm_eps: float = 0.0,
+    progress: bool = False,
 ) -> AuditResult:
     """Audit a real ``hf_type`` module at a small width: ``unidentified`` from the Jacobian rank,
     ``details["theory_unidentified"]`` from the closed form.
@@ -427,6 +428,7 @@ def audit_hf(
     With ``check`` (default) a difference, or a singular-value gap below ``MIN_GAP`` (float32 arithmetic
     inside the module, for example, blurs the rank), raises :class:`HFAuditError`. An audit estimated to
     need more than ``max_memory`` bytes (default: the machine's available memory) is refused before it starts.
+    ``progress``: a large audit says on stderr what it is doing (stdout stays free for JSON).
     """
     check_seed(seed)
     if scope not in SCOPES:
@@ -508,7 +510,7 @@ def audit_hf(
         x = torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64)
     if scope == "model" and t.mlp == "relu":
         _check_relu_units(module, forward, x)
-    res = audit_module(module, (x,), forward=forward, rtol=rtol)
+    res = audit_module(module, (x,), forward=forward, rtol=rtol, progress=progress)
     sv = torch.tensor(res.singular_values or [1.0])
     rel = sv / sv[0]
     lo, hi = NEAR_NULL_BAND

@@ -172,6 +172,8 @@ def _run_batched(
         Run(c, m, opt, data, device, precision, torch.Generator().manual_seed(c.seed), probe=None)
         for c, m in zip(cfgs, models)
     ]
+    for run in runs:
+        run.segment = (0, [c.seed for c in cfgs])
     start, beta0 = 0, None
     if (dirs[0] / "checkpoint.pt").exists():
         cks = [Checkpoint.load(d / "checkpoint.pt") for d in dirs]
@@ -179,6 +181,8 @@ def _run_batched(
             run.restore(ck, optimizer=False)
         opt.load_state_dict(stack_optimizer_states([ck.opt for ck in cks]))
         start = cks[0].step
+        for run in runs:
+            run.segment = (start, [c.seed for c in cfgs])
         if all(ck.beta0 is not None for ck in cks):
             beta0 = torch.stack([ck.beta0 for ck in cks]).to(device)  # type: ignore[misc]
     qk = [
@@ -253,7 +257,6 @@ def _run_batched(
         heads = head_analysis(run)
         t_heads = time.perf_counter() - t_heads
         summary = summarize(run, metrics=True, train_seconds=train_seconds, heads_seconds=t_heads, start=start)
-        summary["batched_seeds"] = [c.seed for c in cfgs]
         if run.cfg.save_model:
             save_model(run, d)
         summary = records.finish(d, run.rows, summary, heads)

@@ -271,6 +271,7 @@ class Checkpoint:
     beta0: torch.Tensor | None  # the probe's initial β
     threads: int  # CPU reductions depend on the thread count
     elapsed: float  # seconds of training before this checkpoint
+    history: list = field(default_factory=list)  # [[first step, end step, seeds batched with or None]]
 
     def save(self, path: Path) -> None:
         buf = io.BytesIO()
@@ -281,7 +282,7 @@ class Checkpoint:
     def load(cls, path: Path) -> "Checkpoint":
         try:
             ck = torch.load(path, map_location="cpu", weights_only=False)  # RNG states stay on the host
-            return cls(**{f.name: ck[f.name] for f in fields(cls)})
+            return cls(**{f.name: ck[f.name] for f in fields(cls) if f.name in ck or f.name != "history"})
         except Exception as e:  # noqa: BLE001  (a damaged pickle raises many types)
             raise RecordError(f"{path}: damaged checkpoint ({type(e).__name__}); rerun with --force") from None
 
@@ -301,6 +302,19 @@ class Run:
     rows: list[dict] = field(default_factory=list)
     rebalances: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
+    history: list = field(default_factory=list)  # the segments before this process's (Checkpoint.history)
+    segment: tuple[int, list[int] | None] = (0, None)  # this process's: first step, seeds batched with
+
+    def history_to(self, step: int) -> list:
+        """The training history up to ``step``: earlier segments, then this process's, merged with the last
+        one when it was trained the same way."""
+        start, seeds = self.segment
+        out = [list(h) for h in self.history]
+        if out and out[-1][1] == start and out[-1][2] == seeds:
+            out[-1][1] = step
+        elif step > start:
+            out.append([start, step, seeds])
+        return out
 
     def checkpoint(
         self, step: int, seconds: float, *, opt_state: dict | None = None, beta0: torch.Tensor | None = None
@@ -323,6 +337,7 @@ class Run:
             beta0=beta0 if beta0 is not None else None if self.probe is None else self.probe.beta0.cpu(),
             threads=torch.get_num_threads(),
             elapsed=self.elapsed + seconds,
+            history=self.history_to(step),
         )
 
     def restore(self, ck: Checkpoint, optimizer: bool = True) -> None:
@@ -333,7 +348,7 @@ class Run:
         torch.set_rng_state(ck.rng)
         if self.device.startswith("cuda") and ck.cuda_rng is not None:
             torch.cuda.set_rng_state(ck.cuda_rng)
-        self.rows, self.rebalances, self.elapsed = ck.rows, ck.rebalances, ck.elapsed
+        self.rows, self.rebalances, self.elapsed, self.history = ck.rows, ck.rebalances, ck.elapsed, ck.history
         if ck.threads and ck.threads != torch.get_num_threads():
             torch.set_num_threads(ck.threads)  # CPU reductions depend on the thread count: resume exactly
 
@@ -457,7 +472,15 @@ def summarize(run: Run, *, metrics: bool, train_seconds: float, heads_seconds: f
         "python": platform.python_version(),
         "rebalances": run.rebalances,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **provenance_of(run.history_to(cfg.max_iters)),
     }
+
+
+def provenance_of(history: list) -> dict:
+    """What a summary says of how a run was trained: ``history`` (``[first step, end step, seeds batched with
+    or None]`` per segment) and ``batched_seeds``, every seed it was ever batched with (absent if never)."""
+    batched = sorted({s for _, _, seeds in history if seeds for s in seeds})
+    return {"history": history, **({"batched_seeds": batched} if batched else {})}
 
 
 def save_model(run: Run, d: Path) -> None:
@@ -490,6 +513,7 @@ def _run(
         ck = Checkpoint.load(ckpt_file)
         run.restore(ck)
         start, beta0 = ck.step, None if ck.beta0 is None else ck.beta0.to(device)
+        run.segment = (start, None)
     run.probe = IdentificationProbe(model, opt, beta0=beta0) if metrics else None
     law = beta_law_factor(cfg)
     bar = Progress(cfg, start, progress)
