@@ -62,7 +62,7 @@ def test_settings_a_model_type_cannot_express_are_refused():
         equivalent_config("qwen2", embed=16, heads=4, bias="none")
     with pytest.raises(ValueError, match="llama rotates all head dimensions"):
         equivalent_config("llama", embed=16, heads=4, rope_dims=2)
-    with pytest.raises(ValueError, match="opt has no rotary embeddings"):
+    with pytest.raises(ValueError, match="rope/rope_dims: opt has no rotary embeddings"):
         equivalent_config("opt", embed=16, heads=4, rope_dims=2)
     with pytest.raises(ValueError, match="unknown model type"):
         equivalent_config("bert", embed=16, heads=4)
@@ -192,3 +192,35 @@ def test_available_memory_sees_ulimit(monkeypatch):
     assert free is not None and free > 0
     monkeypatch.setattr(resource, "getrlimit", lambda r: (2**31, resource.RLIM_INFINITY))
     assert available_memory() <= 2**31  # what is left under `ulimit -v 2GiB`, less what the process already maps
+
+
+@pytest.mark.parametrize(
+    "kw, word",
+    [
+        (dict(scope="model", vocab=1), "vocab: 1 tokens"),
+        (dict(scope="model", vocab=8), "vocab: 8 tokens show the 8-dimensional stream"),  # V = E: one short
+        (dict(scope="model", vocab=9), None),  # V = E + 1: the closed form, with a clear gap
+    ],
+)
+def test_a_vocabulary_too_small_to_see_the_stream_is_refused(kw, word):
+    from attnid.hf import audit_hf
+
+    if word is None:
+        r = audit_hf("llama", embed=8, heads=2, **kw)
+        assert r.unidentified == r.details["theory_unidentified"] and r.sv_gap > 1e6
+    else:
+        with pytest.raises(ValueError, match=word):
+            audit_hf("llama", embed=8, heads=2, **kw)
+
+
+@pytest.mark.parametrize("hf_type, kw, word", [
+    ("gpt2", dict(scope="block", embed=2, heads=1), "embed: a LayerNorm over 2 feature"),
+    ("opt", dict(scope="model", embed=3, heads=1), "embed: a LayerNorm over 3 feature"),
+    ("phi", dict(scope="model", embed=8, heads=2, tied=True), "tied: the phi LM head has a bias"),
+    ("gpt2", dict(embed=8, heads=2, rope_dims=4), "rope/rope_dims: gpt2 has no rotary"),
+])  # fmt: skip
+def test_a_degenerate_or_impossible_setting_names_its_argument(hf_type, kw, word):
+    from attnid.hf import audit_hf
+
+    with pytest.raises(ValueError, match=word):
+        audit_hf(hf_type, **kw)

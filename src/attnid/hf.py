@@ -186,7 +186,7 @@ def equivalent_config(
         named = " or ".join(repr(x or "none") for x in t.biases)
         raise ValueError(f"bias: {hf_type} can have biases {named}, not {b or 'none'!r}")
     if t.rotary is None and rope_dims is not None:
-        raise ValueError(f"rope_dims: {hf_type} has no rotary embeddings")
+        raise ValueError(f"rope/rope_dims: {hf_type} has no rotary embeddings (drop --rope and --rope-dims)")
     cfg = AttentionConfig(embed, heads, groups=groups, head_dim=head_dim, bias=b, causal=True)
     if t.rotary is None:
         return cfg
@@ -454,12 +454,25 @@ def audit_hf(
         theory = count(cfg)
         described = f"transformers.models.{t.module}.{t.attention}"
     else:
+        if t.norm == "layer" and cfg.E < 4:
+            raise ValueError(
+                f"embed: a LayerNorm over {cfg.E} feature(s) leaves too little to tell directions apart (E = 1 is "
+                "constant, E = 2 a sign, E = 3 gives no clear gap); use --embed 4 or more"
+            )
         ffn = ffn or default_ffn(hf_type, cfg.E)
         if scope == "block":
             theory = count_block(block_config(hf_type, cfg, ffn))
             described = f"transformers.models.{t.module}.{t.layer}"
         else:
             vocab = vocab or default_vocab(hf_type, cfg.E, ffn)
+            if vocab <= cfg.E:
+                raise ValueError(
+                    f"vocab: {vocab} tokens show the {cfg.E}-dimensional stream through only {vocab - 1} "
+                    f"log-probabilities, too few to identify it (the count would describe the data); use more "
+                    f"than {cfg.E} (default {default_vocab(hf_type, cfg.E, ffn)})"
+                )
+            if tied and t.head_bias:
+                raise ValueError(f"tied: the {hf_type} LM head has a bias, so it cannot be tied to the embedding")
             if t.residual != "sequential" and vocab < default_vocab(hf_type, cfg.E, ffn):
                 raise ValueError(
                     f"vocab: in a {hf_type} model the first layer's MLP reads the token embedding alone, so a "
