@@ -43,14 +43,26 @@ class Case:
     run: Callable[[Path, Path], tuple[str, str]]  # (tree, scratch) -> (outcome, detail)
 
 
+def patience(seconds: float) -> float:
+    """A timeout that means "no end in sight", not "slow": ``seconds`` on an idle machine, stretched by the
+    1-minute load per core (a case that takes 300 s idle takes far longer beside two busy loops)."""
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = 0.0
+    return seconds * max(1.0, 1.0 + load) * 2
+
+
 def sh(tree: Path, args: list[str], *, env: dict | None = None, cwd: Path | None = None, timeout: float = 300,
        tool: str | None = None) -> subprocess.CompletedProcess | None:  # fmt: skip
     """``python -m attnid ARGS`` (or ``python tools/TOOL ARGS``) with ``tree/src`` first on the path;
-    ``None`` on timeout."""
+    ``None`` when it does not end within :func:`patience` of ``timeout``."""
     cmd = [sys.executable, str(tree / "tools" / tool)] if tool else [sys.executable, "-m", "attnid"]
     e = {**os.environ, "PYTHONPATH": str(tree / "src"), **(env or {})}
     try:
-        return subprocess.run(cmd + args, capture_output=True, text=True, env=e, cwd=cwd or tree, timeout=timeout)
+        return subprocess.run(
+            cmd + args, capture_output=True, text=True, env=e, cwd=cwd or tree, timeout=patience(timeout)
+        )
     except subprocess.TimeoutExpired:
         return None
 
@@ -112,7 +124,9 @@ except BaseException as e:
     def run(tree: Path, tmp: Path) -> tuple[str, str]:
         e = {**os.environ, "PYTHONPATH": str(tree / "src")}
         try:
-            r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=e, timeout=300)
+            r = subprocess.run(
+                [sys.executable, "-c", probe], capture_output=True, text=True, env=e, timeout=patience(300)
+            )
         except subprocess.TimeoutExpired:
             return "silent", "timeout"
         last = [x for x in r.stdout.splitlines() if x.startswith(("RESULT", "EXC"))]
