@@ -76,6 +76,8 @@ MODEL_CASES = [
     ("gpt2", dict(tied=False)),
     ("gpt2", dict(layers=2)),
     ("opt", dict(seed=1)),  # tied, ReLU, two unused position rows; seed 0 has a dead ReLU unit (see below)
+    ("opt", dict(bias="none")),  # no output bias: the value bias along 1 (value_mean)
+    ("opt", dict(bias="none", seed=2)),
     ("llama", dict()),
     ("llama", dict(layers=2, tied=True)),
     ("mistral", dict(heads=4, groups=1)),
@@ -223,3 +225,20 @@ def test_the_model_count_adds_the_residual_stream_to_the_blocks():
 
 def _llama_block():
     return BlockConfig(AttentionConfig(8, 2, rope=True, causal=True), 21, norm="rms", mlp="swiglu", mlp_bias=False)
+
+
+def test_value_mean_is_counted_only_without_an_output_bias():
+    """Behind LayerNorm the effective value bias adds Σ_h W_O^h b_h to every token; with no output bias to take
+    it, its one direction along 1 is invisible to the later norms (OPT without biases: 209 was one short)."""
+    from attnid.counting import count_model
+    from attnid.hf import default_seq_len, equivalent_config, model_config
+
+    def terms(bias: str, layers: int = 1) -> dict:
+        cfg = equivalent_config("opt", embed=8, heads=2, bias=bias)
+        mc = model_config("opt", cfg, ffn=32, layers=layers, vocab=24, tied=True, seq_len=default_seq_len(cfg),
+                          norm_eps=0.0)  # fmt: skip
+        return count_model(mc).unidentified_by_block
+
+    assert terms("none")["value_mean"] == 1 and terms("none", layers=3)["value_mean"] == 3
+    assert terms("qkvo")["value_mean"] == 0  # the output bias absorbs the whole constant
+    assert sum(terms("none").values()) == 210  # the Jacobian of the real OPT module (seeds 0 and 2)

@@ -360,7 +360,10 @@ def count_model(model: ModelConfig) -> Count:
       component along ``1`` is invisible: ``HC + F`` per layer, ``+1`` per output bias, less the one the block
       already counts; ``embedding_mean``: ``V`` (untied); ``position_mean``: the context's rows;
       ``embedding_position_shift``: token rows ``+ a``, position rows ``− a``: ``E − 1`` more untied, ``E``
-      tied (the head's shift ``a`` is a logit shift); ``unused_positions``: rows never read.
+      tied (the head's shift ``a`` is a logit shift); ``unused_positions``: rows never read; ``value_mean``:
+      with no output bias on the attention's stream (OPT without biases), the effective value bias ``W_V β``
+      that the norm gives still adds ``Σ_h W_O^h b_h`` to every token, and the one direction whose sum is
+      along ``1`` is removed by every later norm: 1 per layer (when ``G·C ≥ E``, so that ``1`` is in reach).
     """
     if not isinstance(model, ModelConfig):
         raise TypeError(f"model: expected a ModelConfig, got {type(model).__name__}")
@@ -378,6 +381,8 @@ def count_model(model: ModelConfig) -> Count:
             terms["position_mean"] = model.context
             terms["embedding_position_shift"] = E if model.tied else E - 1
         terms["unused_positions"] = model.unused_positions * E if model.positions == "learned" else 0
+        absorbed = "o" in cfg.bias or (b.residual != "sequential" and b.mlp_bias)  # a bias takes the constant
+        terms["value_mean"] = 0 if absorbed or cfg.G * cfg.C < E else model.layers
     if model.tied:
         terms["stream_rotation"] = 0
         terms["final_norm"] = 0
