@@ -322,7 +322,10 @@ table(blocks, formats={"gap": "{:.0e}"})
 #   invisible to all later layers: $HC + F$ per layer plus one per output bias (less the one the block
 #   already counts), $V$ for an untied embedding, one per position row; and token rows $+a$ with
 #   position rows $-a$ leave the stream unchanged ($E-1$ new directions; $E$ with a tied head, where
-#   it also shifts every logit by the same amount).
+#   it also shifts every logit by the same amount). The same holds for the constant the attention adds
+#   when no output bias takes it (OPT without biases): the norm's shift gives the values an effective
+#   bias $b$, every token receives $\sum_h W_O^h b_h$, and the one $b$ that makes this sum a multiple
+#   of $\mathbf 1$ is invisible to every later norm (one per layer, when $GC \ge E$).
 #
 # Audited on tiny whole models of each type ($E = 8$; one or two layers; norms at $\epsilon = 0$; OPT
 # with seed 1, because at seed 0 one ReLU unit of its first layer never switches on the audit's
