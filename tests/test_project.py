@@ -61,3 +61,53 @@ def test_the_math_never_imports_the_language_model_side():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """``module -> attnid modules it imports`` for every module under ``src/attnid``, lazy imports included."""
+    import ast
+
+    root = ROOT / "src" / "attnid"
+    mods = {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in root.rglob("*.py")}  # fmt: skip
+    graph = {}
+    for name, p in mods.items():
+        pkg = name if p.name == "__init__.py" else name.rsplit(".", 1)[0]
+        deps = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                cands = [target] + [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                cands = [a.name for a in node.names]
+            else:
+                continue
+            deps |= {c for c in cands if c in mods and c != name}
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_cycle_in_the_package():
+    graph = _import_graph()
+    assert {"attnid.families", "attnid.hf", "attnid.presets"} <= set(graph)
+    done: set[str] = set()
+
+    def visit(u: str, path: list[str]) -> None:
+        for v in sorted(graph[u]):
+            assert v not in path, "import cycle: " + " -> ".join(path[path.index(v) :] + [v])
+            if v not in done:
+                visit(v, path + [v])
+        done.add(u)
+
+    for u in sorted(graph):
+        visit(u, [u])
+
+
+def test_counting_and_presets_load_neither_transformers_nor_the_hf_module():
+    code = (
+        "import sys, attnid.cli, attnid.presets; attnid.presets.preset_count('llama-2-7b', 'model'); "
+        "print([m for m in ('transformers', 'attnid.hf') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -14,7 +14,7 @@ from pathlib import Path
 from .attention import AttentionConfig
 from .audit import METHODS as AUDIT_METHODS
 from .counting import BLOCKS, SCOPES, count
-from .hf import HF_TYPES
+from .families import HF_TYPES
 from .lm.launch import LAUNCHERS, SlurmOptions
 from .lm.profiles import CASES, PRECISIONS
 from .presets import preset

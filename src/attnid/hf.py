@@ -19,12 +19,11 @@ import sys
 import types
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .attention import AttentionConfig, parse_bias
+from .attention import AttentionConfig
 from .audit import (
     RTOL,
     AuditResult,
@@ -35,7 +34,15 @@ from .audit import (
     default_seq_len,
     memory_estimate,
 )
-from .counting import SCOPES, BlockConfig, ModelConfig, count, count_block, count_model
+from .counting import SCOPES, count, count_block, count_model
+from .families import (
+    HF_TYPES,
+    block_config,
+    default_ffn,
+    default_vocab,
+    equivalent_config,
+    model_config,
+)
 
 TESTED = "transformers 5.24"
 MIN_GAP = 1e6  # a rank decision with a smaller singular-value gap is not trusted
@@ -43,113 +50,6 @@ MIN_GAP = 1e6  # a rank decision with a smaller singular-value gap is not truste
 
 class HFAuditError(RuntimeError):
     """The Jacobian count of a real module differs from the closed form, or its rank is not clear-cut."""
-
-
-@dataclass(frozen=True)
-class HFType:
-    """What one ``transformers`` model type can express, and how to build and call its attention."""
-
-    module: str  # transformers.models.<module>
-    config: str  # its config class
-    attention: str  # its attention class
-    rotary: str | None  # its rotary-embedding class (None: no RoPE)
-    biases: tuple[str, ...]  # the bias settings it can express (letters of "qkvo"); the first is the default
-    groups: bool = False  # grouped-query attention (num_key_value_heads)
-    head_dim: bool = False  # a head size other than E/H
-    partial_rope: bool = False  # rotary on part of each head
-    # the whole decoder layer and model (chapter 8)
-    layer: str = ""  # its decoder-layer class
-    lm: str = ""  # its causal-LM class
-    norm: str = "layer"  # counting.NORMS
-    mlp: str = "gelu"  # counting.MLPS
-    residual: str = "sequential"  # counting.RESIDUALS
-    ffn_ratio: float = 4.0  # the type's usual MLP inner size over E
-    positions: str = "rope"  # counting.POSITIONS
-    unused_positions: int = 0  # position rows never read (OPT's offset of 2)
-    tied: bool = False  # the type's default for tie_word_embeddings
-    head_bias: bool = False  # a bias on the LM head
-
-    def mlp_bias(self, bias: str) -> bool:
-        """Whether the MLP maps carry biases when the attention has biases ``bias``."""
-        if self.mlp == "swiglu":
-            return False
-        return bool(bias) if self.module == "opt" else True
-
-    def ffn_kwargs(self, ffn: int) -> dict:
-        return {"gpt2": {"n_inner": ffn}, "opt": {"ffn_dim": ffn}}.get(self.module, {"intermediate_size": ffn})
-
-    def config_kwargs(self, cfg: AttentionConfig, attn_implementation: str = "sdpa") -> dict:
-        """The keyword arguments of the model's config class for the architecture ``cfg``."""
-        E, H = cfg.E, cfg.H
-        common = dict(vocab_size=16, num_hidden_layers=1, attn_implementation=attn_implementation)
-        name = self.module
-        if name == "gpt2":
-            return dict(
-                common, n_embd=E, n_head=H, n_positions=64, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
-                bos_token_id=0, eos_token_id=0,
-            )  # fmt: skip
-        if name == "opt":
-            return dict(
-                common, hidden_size=E, num_attention_heads=H, ffn_dim=4 * E, enable_bias=bool(cfg.bias), dropout=0.0
-            )
-        kw = dict(common, hidden_size=E, num_attention_heads=H, intermediate_size=4 * E, attention_dropout=0.0)
-        if self.groups:
-            kw["num_key_value_heads"] = cfg.G
-        if self.head_dim:
-            kw["head_dim"] = cfg.D
-        if name in ("llama",):
-            kw["attention_bias"] = bool(cfg.bias)
-        # transformers takes int(D * factor) rotary dims; R/D itself can land just below R (30/44 * 44 =
-        # 29.99...), so the factor is aimed at the middle of [R, R + 1)
-        factor = (cfg.R + 0.5) / cfg.D
-        if name == "gpt_neox":
-            kw.update(attention_bias=bool(cfg.bias), rotary_pct=factor, use_parallel_residual=True)
-            kw["rope_parameters"] = {
-                "rope_type": "default",
-                "rope_theta": cfg.rope_base,
-                "partial_rotary_factor": factor,
-            }
-        if name == "phi":
-            kw["rope_parameters"] = {
-                "rope_type": "default",
-                "rope_theta": cfg.rope_base,
-                "partial_rotary_factor": factor,
-            }
-            kw["resid_pdrop"] = 0.0
-        return kw
-
-
-HF_TYPES: dict[str, HFType] = {
-    "gpt2": HFType(
-        "gpt2", "GPT2Config", "GPT2Attention", None, biases=("qkvo",),
-        layer="GPT2Block", lm="GPT2LMHeadModel", positions="learned", tied=True,
-    ),
-    "opt": HFType(
-        "opt", "OPTConfig", "OPTAttention", None, biases=("qkvo", ""),
-        layer="OPTDecoderLayer", lm="OPTForCausalLM", mlp="relu", positions="learned", unused_positions=2,
-        tied=True,
-    ),
-    "llama": HFType(
-        "llama", "LlamaConfig", "LlamaAttention", "LlamaRotaryEmbedding", biases=("", "qkvo"), groups=True,
-        head_dim=True, layer="LlamaDecoderLayer", lm="LlamaForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
-    ),
-    "mistral": HFType(
-        "mistral", "MistralConfig", "MistralAttention", "MistralRotaryEmbedding", biases=("",), groups=True,
-        head_dim=True, layer="MistralDecoderLayer", lm="MistralForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
-    ),
-    "qwen2": HFType(
-        "qwen2", "Qwen2Config", "Qwen2Attention", "Qwen2RotaryEmbedding", biases=("qkv",), groups=True,
-        layer="Qwen2DecoderLayer", lm="Qwen2ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
-    ),
-    "gpt_neox": HFType(
-        "gpt_neox", "GPTNeoXConfig", "GPTNeoXAttention", "GPTNeoXRotaryEmbedding", biases=("qkvo", ""),
-        partial_rope=True, layer="GPTNeoXLayer", lm="GPTNeoXForCausalLM", residual="parallel",
-    ),
-    "phi": HFType(
-        "phi", "PhiConfig", "PhiAttention", "PhiRotaryEmbedding", biases=("qkvo",), groups=True, partial_rope=True,
-        layer="PhiDecoderLayer", lm="PhiForCausalLM", residual="shared_norm", head_bias=True,
-    ),
-}  # fmt: skip
 
 
 def _transformers():
@@ -160,43 +60,6 @@ def _transformers():
     except ImportError as e:
         raise ImportError(f'auditing Hugging Face modules needs transformers ({TESTED}): pip install -e ".[hf]"') from e
     return transformers
-
-
-def equivalent_config(
-    hf_type: str,
-    *,
-    embed: int,
-    heads: int,
-    groups: int | None = None,
-    head_dim: int | None = None,
-    rope_dims: int | None = None,
-    bias: str | None = None,
-) -> AttentionConfig:
-    """The :class:`AttentionConfig` of a ``hf_type`` attention layer (causal self-attention); a setting
-    the model type cannot express raises ``ValueError`` naming it."""
-    if hf_type not in HF_TYPES:
-        raise ValueError(f"hf: unknown model type {hf_type!r}; choose one of {', '.join(HF_TYPES)}")
-    t = HF_TYPES[hf_type]
-    if groups is not None and groups != heads and not t.groups:
-        raise ValueError(f"groups: {hf_type} has no grouped-query attention (groups must equal heads)")
-    if head_dim is not None and not t.head_dim and head_dim * heads != embed:
-        raise ValueError(f"head_dim: {hf_type} fixes the head size to embed/heads = {embed // heads}")
-    b = t.biases[0] if bias is None else parse_bias(bias)
-    if b not in t.biases:
-        named = " or ".join(repr(x or "none") for x in t.biases)
-        raise ValueError(f"bias: {hf_type} can have biases {named}, not {b or 'none'!r}")
-    if t.rotary is None and rope_dims is not None:
-        raise ValueError(f"rope/rope_dims: {hf_type} has no rotary embeddings (drop --rope and --rope-dims)")
-    cfg = AttentionConfig(embed, heads, groups=groups, head_dim=head_dim, bias=b, causal=True)
-    if t.rotary is None:
-        return cfg
-    if rope_dims is not None and rope_dims != cfg.D and not t.partial_rope:
-        raise ValueError(f"rope_dims: {hf_type} rotates all head dimensions (rope_dims = head_dim = {cfg.D})")
-    if rope_dims is None and not t.partial_rope:
-        return cfg.with_(rope=True)  # an odd head_dim is refused as such, not as a rope_dims nobody gave
-    if rope_dims is None:
-        rope_dims = max(2, (cfg.D // 2) // 2 * 2)
-    return cfg.with_(rope=True, rope_dims=rope_dims)
 
 
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
@@ -290,17 +153,6 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     return attn, _hidden_forward(rotary)
 
 
-def default_ffn(hf_type: str, embed: int) -> int:
-    """The MLP inner size of ``hf_type`` at width ``embed``: its usual ratio (4, or 8/3 for SwiGLU), rounded."""
-    return max(1, round(HF_TYPES[hf_type].ffn_ratio * embed))
-
-
-def block_config(hf_type: str, cfg: AttentionConfig, ffn: int) -> BlockConfig:
-    """The :class:`~attnid.counting.BlockConfig` of one ``hf_type`` decoder layer around ``cfg``."""
-    t = HF_TYPES[hf_type]
-    return BlockConfig(cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual)
-
-
 def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0):
     """``(module, forward)``: one whole decoder layer of ``hf_type`` (norms, attention, MLP, residual
     connections) in float64 with seeded random weights (:func:`_prepare`), run on hidden states."""
@@ -313,24 +165,6 @@ def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0):
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the layer was built with {built} rotary dims, not the {cfg.R} asked for")
     return layer, _hidden_forward(getattr(mod, t.rotary)(config=config) if t.rotary else None)
-
-
-def default_vocab(hf_type: str, embed: int, ffn: int) -> int:
-    """A vocabulary for a tiny whole-model audit. In a parallel block the first layer's MLP reads the token
-    embedding alone, so it is seen at ``V`` points only: ``V = 3F`` keeps it identified; ``3E`` elsewhere."""
-    return 3 * ffn if HF_TYPES[hf_type].residual != "sequential" else max(16, 3 * embed)
-
-
-def model_config(
-    hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int, norm_eps: float
-) -> ModelConfig:
-    """The :class:`~attnid.counting.ModelConfig` of a tiny ``hf_type`` causal LM read on ``seq_len`` tokens."""
-    t = HF_TYPES[hf_type]
-    return ModelConfig(
-        block_config(hf_type, cfg, ffn), layers, vocab, tied=tied, positions=t.positions,
-        context=seq_len if t.positions == "learned" else 0, unused_positions=t.unused_positions,
-        head_bias=t.head_bias, norm_eps_zero=norm_eps == 0,
-    )  # fmt: skip
 
 
 def build_model(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .attention import AttentionConfig
 from .counting import SCOPES, Count
+from .families import HF_TYPES, block_config
 
 
 @dataclass(frozen=True)
@@ -185,8 +186,6 @@ def preset_count(name: str, scope: str = "attention") -> Count:
         return count(p.config)
     if p.model is None or p.hf_type is None:
         raise ValueError(f"scope: {key} has no block structure attnid counts (only its attention); use scope attention")
-    from .hf import HF_TYPES, block_config
-
     block = block_config(p.hf_type, p.config.with_(causal=True), p.model.ffn)
     if scope == "block":
         return count_block(block)
