@@ -103,7 +103,7 @@ for kappa in kappas:
 inv = pd.DataFrame(rows)
 eps = np.finfo(np.float64).eps
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-invariance-conditioning", "caption": "Largest change of the layer's output (float64) when the weights are replaced by (S W_Q, S^{-T} W_K) or (W_O S^{-1}, S W_V), against the condition number of S, with the float64 round-off level ε κ(S) max|Y| (dashed)."}}
 fig, ax = plt.subplots()
 ax.loglog(inv["κ(S)"], inv["QK: max |ΔY|"], "o-", label=r"$(S W_Q,\ S^{-\top} W_K)$")
 ax.loglog(inv["κ(S)"], inv["VO: max |ΔY|"], "s-", label=r"$(W_O S^{-1},\ S W_V)$")
@@ -120,6 +120,8 @@ ax.set(
 )
 ax.legend()
 plt.show()
+
+# %% tags=["hide-input"]
 assert (
     (inv.loc[inv["κ(S)"] <= 1e4, ["QK: max |ΔY|", "VO: max |ΔY|"]] <= 1e-10).all().all()
 )
@@ -207,7 +209,7 @@ resp_g = step_response(p, cfg, X, generic, steps).numpy()
 slope_t = np.polyfit(np.log(steps[:6]), np.log(resp_t[:6]), 1)[0]
 slope_g = np.polyfit(np.log(steps[:6]), np.log(resp_g[:6]), 1)[0]
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-first-order", "caption": "Largest output change after a step of size t along a tangent direction (S W_Q, −Sᵀ W_K) and along a generic direction, log–log: slope 2 means the first derivative is zero, slope 1 that it is not."}}
 fig, ax = plt.subplots()
 ax.loglog(
     steps, resp_t, "o-", label=f"tangent $(SW_Q, -S^\\top W_K)$: slope {slope_t:.2f}"
@@ -220,6 +222,8 @@ ax.set(
 )
 ax.legend()
 plt.show()
+
+# %% tags=["hide-input"]
 assert abs(slope_t - 2) < 0.1 and abs(slope_g - 1) < 0.1
 glue("slope_tangent", float(slope_t), display=False)
 glue("slope_generic", float(slope_g), display=False)
@@ -303,6 +307,8 @@ for i, H_ in enumerate(Hs):
         )
 ax.set_title(f"Identified fraction of attention weights, E = {E0} (red: D = E/H)")
 plt.show()
+
+# %%
 # regression guards, not checks: the closed form (attnid.counting) against the
 # same formula written by hand; the Jacobian checks the closed form below
 assert all(
@@ -374,7 +380,7 @@ table(
 # %%
 mh = jac[~jac["1/(2H) (if D=C=E/H)"].isna()]
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-share-vs-heads", "caption": "Unidentified share of the attention weights from the Jacobian rank at a random point (dots, D = C = E/H), against 1/(2H) (line)."}}
 fig, ax = plt.subplots()
 Hgrid = np.arange(1, 17)
 ax.plot(Hgrid, 1 / (2 * Hgrid), "k-", label="1/(2H)")

@@ -143,6 +143,8 @@ ax.set(
 )
 ax.legend()
 plt.show()
+
+# %%
 assert (
     g_plain["b_K"] < 1e-12
     and min(g_plain["b_Q"], g_plain["b_V"], g_plain["b_O"]) > 1e-3

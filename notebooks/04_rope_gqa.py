@@ -294,7 +294,7 @@ table(llama_table, formats={"identified fraction": "{:.5f}"})
 # alone takes the QK block from $H D^2$ to $H D = 8{,}192$, GQA alone to $G D^2$, and both together to $G D$.
 # :::
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-llama-70b", "caption": "Unidentified directions per attention layer of Llama-2-70B's shape (E = 8192, H = 64, G = 8, D = 128), QK and VO blocks, for multi-head attention and grouped-query attention with and without RoPE (log scale)."}}
 fig, ax = plt.subplots()
 x = np.arange(len(llama_table))
 ax.bar(x - 0.2, llama_table["QK unidentified"], 0.4, label="QK block")

@@ -109,7 +109,7 @@ pct = {
 }
 table(shown, formats=pct)
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-three-scopes", "caption": "Unidentified share of the parameters of each published architecture at three scopes: one attention layer, one whole decoder layer, and the whole model (log scale)."}}
 counted = rows[rows["model_unidentified"].notna()]
 fig, axes = panels(1, height=4.2)
 ax = axes[0, 0]
@@ -413,6 +413,8 @@ exact_zero = {k: int((s <= lo).sum()) for k, s in spectra.items()}
 gaps = {k: w[1] / w[0] for k, w in windows.items()}
 glue("gap64", gaps["float64 norms, ε = 0"], display=False)
 glue("gap32", gaps[F32], display=False)
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-llama-spectrum", "caption": "The smallest singular values of the Jacobian of a tiny whole Llama (divided by the largest) with exact float64 norms at ε = 0 and ε = 1e-6, and with transformers' float32 RMSNorm; grey, the near-null band."}}
 fig, axes = panels(1, height=3.6)
 ax = axes[0, 0]
 for label, s in spectra.items():
@@ -425,6 +427,8 @@ ax.set(
 )
 ax.legend(loc="lower left")
 plt.show()
+
+# %%
 summary = pd.DataFrame(
     {
         "norms": list(spectra),

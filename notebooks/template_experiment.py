@@ -59,7 +59,7 @@ glue("total_params", theory.total_params, display=False)
 glue("unidentified", result.unidentified, display=False)
 glue("sv_gap", result.sv_gap, display=False)
 
-# %%
+# %% mystnb={"figure": {"name": "fig-template-spectrum", "caption": "Singular values of the Jacobian of this experiment's layer, divided by the largest, with the rank the audit reads (dashed)."}}
 sv = np.array(result.singular_values)
 fig, ax = plt.subplots()
 ax.semilogy(

@@ -111,3 +111,24 @@ def test_counting_and_presets_load_neither_transformers_nor_the_hf_module():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+MAX_CODE_LINES = 100  # non-blank lines in one chapter code cell (chapter 6's longest today: 93)
+
+
+def test_every_figure_cell_is_named_and_captioned_and_only_draws():
+    """A cell that draws a figure carries a myst-nb figure name and caption (so the book can cite it) and ends
+    with the figure: tables, checks and glued numbers go in the next cell. No code cell exceeds
+    MAX_CODE_LINES non-blank lines."""
+    import jupytext
+
+    for path in sorted((ROOT / "notebooks").glob("*.py")):
+        for i, cell in enumerate(jupytext.read(path).cells):
+            if cell.cell_type != "code":
+                continue
+            lines = [line for line in cell.source.splitlines() if line.strip()]
+            assert len(lines) <= MAX_CODE_LINES, f"{path.name} cell {i}: {len(lines)} code lines"
+            if "plt.show()" in cell.source:
+                fig = cell.metadata.get("mystnb", {}).get("figure", {})
+                assert fig.get("name") and fig.get("caption"), f"{path.name} cell {i}: a figure without name or caption"
+                assert lines[-1].strip() == "plt.show()", f"{path.name} cell {i}: does more after its figure"
