@@ -121,7 +121,7 @@ def fig_wd_law(scales: Scales, titles: dict[str, str]):
     lo = min(t["SGD remainder / c_T"].min(), t["law residual"].min(), 1e-3) / 2
     hi = max(t["SGD remainder / c_T"].max(), t["law residual"].max(), 1.0) * 2
     bx.plot([lo, hi], [lo, hi], color="0.5", lw=1, ls=":", label="residual = remainder")
-    bx.axhline(cl.LAW_TOLERANCE, color="k", ls="--", lw=1)
+    bx.axhline(cl.LAW_TOLERANCE, color="k", ls="--", lw=1, label="1 % tolerance")
     bx.axvline(1.0, color="0.3", lw=0.8, ls="-.", label="tested: remainder < c_T")
     bx.set_xscale("log")
     bx.set_yscale("log")
