@@ -89,11 +89,13 @@ def test_claims_cli_json_is_strict(paper, capsys):
 # ------------------------------------------------------------------------------ smoke runs
 @pytest.fixture(scope="module")
 def smoke_suite(corpus, tmp_path_factory):
-    """The dynamics suite at smoke size, 3 seeds of the cases that the claims without the sweep need."""
+    """The dynamics suite below smoke size (20 steps), 3 seeds of the cases that the claims without the sweep
+    need: what is checked here is the reading of records, not what training does."""
     out = tmp_path_factory.mktemp("runs")
+    short = dict(max_iters=20, eval_interval=10, ckpt_interval=10, metric_interval=5)
     for s in (0, 1, 2):
         for case in ("sgd", "sgd_wd", "adamw"):
-            train(make_config("smoke", case, seed=s), out=out, data=corpus, progress=False)
+            train(make_config("smoke", case, seed=s, **short), out=out, data=corpus, progress=False)
     return out, load_suite("smoke", base=out)
 
 
