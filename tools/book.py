@@ -392,6 +392,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"{p}: not a chapter source (a jupytext .py file in notebooks/)")
     params = {"profile": a.profile, "seed": a.seed, "device": a.device}
     signal.signal(signal.SIGTERM, _interrupt)  # what timeout, a CI cancel and systemd send
+    signal.signal(signal.SIGINT, _interrupt)  # Ctrl-C, even where a shell started us with SIGINT ignored
     t0 = time.perf_counter()
     stage_sources(out)
     print(f"executing chapters (profile={a.profile}, device={a.device}) into {out / '_generated'}")
