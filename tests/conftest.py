@@ -13,3 +13,14 @@ def corpus():
         return data_mod.load()
     except data_mod.DataError as e:
         pytest.skip(f"corpus not available: {e}")
+
+
+@pytest.fixture(scope="session")
+def paper():
+    """The committed paper-scale records of the dynamics suite; skipped where the checkout lacks them."""
+    from attnid.lm.analysis import load_suite
+
+    runs = load_suite("paper")
+    if not {"sgd", "sgd_wd", "adamw"} <= set(runs.runs):
+        pytest.skip("the committed paper-scale records are not in this checkout")
+    return runs

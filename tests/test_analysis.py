@@ -28,14 +28,6 @@ def _strict(text: str):
     return json.loads(text, parse_constant=bad)
 
 
-@pytest.fixture(scope="module")
-def paper():
-    runs = load_suite("paper")
-    if not {"sgd", "sgd_wd", "adamw"} <= set(runs.runs):
-        pytest.skip("the committed paper-scale records are not in this checkout")
-    return runs
-
-
 # ------------------------------------------------------------------------------ one run's numbers
 def test_rho_key_comes_from_the_records_method(paper):
     assert analysis.rho_key(paper.first("adamw")) == Key.RHO_DIFF  # the H200 records: float32 difference

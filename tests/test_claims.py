@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnid.lm import claims
-from attnid.lm.analysis import SuiteRuns, load_suite
+from attnid.lm.analysis import SuiteRuns
 from attnid.lm.claims import CLAIMS, Claim, evaluate_claim, evaluate_claims, wd_beta_law
 from attnid.lm.metrics import Key
 from attnid.lm.profiles import SUITES, RunConfig, beta_law_factor, lr_at, make_config
@@ -88,6 +88,15 @@ def _edit(runs: SuiteRuns, case: str, key: Key, f, rows=slice(None)) -> SuiteRun
         for i in idx:
             if key in rec.rows[i]:
                 rec.rows[i][key] = np.asarray(f(np.asarray(rec.rows[i][key]), i)).tolist()
+    return out
+
+
+def _without(runs: SuiteRuns, case: str, key: Key) -> SuiteRuns:
+    """A copy of ``runs`` whose ``case`` records (every seed) hold no ``key`` (an older record format)."""
+    out = copy.deepcopy(runs)
+    for rec in out.runs[case].values():
+        for row in rec.rows:
+            row.pop(key, None)
     return out
 
 
@@ -171,10 +180,7 @@ def test_planted_law_violation_is_seen_where_the_drift_norm_was_blind():
 
 def test_planted_tau_violation_on_records_without_the_residual(good):
     """Older records hold τ per head, not the residual: the law is tested on τ_T against c_T τ_1."""
-    no_key = copy.deepcopy(good)
-    for rec in no_key.runs["sgd_wd"].values():
-        for row in rec.rows:
-            row.pop(Key.BETA_LAW)
+    no_key = _without(good, "sgd_wd", Key.BETA_LAW)
     row = _verdicts(no_key)["wd_beta_law"]
     assert row["verdict"] == "yes" and row["law_measure"].startswith("τ")
     assert max(row["per_layer"]) < 1e-6  # τ follows c_t exactly in the synthetic rows
@@ -212,11 +218,7 @@ def test_non_finite_values_read_inconclusive(good):
 
 
 def test_a_record_without_the_metric_reads_inconclusive(good):
-    no_grad = copy.deepcopy(good)
-    for rec in no_grad.runs["sgd"].values():
-        for row in rec.rows:
-            row.pop(Key.GRAD_BK)
-    row = _verdicts(no_grad)["key_bias_grad_zero"]
+    row = _verdicts(_without(good, "sgd", Key.GRAD_BK))["key_bias_grad_zero"]
     assert row["verdict"] == "inconclusive" and "grad_bk" in row["reason"]
 
 
@@ -274,14 +276,6 @@ def test_claims_are_complete_data():
 
 
 # ------------------------------------------------------------------------------ the paper-scale records
-@pytest.fixture(scope="module")
-def paper():
-    runs = load_suite("paper")
-    if not {"sgd", "sgd_wd", "adamw"} <= set(runs.runs):
-        pytest.skip("the committed paper-scale records are not in this checkout")
-    return runs
-
-
 def test_wd_law_on_the_paper_scale_record(paper):
     """τ per head against c_T τ_1: the law holds to 0.5 % in layers 4-6 and fails in layers 1-3 (1.45 in
     layer 1), where plain SGD's remainder is 1.9 to 7.3 times c_T."""
