@@ -265,7 +265,7 @@ def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, job
     for i, pid in enumerate(pids):
         nb = tmp_path / f"zz_sleeper{i}_for_test.py"
         nb.write_text(
-            HEAD + f"\n# %%\nimport os, time\n\nopen({str(pid)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+            HEAD + f"\n# %%\nimport os, signal\n\nopen({str(pid)!r}, 'w').write(str(os.getpid()))\nsignal.pause()\n"
         )
         chapters.append(str(nb))
     out = tmp_path / "b"
