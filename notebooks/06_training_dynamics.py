@@ -95,12 +95,7 @@ def labelled(df: pd.DataFrame, col: str = "case") -> pd.DataFrame:
     return df.assign(**{col: df[col].map(CASE_LABELS)})
 
 
-def per_head(v):  # (rows, L, H) -> (rows,)
-    return np.nanmean(v, axis=(1, 2))
-
-
-def per_layer(v):  # (rows, L) -> (rows,)
-    return v.mean(1)
+per_head, per_layer = ch.per_head, ch.per_layer  # (rows, L, H) and (rows, L) -> (rows,)
 
 
 if profile != "paper" or dev.startswith("cuda"):
@@ -183,56 +178,13 @@ table(
 # ## Loss curves
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-loss", "caption": "Validation loss per optimizer, at each scale (mean over seeds, range shaded): the paper-scale records and this build's rerun (profile and size in the panel titles)."}}
-fig, axes = panels(len(scales), height=3.6)
-for ax, (name, runs) in zip(axes[0], scales.items()):
-    for i, case in enumerate(OPTIMIZER_CASES):
-        if case not in runs:
-            continue
-        steps, mean, lo, hi = an.band(runs, case, Key.VAL_LOSS, lambda v: v)
-        band(
-            ax,
-            steps,
-            mean,
-            lo,
-            hi,
-            color=f"C{i}",
-            marker="o",
-            ms=3,
-            label=f"{CASE_LABELS[case]} (best {mean.min():.3f})",
-        )
-    ax.set(
-        xlabel="training step",
-        ylabel="validation cross-entropy (nats per character)",
-        title=title[name],
-    )
-    ax.legend()
-plt.show()
+fig = ch.fig_loss(scales, title)
 
 # %% [markdown]
 # ## How much of each step is unidentified?
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-rho", "caption": "Unidentified-step fraction ρ of each recorded update (mean over layers and heads; mean over seeds, range shaded) per optimizer, at each scale, with the isotropic reference D/(2(E+1)) of the bias-augmented matrices. Paper scale: ρ of the float32 weight difference (the only measure its records hold); rerun: ρ of the float64 optimizer update."}}
-fig, axes = panels(len(scales), height=3.6, sharey=True)
-for ax, (name, runs) in zip(axes[0], scales.items()):
-    for i, case in enumerate(OPTIMIZER_CASES):
-        if case not in runs:
-            continue
-        key = an.rho_key(runs.first(case))
-        band(
-            ax,
-            *an.band(runs, case, key, per_head),
-            color=f"C{i}",
-            lw=1,
-            label=CASE_LABELS[case],
-        )
-    iso = an.isotropic_rho(runs.first("adamw").config)
-    ax.axhline(iso, color="k", ls="--", lw=1, label="isotropic D/(2(E+1))")
-    ax.set_yscale("log")
-    ax.set(title=title[name], xlabel="training step")
-axes[0, 0].set_ylabel("ρ (share of the update's energy)")
-for ax in axes[0]:
-    ax.legend()
-plt.show()
+fig = ch.fig_rho(scales, title)
 
 # %% tags=["hide-input"]
 rho_rows = pd.DataFrame(
@@ -547,33 +499,7 @@ md(
 # $\|\beta_t\| / (\|G_Q\| + \|G_K\|)$ beside it says how unbalanced the layer is now, on its own scale.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-beta", "caption": "This build's rerun (profile in the panel title), mean over layers, mean over seeds with the range shaded: left, drift of β = Q Qᵀ − K Kᵀ (augmented) from its initial value; right, relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖)."}}
-fig, axes = panels(2, height=3.6)
-ax, bx = axes[0]
-for i, case in enumerate(OPTIMIZER_CASES):
-    band(
-        ax,
-        *an.band(rerun, case, Key.BETA_DRIFT, per_layer),
-        color=f"C{i}",
-        label=CASE_LABELS[case],
-    )
-    band(
-        bx,
-        *an.band(rerun, case, Key.BETA_REL, per_layer),
-        color=f"C{i}",
-        label=CASE_LABELS[case],
-    )
-ax.set_yscale("log")
-ax.set(
-    xlabel="training step",
-    ylabel="‖β_t − β_0‖ / ‖β_0‖",
-    title=f"β drift, {title[live]}",
-)
-bx.set_yscale("log")
-bx.set(
-    xlabel="training step", ylabel="‖β‖ / (‖G_Q‖ + ‖G_K‖)", title="relative imbalance"
-)
-ax.legend()
-plt.show()
+fig = ch.fig_beta(rerun, title[live])
 
 # %% tags=["hide-input"]
 beta_rows = []
@@ -635,47 +561,7 @@ table(depth, formats={"seeds": "{:.0f}", "layers": "{:.0f}"})
 # is an optimizer moving a parameter the loss does not see.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-bias", "caption": "This build's rerun (profile in the panel title), mean over seeds with the range shaded: left, median gradient norm per head of the query bias (solid) and key bias (dashed) per optimizer; right, norm of the key bias per head (median over heads)."}}
-
-
-def median_head(v):  # (rows, L, H) -> (rows,)
-    return np.median(v.reshape(len(v), -1), 1)
-
-
-fig, axes = panels(2, height=3.6)
-ax, bx = axes[0]
-for i, case in enumerate(OPTIMIZER_CASES):
-    band(
-        ax,
-        *an.band(rerun, case, Key.GRAD_BQ, median_head),
-        color=f"C{i}",
-        label=f"{CASE_LABELS[case]}, $b_Q$",
-    )
-    band(
-        ax,
-        *an.band(rerun, case, Key.GRAD_BK, median_head),
-        color=f"C{i}",
-        ls="--",
-        label=f"{CASE_LABELS[case]}, $b_K$",
-    )
-    s, m, lo, hi = an.band(rerun, case, Key.NORM_BK, median_head)
-    band(
-        bx,
-        s,
-        *(np.clip(v, 1e-12, None) for v in (m, lo, hi)),
-        color=f"C{i}",
-        label=CASE_LABELS[case],
-    )
-ax.set_yscale("log")
-bx.set_yscale("log")
-ax.set(
-    xlabel="training step",
-    ylabel="gradient norm per head",
-    title=f"bias gradients, {title[live]}",
-)
-bx.set(xlabel="training step", ylabel="‖b_K‖ per head", title="the key bias itself")
-ax.legend(ncol=2, loc="center")
-bx.legend(loc="center right")
-plt.show()
+fig = ch.fig_bias(rerun, title[live])
 
 # %% tags=["hide-input"]
 bias_rows = []

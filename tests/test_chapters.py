@@ -71,3 +71,12 @@ def test_disagreements_name_single_seed_rows_against_the_paper(scales):
     assert len(shown) == len(rows) and shown["verdict"].str.startswith(("yes", "no", "inconclusive", "pending")).all()
     good = ch.disagreements(ch.claim_rows({"smoke rerun": scales["smoke rerun"]}))
     assert "Read **no**: none" in good and "Pending: none" in good and "The other 0 undecided" in good
+
+
+@pytest.mark.parametrize("name", ["fig_loss", "fig_rho", "fig_beta", "fig_bias"])
+def test_training_figures_draw_from_records(scales, name):
+    """Chapter 6's figures over training draw one line per optimizer case from records (paper and synthetic)."""
+    f = getattr(ch, name)
+    fig = f(scales, {k: k for k in scales}) if name in ("fig_loss", "fig_rho") else f(scales["smoke rerun"], "x")
+    lines = [line for ax in fig.axes for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert len(fig.axes) >= 2 and len(lines) >= 4

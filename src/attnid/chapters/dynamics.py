@@ -12,9 +12,9 @@ import pandas as pd
 
 from ..lm import analysis as an
 from ..lm import claims as cl
-from ..lm.analysis import SuiteRuns
+from ..lm.analysis import CASE_LABELS, SuiteRuns
 from ..lm.metrics import Key
-from ..lm.profiles import DEEP_SGD, RunConfig, lr_at
+from ..lm.profiles import DEEP_SGD, OPTIMIZER_CASES, RunConfig, lr_at
 
 Scales = dict[str, SuiteRuns]
 
@@ -22,6 +22,164 @@ Scales = dict[str, SuiteRuns]
 def _layers(idx) -> str:
     idx = [int(i) + 1 for i in idx]
     return ", ".join(map(str, idx)) if idx else "none"
+
+
+# ------------------------------------------------------------------------------ reducers and figures over training
+def per_head(v: np.ndarray) -> np.ndarray:
+    """``(rows, L, H) -> (rows,)``: the mean over layers and heads."""
+    return np.nanmean(v, axis=(1, 2))
+
+
+def per_layer(v: np.ndarray) -> np.ndarray:
+    """``(rows, L) -> (rows,)``: the mean over layers."""
+    return v.mean(1)
+
+
+def median_head(v: np.ndarray) -> np.ndarray:
+    """``(rows, L, H) -> (rows,)``: the median over every head."""
+    return np.median(v.reshape(len(v), -1), 1)
+
+
+def fig_loss(scales: Scales, titles: dict[str, str]):
+    """Validation loss per optimizer case at each scale (mean over seeds, range shaded)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import band, panels
+
+    fig, axes = panels(len(scales), height=3.6)
+    for ax, (name, runs) in zip(axes[0], scales.items()):
+        for i, case in enumerate(OPTIMIZER_CASES):
+            if case not in runs:
+                continue
+            steps, mean, lo, hi = an.band(runs, case, Key.VAL_LOSS, lambda v: v)
+            band(
+                ax,
+                steps,
+                mean,
+                lo,
+                hi,
+                color=f"C{i}",
+                marker="o",
+                ms=3,
+                label=f"{CASE_LABELS[case]} (best {mean.min():.3f})",
+            )
+        ax.set(
+            xlabel="training step",
+            ylabel="validation cross-entropy (nats per character)",
+            title=titles[name],
+        )
+        ax.legend()
+    plt.show()
+    return fig
+
+
+def fig_rho(scales: Scales, titles: dict[str, str]):
+    """ρ per optimizer case at each scale (mean over layers and heads, over seeds; range shaded) with the isotropic
+    share, each scale in the ρ measure its records hold."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import band, panels
+
+    fig, axes = panels(len(scales), height=3.6, sharey=True)
+    for ax, (name, runs) in zip(axes[0], scales.items()):
+        for i, case in enumerate(OPTIMIZER_CASES):
+            if case not in runs:
+                continue
+            key = an.rho_key(runs.first(case))
+            band(
+                ax,
+                *an.band(runs, case, key, per_head),
+                color=f"C{i}",
+                lw=1,
+                label=CASE_LABELS[case],
+            )
+        iso = an.isotropic_rho(runs.first("adamw").config)
+        ax.axhline(iso, color="k", ls="--", lw=1, label="isotropic D/(2(E+1))")
+        ax.set_yscale("log")
+        ax.set(title=titles[name], xlabel="training step")
+    axes[0, 0].set_ylabel("ρ (share of the update's energy)")
+    for ax in axes[0]:
+        ax.legend()
+    plt.show()
+    return fig
+
+
+def fig_beta(runs: SuiteRuns, title: str):
+    """β drift and relative imbalance per optimizer case (mean over layers; over seeds, range shaded)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import band, panels
+
+    fig, axes = panels(2, height=3.6)
+    ax, bx = axes[0]
+    for i, case in enumerate(OPTIMIZER_CASES):
+        band(
+            ax,
+            *an.band(runs, case, Key.BETA_DRIFT, per_layer),
+            color=f"C{i}",
+            label=CASE_LABELS[case],
+        )
+        band(
+            bx,
+            *an.band(runs, case, Key.BETA_REL, per_layer),
+            color=f"C{i}",
+            label=CASE_LABELS[case],
+        )
+    ax.set_yscale("log")
+    ax.set(
+        xlabel="training step",
+        ylabel="‖β_t − β_0‖ / ‖β_0‖",
+        title=f"β drift, {title}",
+    )
+    bx.set_yscale("log")
+    bx.set(xlabel="training step", ylabel="‖β‖ / (‖G_Q‖ + ‖G_K‖)", title="relative imbalance")
+    ax.legend()
+    plt.show()
+    return fig
+
+
+def fig_bias(runs: SuiteRuns, title: str):
+    """Median bias-gradient norms per head (query solid, key dashed) and the key bias's norm, per optimizer case."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import band, panels
+
+    fig, axes = panels(2, height=3.6)
+    ax, bx = axes[0]
+    for i, case in enumerate(OPTIMIZER_CASES):
+        band(
+            ax,
+            *an.band(runs, case, Key.GRAD_BQ, median_head),
+            color=f"C{i}",
+            label=f"{CASE_LABELS[case]}, $b_Q$",
+        )
+        band(
+            ax,
+            *an.band(runs, case, Key.GRAD_BK, median_head),
+            color=f"C{i}",
+            ls="--",
+            label=f"{CASE_LABELS[case]}, $b_K$",
+        )
+        s, m, lo, hi = an.band(runs, case, Key.NORM_BK, median_head)
+        band(
+            bx,
+            s,
+            *(np.clip(v, 1e-12, None) for v in (m, lo, hi)),
+            color=f"C{i}",
+            label=CASE_LABELS[case],
+        )
+    ax.set_yscale("log")
+    bx.set_yscale("log")
+    ax.set(
+        xlabel="training step",
+        ylabel="gradient norm per head",
+        title=f"bias gradients, {title}",
+    )
+    bx.set(xlabel="training step", ylabel="‖b_K‖ per head", title="the key bias itself")
+    ax.legend(ncol=2, loc="center")
+    bx.legend(loc="center right")
+    plt.show()
+    return fig
 
 
 # ------------------------------------------------------------------------------ the weight-decay law
