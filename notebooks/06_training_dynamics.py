@@ -710,61 +710,19 @@ if "adamw_rebalance" in rerun:
 # the slope of $\log(\text{drift})$ against $\log\eta$ per layer.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-sweep", "caption": "Final β drift per layer against the SGD learning rate (log–log; mean over seeds, bars: range), this build's rerun (profile in the title)."}}
-finals = {
-    lr: np.array([an.final_drift(r) for _, r in sorted(rerun.runs[c].items())])
-    for lr, c in sweep.items()
-}  # lr -> (seeds, layers)
-n_layers = next(iter(finals.values())).shape[1]
-fig, ax = plt.subplots()
-for layer in range(n_layers):
-    mean = np.array([finals[lr][:, layer].mean() for lr in lrs])
-    lo = np.array([finals[lr][:, layer].min() for lr in lrs])
-    hi = np.array([finals[lr][:, layer].max() for lr in lrs])
-    ax.errorbar(
-        lrs,
-        mean,
-        yerr=[mean - lo, hi - mean],
-        fmt="o-",
-        capsize=3,
-        label=f"layer {layer + 1}",
-    )
-ax.set_xscale("log")
-ax.set_yscale("log")
-ax.set(
-    xlabel="SGD learning rate η",
-    ylabel="final ‖β_T − β_0‖ / ‖β_0‖",
-    title=f"β drift against the step size, {title[live]}",
-)
-ax.set_xticks(lrs, [str(lr) for lr in lrs])
-ax.minorticks_off()
-ax.legend()
-plt.show()
+fig = ch.fig_sweep(rerun, title[live])
 
 # %% tags=["hide-input"]
-slopes = np.array(
-    [
-        [
-            np.polyfit(np.log(lrs), np.log([finals[lr][i, layer] for lr in lrs]), 1)[0]
-            for layer in range(n_layers)
-        ]
-        for i in range(len(finals[lrs[0]]))
-    ]
-)  # (seeds, layers)
-sweep_table = pd.DataFrame(
-    {
-        "layer": np.arange(1, n_layers + 1),
-        "slope of log drift vs log η (mean over seeds)": slopes.mean(0),
-        "min": slopes.min(0),
-        "max": slopes.max(0),
-        **{f"drift at η = {lr}": finals[lr].mean(0) for lr in lrs},
-    }
-)
+sweep_table = ch.table_sweep(rerun)
+slope_col = "slope of log drift vs log η (mean over seeds)"
 md(
     "Slopes per layer (mean over seeds): "
-    + ", ".join(f"layer {i + 1}: {s:.2f}" for i, s in enumerate(slopes.mean(0)))
+    + ", ".join(
+        f"layer {r.layer}: {r[1]:.2f}"
+        for r in sweep_table[["layer", slope_col]].itertuples(index=False)
+    )
     + ". The drift falls with the learning rate wherever the slope is positive; a "
-    "fixed gradient "
-    "would give slope 2."
+    "fixed gradient would give slope 2."
 )
 table(
     sweep_table,

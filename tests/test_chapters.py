@@ -80,3 +80,13 @@ def test_training_figures_draw_from_records(scales, name):
     fig = f(scales, {k: k for k in scales}) if name in ("fig_loss", "fig_rho") else f(scales["smoke rerun"], "x")
     lines = [line for ax in fig.axes for line in ax.get_lines() if not line.get_label().startswith("_")]
     assert len(fig.axes) >= 2 and len(lines) >= 4
+
+
+def test_sweep_table_slopes_are_the_log_log_fit():
+    """The sweep's synthetic drift is 0.04 (η/0.5)² 0.5^layer: a slope of exactly 2 in every layer."""
+    from test_claims import synthetic_suite
+
+    t = ch.table_sweep(synthetic_suite())
+    assert np.allclose(t["slope of log drift vs log η (mean over seeds)"], 2.0) and list(t["layer"]) == [1, 2, 3, 4]
+    fig = ch.fig_sweep(synthetic_suite(), "x")
+    assert fig.axes[0].get_legend_handles_labels()[1] == [f"layer {i}" for i in (1, 2, 3, 4)]

@@ -14,7 +14,7 @@ from ..lm import analysis as an
 from ..lm import claims as cl
 from ..lm.analysis import CASE_LABELS, SuiteRuns
 from ..lm.metrics import Key
-from ..lm.profiles import DEEP_SGD, OPTIMIZER_CASES, RunConfig, lr_at
+from ..lm.profiles import DEEP_SGD, LR_SWEEP, OPTIMIZER_CASES, RunConfig, lr_at
 
 Scales = dict[str, SuiteRuns]
 
@@ -180,6 +180,65 @@ def fig_bias(runs: SuiteRuns, title: str):
     bx.legend(loc="center right")
     plt.show()
     return fig
+
+
+# ------------------------------------------------------------------------------ the SGD learning-rate sweep
+def sweep_finals(runs: SuiteRuns) -> dict[float, np.ndarray]:
+    """Final β drift of the plain-SGD sweep: learning rate -> ``(seeds, L)``, ascending in η."""
+    return {
+        lr: np.array([an.final_drift(r) for _, r in sorted(runs.runs[case].items())])
+        for lr, case in sorted(LR_SWEEP.items())
+        if case in runs
+    }
+
+
+def fig_sweep(runs: SuiteRuns, title: str):
+    """Final β drift per layer against the SGD learning rate (log–log; mean over seeds, bars: range)."""
+    import matplotlib.pyplot as plt
+
+    finals = sweep_finals(runs)
+    lrs = list(finals)
+    fig, ax = plt.subplots()
+    for layer in range(next(iter(finals.values())).shape[1]):
+        mean = np.array([finals[lr][:, layer].mean() for lr in lrs])
+        lo = np.array([finals[lr][:, layer].min() for lr in lrs])
+        hi = np.array([finals[lr][:, layer].max() for lr in lrs])
+        ax.errorbar(lrs, mean, yerr=[mean - lo, hi - mean], fmt="o-", capsize=3, label=f"layer {layer + 1}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(
+        xlabel="SGD learning rate η",
+        ylabel="final ‖β_T − β_0‖ / ‖β_0‖",
+        title=f"β drift against the step size, {title}",
+    )
+    ax.set_xticks(lrs, [str(lr) for lr in lrs])
+    ax.minorticks_off()
+    ax.legend()
+    plt.show()
+    return fig
+
+
+def table_sweep(runs: SuiteRuns) -> pd.DataFrame:
+    """Per layer: the slope of log(final drift) against log η (mean, min and max over seeds) and the drift at each
+    learning rate (mean over seeds)."""
+    finals = sweep_finals(runs)
+    lrs = list(finals)
+    n_seeds, n_layers = finals[lrs[0]].shape
+    slopes = np.array(
+        [
+            [np.polyfit(np.log(lrs), np.log([finals[lr][i, layer] for lr in lrs]), 1)[0] for layer in range(n_layers)]
+            for i in range(n_seeds)
+        ]
+    )  # (seeds, layers)
+    return pd.DataFrame(
+        {
+            "layer": np.arange(1, n_layers + 1),
+            "slope of log drift vs log η (mean over seeds)": slopes.mean(0),
+            "min": slopes.min(0),
+            "max": slopes.max(0),
+            **{f"drift at η = {lr}": finals[lr].mean(0) for lr in lrs},
+        }
+    )
 
 
 # ------------------------------------------------------------------------------ the weight-decay law
