@@ -615,41 +615,11 @@ table(labelled(bias_table), formats={k: "{:.2e}" for k in bias_table.columns[2:]
 # of every head of the first layer at the end of training, for each optimizer and scale (seed 0).
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-spectra", "caption": "Singular values of each head's QK product Kᵀ Q (augmented), layer 1, at the last evaluation, normalised by the largest; one line per head, one colour per optimizer (seed 0)."}}
-fig, axes = panels(len(scales), height=3.6, sharey=True)
-spectra = []
-for ax, (name, runs) in zip(axes[0], scales.items()):
-    for i, case in enumerate(MAIN):
-        sv = an.values(runs.first(case), Key.QK_SV)[-1]  # (L, H, D)
-        for h in range(sv.shape[1]):
-            first = CASE_LABELS[case] if h == 0 else None
-            ax.semilogy(
-                np.arange(1, sv.shape[-1] + 1),
-                sv[0, h] / sv[0, h, 0],
-                color=f"C{i}",
-                lw=0.8,
-                label=first,
-            )
-        spectra.append(
-            {
-                "scale": name,
-                "case": case,
-                "smallest σ / largest (any head, any seed)": an.over_seeds(
-                    runs, case, an.min_sv_ratio
-                )["min"],
-                "effective rank (mean over heads and seeds)": an.over_seeds(
-                    runs, case, lambda r: float(an.final_effective_rank(r).mean())
-                )["mean"],
-                "D": sv.shape[-1],
-            }
-        )
-    ax.set(title=title[name], xlabel="index", ylabel="σ / σ_max")
-    ax.legend()
-plt.show()
+fig = ch.fig_spectra(scales, title)
 
 # %% tags=["hide-input"]
-spec_table = pd.DataFrame(spectra)
 table(
-    labelled(spec_table),
+    labelled(ch.table_spectra(scales)),
     formats={
         "smallest σ / largest (any head, any seed)": "{:.2e}",
         "effective rank (mean over heads and seeds)": "{:.1f}",

@@ -90,3 +90,11 @@ def test_sweep_table_slopes_are_the_log_log_fit():
     assert np.allclose(t["slope of log drift vs log η (mean over seeds)"], 2.0) and list(t["layer"]) == [1, 2, 3, 4]
     fig = ch.fig_sweep(synthetic_suite(), "x")
     assert fig.axes[0].get_legend_handles_labels()[1] == [f"layer {i}" for i in (1, 2, 3, 4)]
+
+
+def test_spectra_table_and_figure(scales):
+    t = ch.table_spectra(scales)
+    paper = t[t["scale"] == "paper scale"].set_index("case")
+    assert paper.loc["sgd", "D"] == 64 and 0 < paper["smallest σ / largest (any head, any seed)"].min() < 1
+    fig = ch.fig_spectra(scales, {k: k for k in scales})
+    assert len(fig.axes) == 2 and len(fig.axes[0].get_lines()) == 3 * 6  # three cases x six heads (paper)

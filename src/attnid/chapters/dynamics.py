@@ -182,6 +182,55 @@ def fig_bias(runs: SuiteRuns, title: str):
     return fig
 
 
+# ------------------------------------------------------------------------------ QK spectra
+MAIN = ("sgd", "sgd_wd", "adamw")
+
+
+def fig_spectra(scales: Scales, titles: dict[str, str]):
+    """Singular values of every head's QK product, layer 1, at the last evaluation, over the largest; one line
+    per head, one colour per optimizer case (seed 0), a panel per scale."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import panels
+
+    fig, axes = panels(len(scales), height=3.6, sharey=True)
+    for ax, (name, runs) in zip(axes[0], scales.items()):
+        for i, case in enumerate(MAIN):
+            sv = an.values(runs.first(case), Key.QK_SV)[-1]  # (L, H, D)
+            for h in range(sv.shape[1]):
+                ax.semilogy(
+                    np.arange(1, sv.shape[-1] + 1),
+                    sv[0, h] / sv[0, h, 0],
+                    color=f"C{i}",
+                    lw=0.8,
+                    label=CASE_LABELS[case] if h == 0 else None,
+                )
+        ax.set(title=titles[name], xlabel="index", ylabel="σ / σ_max")
+        ax.legend()
+    plt.show()
+    return fig
+
+
+def table_spectra(scales: Scales) -> pd.DataFrame:
+    """Per scale and case: the smallest σ_min / σ_max of any final QK product (any head and seed) and the mean
+    effective rank."""
+    return pd.DataFrame(
+        [
+            {
+                "scale": name,
+                "case": case,
+                "smallest σ / largest (any head, any seed)": an.over_seeds(runs, case, an.min_sv_ratio)["min"],
+                "effective rank (mean over heads and seeds)": an.over_seeds(
+                    runs, case, lambda r: float(an.final_effective_rank(r).mean())
+                )["mean"],
+                "D": an.values(runs.first(case), Key.QK_SV).shape[-1],
+            }
+            for name, runs in scales.items()
+            for case in MAIN
+        ]
+    )
+
+
 # ------------------------------------------------------------------------------ the SGD learning-rate sweep
 def sweep_finals(runs: SuiteRuns) -> dict[float, np.ndarray]:
     """Final β drift of the plain-SGD sweep: learning rate -> ``(seeds, L)``, ascending in η."""
