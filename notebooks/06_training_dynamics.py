@@ -441,27 +441,8 @@ md(
 # gradient is beside it. {numref}`fig-wd` shows the early steps.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-wd", "caption": "SGD + weight decay, this build's rerun (profile in the panel title), over the first fifth of training, mean over seeds with the range shaded: ρ (mean over layers and heads) and the relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖)."}}
-wd = rerun.first("sgd_wd")
-cut = max(wd.config["max_iters"] // 5, 3 * wd.config["metric_interval"])
-fig, axes = panels(2, height=3.6)
-ax, bx = axes[0]
-s_rho, m_rho, lo_rho, hi_rho = an.band(rerun, "sgd_wd", Key.RHO, per_head)
-s_rel, m_rel, lo_rel, hi_rel = an.band(rerun, "sgd_wd", Key.BETA_REL, per_layer)
-early, early_rel = s_rho <= cut, s_rel <= cut
-band(ax, s_rho[early], m_rho[early], lo_rho[early], hi_rho[early], color="C1")
-band(
-    bx,
-    s_rel[early_rel],
-    m_rel[early_rel],
-    lo_rel[early_rel],
-    hi_rel[early_rel],
-    color="C1",
-)
-ax.set(xlabel="training step", ylabel="ρ", title=f"SGD + weight decay, {title[live]}")
-bx.set(
-    xlabel="training step", ylabel="‖β‖ / (‖G_Q‖ + ‖G_K‖)", title="relative imbalance"
-)
-plt.show()
+cut = ch.transient_cut(rerun)
+fig = ch.fig_wd_transient(rerun, cut, title[live])
 
 # %% tags=["hide-input"]
 t = an.wd_transient(rerun, cut)

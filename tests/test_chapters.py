@@ -98,3 +98,11 @@ def test_spectra_table_and_figure(scales):
     assert paper.loc["sgd", "D"] == 64 and 0 < paper["smallest σ / largest (any head, any seed)"].min() < 1
     fig = ch.fig_spectra(scales, {k: k for k in scales})
     assert len(fig.axes) == 2 and len(fig.axes[0].get_lines()) == 3 * 6  # three cases x six heads (paper)
+
+
+def test_wd_transient_figure_shows_only_the_early_steps(scales):
+    runs = scales["smoke rerun"]
+    cut = ch.transient_cut(runs)
+    assert cut == max(50 // 5, 3 * 10)  # the smoke profile: 50 steps, a metric row every 10
+    fig = ch.fig_wd_transient(runs, cut, "x")
+    assert all(line.get_xdata().max() <= cut for ax in fig.axes for line in ax.get_lines())

@@ -182,6 +182,32 @@ def fig_bias(runs: SuiteRuns, title: str):
     return fig
 
 
+# ------------------------------------------------------------------------------ the early steps under weight decay
+def transient_cut(runs: SuiteRuns) -> int:
+    """The early steps shown for SGD + weight decay: the first fifth of training, at least three metric rows."""
+    cfg = runs.first("sgd_wd").config
+    return max(cfg["max_iters"] // 5, 3 * cfg["metric_interval"])
+
+
+def fig_wd_transient(runs: SuiteRuns, cut: int, title: str):
+    """SGD + weight decay over its first ``cut`` steps: ρ (mean over layers and heads) and the relative
+    imbalance (mean over layers), mean over seeds with the range shaded."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import band, panels
+
+    fig, axes = panels(2, height=3.6)
+    ax, bx = axes[0]
+    for a, key, reduce in ((ax, Key.RHO, per_head), (bx, Key.BETA_REL, per_layer)):
+        steps, mean, lo, hi = an.band(runs, "sgd_wd", key, reduce)
+        early = steps <= cut
+        band(a, steps[early], mean[early], lo[early], hi[early], color="C1")
+    ax.set(xlabel="training step", ylabel="ρ", title=f"SGD + weight decay, {title}")
+    bx.set(xlabel="training step", ylabel="‖β‖ / (‖G_Q‖ + ‖G_K‖)", title="relative imbalance")
+    plt.show()
+    return fig
+
+
 # ------------------------------------------------------------------------------ QK spectra
 MAIN = ("sgd", "sgd_wd", "adamw")
 
