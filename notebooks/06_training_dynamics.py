@@ -64,7 +64,6 @@ seed = 0  # unused: each profile's seeds are fixed (attnid.lm.profiles.SUITES)
 device = "auto"
 
 # %% tags=["hide-input"]
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
@@ -76,8 +75,8 @@ from attnid.lm import claims as cl
 from attnid.lm.analysis import CASE_LABELS
 from attnid.lm.launch import run_suite
 from attnid.lm.metrics import Key
-from attnid.lm.profiles import LR_SWEEP, OPTIMIZER_CASES, check_profile, resolve_device
-from attnid.plotting import band, panels, set_style, table
+from attnid.lm.profiles import OPTIMIZER_CASES, check_profile, resolve_device
+from attnid.plotting import set_style, table
 
 check_profile(profile)
 set_style()
@@ -93,9 +92,6 @@ def md(text: str) -> None:
 def labelled(df: pd.DataFrame, col: str = "case") -> pd.DataFrame:
     """For display only: case ids as their names."""
     return df.assign(**{col: df[col].map(CASE_LABELS)})
-
-
-per_head, per_layer = ch.per_head, ch.per_layer  # (rows, L, H) and (rows, L) -> (rows,)
 
 
 if profile != "paper" or dev.startswith("cuda"):
@@ -253,68 +249,10 @@ glue(
 # {numref}`fig-floor` shows plain SGD's $\rho$ both ways, with the learning rate.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-floor", "caption": "Plain SGD, this build's rerun (profile in the panel title; mean over seeds, range shaded): ρ of the float32 weight difference and of the float64 optimizer update (mean over heads), and the learning rate (right axis). Left: over training. Right: mean over training against the learning rate of the SGD sweep."}}
-sweep = {lr: case for lr, case in sorted(LR_SWEEP.items()) if case in rerun}
-fig, axes = panels(2, height=3.6)
-ax, bx = axes[0]
-band(
-    ax,
-    *an.band(rerun, "sgd", Key.RHO_DIFF, per_head),
-    color="C3",
-    label="float32 weight difference",
-)
-s, m, lo, hi = an.band(rerun, "sgd", Key.RHO, per_head)
-band(
-    ax,
-    s,
-    *(np.clip(v, 1e-18, None) for v in (m, lo, hi)),
-    color="C0",
-    label="float64 update",
-)
-ax.set_yscale("log")
-ax.set(xlabel="training step", ylabel="ρ", title=f"plain SGD, {title[live]}")
-lr_ax = ax.twinx()
-lr_ax.plot(
-    *an.series(rerun.first("sgd").rows, Key.LR),
-    color="0.5",
-    ls=":",
-    label="learning rate",
-)
-lr_ax.set_ylabel("learning rate")
-lr_ax.grid(False)
-h1, l1 = ax.get_legend_handles_labels()
-h2, l2 = lr_ax.get_legend_handles_labels()
-ax.legend(h1 + h2, l1 + l2)
-lrs = list(sweep)
-floor = [
-    an.over_seeds(rerun, sweep[lr], lambda r: an.mean_rho(r, Key.RHO_DIFF))
-    for lr in lrs
-]
-exact = [
-    an.over_seeds(rerun, sweep[lr], lambda r: an.mean_rho(r, Key.RHO)) for lr in lrs
-]
-for vals, mk, c, lab in (
-    (floor, "o", "C3", "float32 weight difference"),
-    (exact, "s", "C0", "float64 update"),
-):
-    mean = np.clip([v["mean"] for v in vals], 1e-18, None)
-    err = [
-        mean - np.clip([v["min"] for v in vals], 1e-18, None),
-        np.clip([v["max"] for v in vals], 1e-18, None) - mean,
-    ]
-    bx.errorbar(lrs, mean, yerr=err, fmt=f"{mk}-", color=c, capsize=3, label=lab)
-bx.set_xscale("log")
-bx.set_yscale("log")
-bx.set(
-    xlabel="SGD learning rate",
-    ylabel="mean ρ over training",
-    title="the float32 floor rises as steps shrink",
-)
-bx.set_xticks(lrs, [str(lr) for lr in lrs])
-bx.minorticks_off()
-bx.legend()
-plt.show()
+fig = ch.fig_floor(rerun, title[live])
 
 # %% tags=["hide-input"]
+lrs, floor, exact = ch.floor_by_lr(rerun)
 late = pd.DataFrame(
     [
         {

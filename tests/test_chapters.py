@@ -106,3 +106,15 @@ def test_wd_transient_figure_shows_only_the_early_steps(scales):
     assert cut == max(50 // 5, 3 * 10)  # the smoke profile: 50 steps, a metric row every 10
     fig = ch.fig_wd_transient(runs, cut, "x")
     assert all(line.get_xdata().max() <= cut for ax in fig.axes for line in ax.get_lines())
+
+
+def test_floor_by_learning_rate():
+    """The synthetic sweep: the float32-difference ρ floor is 1e-7 in the middle and 1e-6 in the last row."""
+    from test_claims import N, synthetic_suite
+
+    runs = synthetic_suite()
+    lrs, floor, exact = ch.floor_by_lr(runs)
+    assert lrs == [0.0625, 0.125, 0.25, 0.5]
+    assert all(f["mean"] == pytest.approx((1e-7 * (N - 1) + 1e-6) / N) for f in floor)
+    assert all(e["max"] < 1e-12 for e in exact)
+    assert len(ch.fig_floor(runs, "x").axes) == 3  # two panels and the learning-rate axis

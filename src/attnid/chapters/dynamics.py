@@ -182,6 +182,56 @@ def fig_bias(runs: SuiteRuns, title: str):
     return fig
 
 
+# ------------------------------------------------------------------------------ the float32 floor
+def floor_by_lr(runs: SuiteRuns) -> tuple[list[float], list[dict], list[dict]]:
+    """Over the plain-SGD sweep: the learning rates (ascending) and, per rate, mean ρ over training of the
+    float32 weight difference and of the float64 update (:func:`attnid.lm.analysis.over_seeds` dicts)."""
+    sweep = {lr: case for lr, case in sorted(LR_SWEEP.items()) if case in runs}
+    lrs = list(sweep)
+    floor = [an.over_seeds(runs, sweep[lr], lambda r: an.mean_rho(r, Key.RHO_DIFF)) for lr in lrs]
+    exact = [an.over_seeds(runs, sweep[lr], lambda r: an.mean_rho(r, Key.RHO)) for lr in lrs]
+    return lrs, floor, exact
+
+
+def fig_floor(runs: SuiteRuns, title: str):
+    """Plain SGD's ρ from the float32 weight difference and from the float64 update: over training with the
+    learning rate (left), and its mean over training against the sweep's learning rate (right)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import band, panels
+
+    fig, axes = panels(2, height=3.6)
+    ax, bx = axes[0]
+    band(ax, *an.band(runs, "sgd", Key.RHO_DIFF, per_head), color="C3", label="float32 weight difference")
+    s, m, lo, hi = an.band(runs, "sgd", Key.RHO, per_head)
+    band(ax, s, *(np.clip(v, 1e-18, None) for v in (m, lo, hi)), color="C0", label="float64 update")
+    ax.set_yscale("log")
+    ax.set(xlabel="training step", ylabel="ρ", title=f"plain SGD, {title}")
+    lr_ax = ax.twinx()
+    lr_ax.plot(*an.series(runs.first("sgd").rows, Key.LR), color="0.5", ls=":", label="learning rate")
+    lr_ax.set_ylabel("learning rate")
+    lr_ax.grid(False)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = lr_ax.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2)
+    lrs, floor, exact = floor_by_lr(runs)
+    for vals, mk, c, lab in ((floor, "o", "C3", "float32 weight difference"), (exact, "s", "C0", "float64 update")):
+        mean = np.clip([v["mean"] for v in vals], 1e-18, None)
+        err = [
+            mean - np.clip([v["min"] for v in vals], 1e-18, None),
+            np.clip([v["max"] for v in vals], 1e-18, None) - mean,
+        ]
+        bx.errorbar(lrs, mean, yerr=err, fmt=f"{mk}-", color=c, capsize=3, label=lab)
+    bx.set_xscale("log")
+    bx.set_yscale("log")
+    bx.set(xlabel="SGD learning rate", ylabel="mean ρ over training", title="the float32 floor rises as steps shrink")
+    bx.set_xticks(lrs, [str(lr) for lr in lrs])
+    bx.minorticks_off()
+    bx.legend()
+    plt.show()
+    return fig
+
+
 # ------------------------------------------------------------------------------ the early steps under weight decay
 def transient_cut(runs: SuiteRuns) -> int:
     """The early steps shown for SGD + weight decay: the first fifth of training, at least three metric rows."""
