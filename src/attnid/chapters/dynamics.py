@@ -40,29 +40,32 @@ def median_head(v: np.ndarray) -> np.ndarray:
     return np.median(v.reshape(len(v), -1), 1)
 
 
+def plot_cases(ax, runs: SuiteRuns, key, reduce, *, label: str = "{case}", floor: float | None = None, **line_kw):
+    """One line per optimizer case of ``runs`` (mean over seeds, range shaded) of ``reduce(values of key)``, in the
+    case's colour; ``key`` may be a function of the case's first record (ρ's measure), ``label`` a format with
+    ``{case}`` and ``{best}`` (the smallest mean), ``floor`` clips the values from below (for a log axis)."""
+    from ..plotting import band
+
+    for i, case in enumerate(OPTIMIZER_CASES):
+        if case not in runs:
+            continue
+        k = key(runs.first(case)) if callable(key) else key
+        steps, *curves = an.band(runs, case, k, reduce)
+        if floor is not None:
+            curves = [np.clip(c, floor, None) for c in curves]
+        text = label.format(case=CASE_LABELS[case], best=curves[0].min())
+        band(ax, steps, *curves, color=f"C{i}", label=text, **line_kw)
+
+
 def fig_loss(scales: Scales, titles: dict[str, str]):
     """Validation loss per optimizer case at each scale (mean over seeds, range shaded)."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import band, panels
+    from ..plotting import panels
 
     fig, axes = panels(len(scales), height=3.6)
     for ax, (name, runs) in zip(axes[0], scales.items()):
-        for i, case in enumerate(OPTIMIZER_CASES):
-            if case not in runs:
-                continue
-            steps, mean, lo, hi = an.band(runs, case, Key.VAL_LOSS, lambda v: v)
-            band(
-                ax,
-                steps,
-                mean,
-                lo,
-                hi,
-                color=f"C{i}",
-                marker="o",
-                ms=3,
-                label=f"{CASE_LABELS[case]} (best {mean.min():.3f})",
-            )
+        plot_cases(ax, runs, Key.VAL_LOSS, lambda v: v, label="{case} (best {best:.3f})", marker="o", ms=3)
         ax.set(
             xlabel="training step",
             ylabel="validation cross-entropy (nats per character)",
@@ -78,21 +81,11 @@ def fig_rho(scales: Scales, titles: dict[str, str]):
     share, each scale in the ρ measure its records hold."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import band, panels
+    from ..plotting import panels
 
     fig, axes = panels(len(scales), height=3.6, sharey=True)
     for ax, (name, runs) in zip(axes[0], scales.items()):
-        for i, case in enumerate(OPTIMIZER_CASES):
-            if case not in runs:
-                continue
-            key = an.rho_key(runs.first(case))
-            band(
-                ax,
-                *an.band(runs, case, key, per_head),
-                color=f"C{i}",
-                lw=1,
-                label=CASE_LABELS[case],
-            )
+        plot_cases(ax, runs, an.rho_key, per_head, lw=1)
         iso = an.isotropic_rho(runs.first("adamw").config)
         ax.axhline(iso, color="k", ls="--", lw=1, label="isotropic D/(2(E+1))")
         ax.set_yscale("log")
@@ -108,23 +101,12 @@ def fig_beta(runs: SuiteRuns, title: str):
     """β drift and relative imbalance per optimizer case (mean over layers; over seeds, range shaded)."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import band, panels
+    from ..plotting import panels
 
     fig, axes = panels(2, height=3.6)
     ax, bx = axes[0]
-    for i, case in enumerate(OPTIMIZER_CASES):
-        band(
-            ax,
-            *an.band(runs, case, Key.BETA_DRIFT, per_layer),
-            color=f"C{i}",
-            label=CASE_LABELS[case],
-        )
-        band(
-            bx,
-            *an.band(runs, case, Key.BETA_REL, per_layer),
-            color=f"C{i}",
-            label=CASE_LABELS[case],
-        )
+    plot_cases(ax, runs, Key.BETA_DRIFT, per_layer)
+    plot_cases(bx, runs, Key.BETA_REL, per_layer)
     ax.set_yscale("log")
     ax.set(
         xlabel="training step",
@@ -142,32 +124,13 @@ def fig_bias(runs: SuiteRuns, title: str):
     """Median bias-gradient norms per head (query solid, key dashed) and the key bias's norm, per optimizer case."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import band, panels
+    from ..plotting import panels
 
     fig, axes = panels(2, height=3.6)
     ax, bx = axes[0]
-    for i, case in enumerate(OPTIMIZER_CASES):
-        band(
-            ax,
-            *an.band(runs, case, Key.GRAD_BQ, median_head),
-            color=f"C{i}",
-            label=f"{CASE_LABELS[case]}, $b_Q$",
-        )
-        band(
-            ax,
-            *an.band(runs, case, Key.GRAD_BK, median_head),
-            color=f"C{i}",
-            ls="--",
-            label=f"{CASE_LABELS[case]}, $b_K$",
-        )
-        s, m, lo, hi = an.band(runs, case, Key.NORM_BK, median_head)
-        band(
-            bx,
-            s,
-            *(np.clip(v, 1e-12, None) for v in (m, lo, hi)),
-            color=f"C{i}",
-            label=CASE_LABELS[case],
-        )
+    plot_cases(ax, runs, Key.GRAD_BQ, median_head, label="{case}, $b_Q$")
+    plot_cases(ax, runs, Key.GRAD_BK, median_head, label="{case}, $b_K$", ls="--")
+    plot_cases(bx, runs, Key.NORM_BK, median_head, floor=1e-12)
     ax.set_yscale("log")
     bx.set_yscale("log")
     ax.set(
