@@ -64,103 +64,23 @@ seed = 0  # unused: each profile's seeds are fixed (attnid.lm.profiles.SUITES)
 device = "auto"
 
 # %% tags=["hide-input"]
-import numpy as np
-import pandas as pd
-from IPython.display import Markdown, display
 from myst_nb import glue
 
 from attnid.chapters import dynamics as ch
-from attnid.lm import analysis as an
-from attnid.lm import claims as cl
-from attnid.lm.analysis import CASE_LABELS
-from attnid.lm.launch import run_suite
-from attnid.lm.metrics import Key
-from attnid.lm.profiles import OPTIMIZER_CASES, check_profile, resolve_device
+from attnid.chapters import labelled, md
+from attnid.lm.profiles import check_profile
 from attnid.plotting import set_style, table
 
 check_profile(profile)
 set_style()
-dev = resolve_device(device)
-PAPER_CMD = "attnid experiments --profile paper --device cuda"
-MAIN = ("sgd", "sgd_wd", "adamw")
-
-
-def md(text: str) -> None:
-    display(Markdown(text))
-
-
-def labelled(df: pd.DataFrame, col: str = "case") -> pd.DataFrame:
-    """For display only: case ids as their names."""
-    return df.assign(**{col: df[col].map(CASE_LABELS)})
-
-
-if profile != "paper" or dev.startswith("cuda"):
-    run_suite(profile, "dynamics", device=device)  # finished runs are reused
-rerun = an.load_suite(profile, "dynamics")
-missing = [
-    c
-    for c in an.SUITES["dynamics"].cases_at(profile)
-    if c not in rerun or an.rho_key(rerun.first(c)) != Key.RHO
-]
-if missing:  # the paper profile without a GPU reads records only
-    raise an.RecordError(
-        f"the {profile} profile needs every chapter-6 record made by the current "
-        "probe; missing or "
-        f"older: {', '.join(missing)}. Make them on a GPU with `{PAPER_CMD} --force`"
-    )
-scales = {}  # short label -> SuiteRuns; the paper scale first
-if profile != "paper":
-    paper = an.load_suite("paper", "dynamics")
-    if all(c in paper for c in MAIN):
-        scales[paper.short_label()] = paper
-scales[rerun.short_label()] = rerun
-live = rerun.short_label()
-title = {name: runs.label() for name, runs in scales.items()}
-n_seeds = len(rerun.seeds(MAIN))
-glue("rerun_label", title[live], display=False)
-glue("n_seeds", n_seeds, display=False)
-
-status = pd.DataFrame(
-    [
-        {"scale": name, **row}
-        for name, runs in scales.items()
-        for row in an.run_summary(runs)
-    ]
-)
-pending = status[status["status"] == "pending"]
-md(
-    "**Runs in this chapter.** "
-    + "; ".join(
-        f"*{title[name]}*: {len(runs.runs)} cases, seeds "
-        f"{runs.seeds() or runs.seeds(MAIN)}"
-        for name, runs in scales.items()
-    )
-    + (
-        ". **Pending** (not yet run; make them on a GPU with "
-        f"`{PAPER_CMD}`): "
-        + ", ".join(f"{r.case} ({r.scale})" for r in pending.itertuples())
-        if len(pending)
-        else ""
-    )
-    + "."
-)
-table(
-    labelled(status).rename(
-        columns={
-            "best_val_loss": "best val loss, mean (nats/char)",
-            "best_val_loss_low": "min",
-            "best_val_loss_high": "max",
-            "rho_measure": "ρ measured from",
-        }
-    ),
-    formats={
-        "best val loss, mean (nats/char)": "{:.3f}",
-        "min": "{:.3f}",
-        "max": "{:.3f}",
-        "steps": "{:,.0f}",
-        "seeds": "{:.0f}",
-    },
-)
+scales = ch.load_scales(profile, device)  # trains the rerun here unless it is done
+title = ch.titles(scales)
+live = list(scales)[-1]  # this build's rerun
+rerun = scales[live]
+for name, value in ch.facts(scales).items():
+    glue(name, value, display=False)
+md(ch.runs_sentence(scales))
+table(labelled(ch.table_status(scales)))
 
 # %% [markdown]
 # The paper-scale records (6 layers, 6 heads, $E = 384$, context 256, batch 64, 5,000 steps) were made on
@@ -183,62 +103,11 @@ fig = ch.fig_loss(scales, title)
 fig = ch.fig_rho(scales, title)
 
 # %% tags=["hide-input"]
-rho_rows = pd.DataFrame(
-    [
-        {"scale": name, **row}
-        for name, runs in scales.items()
-        for row in an.rho_summary(runs, OPTIMIZER_CASES)
-    ]
-)
-table(
-    labelled(rho_rows).rename(
-        columns={
-            "rho_measure": "ρ measured from",
-            "mean_rho": "mean ρ (over seeds)",
-            "mean_rho_low": "min",
-            "mean_rho_high": "max",
-            "max_rho": "largest per-head ρ",
-            "isotropic": "isotropic D/(2(E+1))",
-            "mean_rho_diff": "mean ρ, float32 difference",
-            "mean_rho_w": "mean ρ, weights only",
-        }
-    ),
-    formats={"seeds": "{:.0f}"},
-)
+rho_rows = ch.rho_rows(scales)
+table(ch.table_rho(rho_rows))
 
 # %% tags=["hide-input"]
-live_rho = rho_rows[rho_rows["scale"] == live].set_index("case")
-sgd_max = an.over_seeds(rerun, "sgd", an.max_rho)["max"]
-md(
-    "Mean ρ, largest first: "
-    + "; ".join(
-        f"*{name}*: "
-        + " > ".join(
-            f"{CASE_LABELS[r.case]} ({r.mean_rho:.2g})"
-            for r in rho_rows[rho_rows["scale"] == name]
-            .set_index("case")
-            .loc[list(MAIN)]
-            .sort_values("mean_rho", ascending=False)
-            .reset_index()
-            .itertuples()
-        )
-        for name in scales
-    )
-    + f". Plain SGD's ρ in the rerun is at most {sgd_max:.1e} over {n_seeds} seeds. "
-    "A float32 gradient carries a rounding error of about $2^{-24} \\approx 6\\times"
-    "10^{-8}$ of each coordinate, in no particular direction, so a share of the order "
-    "of its square ($\\approx 4\\times10^{-15}$) lands in the invariant directions; "
-    "a float64 gradient would put about $10^{-32}$ there. What the paper-scale records "
-    "show for SGD is the much higher rounding floor of the float32 weight difference "
-    "(next section), not motion along the symmetry."
-)
-glue("rho_sgd", float(live_rho.loc["sgd", "mean_rho"]), display=False)
-glue("rho_adamw", float(live_rho.loc["adamw", "mean_rho"]), display=False)
-glue(
-    "rho_adamw_iso",
-    float(live_rho.loc["adamw", "mean_rho"] / live_rho.loc["adamw", "isotropic"]),
-    display=False,
-)
+md(ch.rho_sentence(rho_rows, rerun))
 
 # %% [markdown]
 # ## The float32 floor, and the paper's late spikes
@@ -252,56 +121,9 @@ glue(
 fig = ch.fig_floor(rerun, title[live])
 
 # %% tags=["hide-input"]
-lrs, floor, exact = ch.floor_by_lr(rerun)
-late = pd.DataFrame(
-    [
-        {
-            "scale": name,
-            "case": case,
-            "seeds": len(runs.runs[case]),
-            "last tenth / middle, float32 difference": an.over_seeds(
-                runs, case, an.late_ratio
-            )["mean"],
-            "last tenth / middle, float64 update": an.over_seeds(
-                runs, case, lambda r: an.late_ratio(r, Key.RHO)
-            )["mean"]
-            if an.rho_key(runs.first(case)) == Key.RHO
-            else None,
-        }
-        for name, runs in scales.items()
-        for case in OPTIMIZER_CASES
-        if case in runs
-    ]
-)
-table(labelled(late), formats={"seeds": "{:.0f}"})
-col = "last tenth / middle, float32 difference"
-claim_late = next(c for c in cl.CLAIMS if c.id == "late_spike_sgd")
-rising = late[[claim_late.holds(v) for v in late[col]]]
-md(
-    "Over the last tenth of training against the middle, the float32-difference ρ "
-    "rises by more "
-    f"than {claim_late.threshold:g}× for "
-    + (
-        ", ".join(
-            f"{CASE_LABELS[r['case']]} ({r['scale']}, {r[col]:.1f}×)"
-            for _, r in rising.iterrows()
-        )
-        if len(rising)
-        else "no optimizer"
-    )
-    + "; for the others it stays between "
-    f"{late.loc[~late.index.isin(rising.index), col].min():.2f}× and "
-    f"{late.loc[~late.index.isin(rising.index), col].max():.2f}×. "
-    f"Across the sweep the floor is {floor[0]['mean'] / floor[-1]['mean']:.1f}× higher "
-    "at "
-    f"η = {lrs[0]} than at η = {lrs[-1]}, while the float64 update stays below "
-    f"{max(v['max'] for v in exact):.0e}. So a spike of ρ at the end of training (the "
-    "paper's §5.3) "
-    "is the rounding floor of plain SGD's shrinking steps, where it appears at all; "
-    "AdamW's "
-    "normalised steps do not shrink with the gradient, and its float32 difference "
-    "shows none."
-)
+late = ch.table_late(scales)
+table(labelled(late))
+md(ch.late_sentence(late, rerun))
 
 # %% [markdown]
 # The same comparison shows why the bias column matters. The symmetry acts on $[W \mid b]$; measured on the
@@ -309,13 +131,7 @@ md(
 # gradient step no longer looks orthogonal.
 
 # %% tags=["hide-input"]
-md(
-    "Plain SGD, rerun: ρ of the weights alone "
-    f"{live_rho.loc['sgd', 'mean_rho_w']:.1e} against "
-    f"{live_rho.loc['sgd', 'mean_rho']:.1e} with the bias column; AdamW: "
-    f"{live_rho.loc['adamw', 'mean_rho_w']:.3f} "
-    f"against {live_rho.loc['adamw', 'mean_rho']:.3f} (means over {n_seeds} seeds)."
-)
+md(ch.weights_only_sentence(rho_rows, live))
 
 # %% [markdown]
 # ## Weight decay: a first-order law for β
@@ -355,23 +171,8 @@ fig = ch.fig_wd_law(scales, title)
 
 # %% tags=["hide-input"]
 law_table = ch.table_wd_law(scales)
-table(
-    law_table,
-    formats={
-        "c_T": "{:.4f}",
-        "law residual": "{:.2e}",
-        "SGD remainder / c_T": "{:.3g}",
-    },
-)
-wd_sentences = [ch.law_sentence(law_table, name) for name in scales]
-glue("wd_sentence", ch.law_sentence(law_table, live), display=False)
-md(
-    "Per layer, mean over seeds: "
-    + "; ".join(wd_sentences)
-    + ". "
-    + ch.law_remainder_reading(law_table)
-    + "."
-)
+table(law_table)
+md(ch.law_paragraph(law_table))
 
 # %% [markdown]
 # The decay's own symmetry component solves $S G_Q + G_K S = -\eta\lambda\beta$: it is proportional to
@@ -383,31 +184,7 @@ cut = ch.transient_cut(rerun)
 fig = ch.fig_wd_transient(rerun, cut, title[live])
 
 # %% tags=["hide-input"]
-t = an.wd_transient(rerun, cut)
-md(
-    f"SGD + weight decay (mean over seeds): ρ = {t['rho_first']:.3f} at the first "
-    "recorded step and "
-    f"{t['rho_last']:.3f} at step {t['last_step']}, {t['rho_end']:.3f} at the end. "
-    "Over those first "
-    f"{cut} steps the relative imbalance changes by {t['imbalance_change']:.0%} "
-    f"({t['imbalance_first']:.3f} → {t['imbalance_last']:.3f}) and the median "
-    "query-bias gradient by "
-    f"a factor {t['grad_last'] / t['grad_first']:.2g} ({t['grad_first']:.1e} → "
-    f"{t['grad_last']:.1e}). "
-    + (
-        "So the early fall of ρ does not come from the decay balancing the layer (the "
-        "imbalance, to "
-        "which the decay's symmetry component is proportional, barely moves); it comes "
-        "with the "
-        "gradients growing beside the decay."
-        if t["gradient_explains"]
-        else "In this build these numbers do not attribute the change of ρ to the "
-        "gradient growing "
-        "beside the decay (that needs ρ to halve while the imbalance changes by less "
-        "than a quarter "
-        "and the gradient at least doubles; see `attnid.lm.analysis.wd_transient`)."
-    )
-)
+md(ch.transient_sentence(rerun, cut))
 
 # %% [markdown]
 # ## The conserved quantity: β and τ
@@ -421,41 +198,9 @@ md(
 fig = ch.fig_beta(rerun, title[live])
 
 # %% tags=["hide-input"]
-beta_rows = []
-for name, runs in scales.items():
-    for case in MAIN:
-        beta_rows.append(
-            {
-                "scale": name,
-                "case": case,
-                "seeds": len(runs.runs[case]),
-                "final drift, layer 1": an.over_seeds(
-                    runs, case, lambda r: an.final_drift(r)[0]
-                )["mean"],
-                "final drift, last layer": an.over_seeds(
-                    runs, case, lambda r: an.final_drift(r)[-1]
-                )["mean"],
-                "τ spread end / start": an.over_seeds(runs, case, an.tau_spread_growth)[
-                    "mean"
-                ],
-                "min": an.over_seeds(runs, case, an.tau_spread_growth)["min"],
-                "max": an.over_seeds(runs, case, an.tau_spread_growth)["max"],
-            }
-        )
-beta_table = pd.DataFrame(beta_rows)
-table(labelled(beta_table), formats={"seeds": "{:.0f}"})
-md(
-    "Plain SGD is the control for τ: training spreads τ over the heads whatever the "
-    "optimizer. "
-    + "; ".join(
-        f"*{name}*: AdamW's spread grows "
-        f"{b.loc['adamw', 'τ spread end / start']:.1f}×, "
-        f"SGD's {b.loc['sgd', 'τ spread end / start']:.1f}×"
-        for name in scales
-        for b in [beta_table[beta_table["scale"] == name].set_index("case")]
-    )
-    + ". The claims table below compares the two."
-)
+beta_table = ch.table_beta(scales)
+table(labelled(beta_table))
+md(ch.tau_sentence(beta_table))
 
 # %% [markdown]
 # Is plain SGD's drift larger in earlier layers, as the paper-scale record suggests? A trend over layers
@@ -463,8 +208,7 @@ md(
 # SGD with 4 layers (`sgd_deep`, same seeds) for this question alone.
 
 # %% tags=["hide-input"]
-depth = ch.table_drift_by_layer(scales)
-table(depth, formats={"seeds": "{:.0f}", "layers": "{:.0f}"})
+table(ch.table_drift_by_layer(scales))
 
 # %% [markdown]
 # ## The key bias: no gradient, yet AdamW moves it
@@ -483,49 +227,9 @@ table(depth, formats={"seeds": "{:.0f}", "layers": "{:.0f}"})
 fig = ch.fig_bias(rerun, title[live])
 
 # %% tags=["hide-input"]
-bias_rows = []
-for name, runs in scales.items():
-    for case in MAIN:
-        bias_rows.append(
-            {
-                "scale": name,
-                "case": case,
-                "median ‖∇b_Q‖": an.over_seeds(
-                    runs, case, lambda r: float(np.median(an.values(r, Key.GRAD_BQ)))
-                )["mean"],
-                "median ‖∇b_K‖": an.over_seeds(
-                    runs, case, lambda r: float(np.median(an.values(r, Key.GRAD_BK)))
-                )["mean"],
-                "largest ‖∇b_K‖": an.over_seeds(
-                    runs, case, lambda r: float(an.values(r, Key.GRAD_BK).max())
-                )["max"],
-                "final ‖b_K‖ (median head)": an.over_seeds(
-                    runs,
-                    case,
-                    lambda r: float(np.median(an.values(r, Key.NORM_BK)[-1])),
-                )["mean"]
-                if Key.NORM_BK in runs.first(case).rows[0]
-                else None,
-            }
-        )
-bias_table = pd.DataFrame(bias_rows)
-bk = bias_table[bias_table["scale"] == live].set_index("case")[
-    "final ‖b_K‖ (median head)"
-]
-kb = (
-    an.over_seeds(rerun, "adamw", lambda r: ch.key_bias_step(r)[0]),
-    an.over_seeds(rerun, "adamw", lambda r: ch.key_bias_step(r)[1]),
-)
-glue("kb_coherent", kb[0]["mean"], display=False)
-glue("kb_walk", kb[1]["mean"], display=False)
-md(
-    "Final key-bias norm per head (rerun, median head, mean over seeds): AdamW "
-    f"{bk['adamw']:.1e}, plain SGD {bk['sgd']:.1e}, "
-    f"SGD + weight decay {bk['sgd_wd']:.1e}. "
-    f"AdamW's key-bias steps are therefore {kb[0]['mean']:.2%} (all aligned) to "
-    f"{kb[1]['mean']:.1%} (independent) of the learning rate per coordinate."
-)
-table(labelled(bias_table), formats={k: "{:.2e}" for k in bias_table.columns[2:]})
+bias_table = ch.table_bias(scales)
+md(ch.key_bias_sentence(bias_table, rerun))
+table(labelled(bias_table))
 
 # %% [markdown]
 # ## QK spectra at the end
@@ -537,13 +241,7 @@ table(labelled(bias_table), formats={k: "{:.2e}" for k in bias_table.columns[2:]
 fig = ch.fig_spectra(scales, title)
 
 # %% tags=["hide-input"]
-table(
-    labelled(ch.table_spectra(scales)),
-    formats={
-        "smallest σ / largest (any head, any seed)": "{:.2e}",
-        "effective rank (mean over heads and seeds)": "{:.1f}",
-    },
-)
+table(ch.table_spectra(scales))
 
 # %% [markdown]
 # ## Rebalancing
@@ -556,39 +254,9 @@ table(
 # does not run, so it makes no claim about it.
 
 # %% tags=["hide-input"]
-if "adamw_rebalance" in rerun:
-    events = pd.DataFrame(
-        [
-            {"seed": s, **e}
-            for s, rec in sorted(rerun.runs["adamw_rebalance"].items())
-            for e in rec.summary["rebalances"]
-        ]
-    )
-    events["|Δ loss|"] = (events["loss_after"] - events["loss_before"]).abs()
-    val_end = {
-        c: an.over_seeds(rerun, c, an.final_val_loss)
-        for c in ("adamw", "adamw_rebalance")
-    }
-    md(
-        f"Largest loss change at a rebalance: {events['|Δ loss|'].max():.1e} "
-        "(float32). Final "
-        f"validation loss over {n_seeds} seeds: AdamW {val_end['adamw']['mean']:.4f} "
-        f"(range {val_end['adamw']['min']:.4f}–{val_end['adamw']['max']:.4f}), AdamW + "
-        "rebalancing "
-        f"{val_end['adamw_rebalance']['mean']:.4f} (range "
-        f"{val_end['adamw_rebalance']['min']:.4f}–"
-        f"{val_end['adamw_rebalance']['max']:.4f})."
-    )
-    display(
-        table(
-            events,
-            formats={
-                "loss_before": "{:.6f}",
-                "loss_after": "{:.6f}",
-                "|Δ loss|": "{:.1e}",
-            },
-        )
-    )
+events = ch.table_rebalance(rerun)
+md(ch.rebalance_sentence(events, rerun))
+table(events)
 
 # %% [markdown]
 # ## The SGD learning-rate sweep
@@ -603,21 +271,8 @@ fig = ch.fig_sweep(rerun, title[live])
 
 # %% tags=["hide-input"]
 sweep_table = ch.table_sweep(rerun)
-slope_col = "slope of log drift vs log η (mean over seeds)"
-md(
-    "Slopes per layer (mean over seeds): "
-    + ", ".join(
-        f"layer {r.layer}: {r[1]:.2f}"
-        for r in sweep_table[["layer", slope_col]].itertuples(index=False)
-    )
-    + ". The drift falls with the learning rate wherever the slope is positive; a "
-    "fixed gradient would give slope 2."
-)
-table(
-    sweep_table,
-    formats={c: "{:.2e}" for c in sweep_table.columns[4:]}
-    | {"min": "{:.2f}", "max": "{:.2f}"},
-)
+md(ch.sweep_sentence(sweep_table))
+table(sweep_table)
 
 # %% [markdown]
 # ## The paper's §5, point by point
@@ -633,22 +288,11 @@ table(
 
 # %% tags=["hide-input"]
 claim_rows = ch.claim_rows(scales)
-table(ch.table_claims(claim_rows), formats={"seeds": "{:.0f}", "control": "{:.3g}"})
+table(ch.table_claims(claim_rows))
 
 # %% tags=["hide-input"]
-md(
-    "\n".join(
-        f"- **{c.id}**: {c.claim}. *Metric*: {c.metric}; *test*: {c.op} "
-        f"{c.threshold:g}, because "
-        f"{c.why}." + (f" *Control*: {c.control_text}." if c.control_text else "")
-        for c in cl.CLAIMS
-    )
-)
-settings = claim_rows.dropna(subset=["depends_on"])
-md(
-    "**What the verdicts depend on.** "
-    + " ".join(f"*{r.id}* ({r.scale}): {r.depends_on}." for r in settings.itertuples())
-)
+md(ch.claims_list())
+md(ch.depends_sentence(claim_rows))
 md(ch.disagreements(claim_rows))
 
 # %% [markdown]

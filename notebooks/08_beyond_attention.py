@@ -40,34 +40,16 @@ seed = 0
 device = "auto"
 
 # %%
-import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
-import torch
-from IPython.display import Markdown, display
-from matplotlib.ticker import FormatStrFormatter
 from myst_nb import glue
 
-from attnid.audit import audit_module, default_seq_len, tolerance_window
-from attnid.counting import count_model, layer_gauge_dims
-from attnid.hf import (
-    MIN_GAP,
-    NEAR_NULL_BAND,
-    audit_hf,
-    build_block,
-    build_model,
-    equivalent_config,
-    model_config,
-    verify_presets,
-)
+from attnid.chapters import blocks as ch
+from attnid.chapters import md
 from attnid.lm.profiles import check_profile
-from attnid.plotting import panels, set_style, table
-from attnid.presets import PRESETS, preset_count, preset_rows
+from attnid.plotting import set_style, table
 
 check_profile(profile)
 set_style()
-small = profile == "smoke"
-_ = torch.manual_seed(seed)
+small = profile == "smoke"  # the smoke profile audits a subset of the shapes
 
 # %% [markdown]
 # ## Three scopes, fifteen architectures
@@ -82,83 +64,16 @@ _ = torch.manual_seed(seed)
 # closed form. A dash: attnid does not count that block (an encoder, or a type it cannot build).
 
 # %%
-# smoke: three structures (RMSNorm + GQA, LayerNorm, parallel + partial RoPE)
-names = ["gpt2", "llama-2-70b", "pythia-6.9b"] if small else None
-verified_block = verify_presets(names, scope="block")
-rows = pd.DataFrame(preset_rows(verified_block=verified_block))
-assert all(
-    r is None or r.unidentified == r.details["theory_unidentified"]
-    for r in verified_block.values()
-)
-assert preset_count("gpt2", "model").total_params == 124_439_808  # the published count
-shown = pd.DataFrame(
-    {
-        "model": rows["name"],
-        "layers": rows["layers"].astype("Int64"),
-        "attention": 1 - rows["identified_fraction"],
-        "block": rows["block_unidentified_share"],
-        "model ": rows["model_unidentified_share"],
-        "params (model)": rows["model_params"].astype("Int64"),
-        "unidentified (model)": rows["model_unidentified"].astype("Int64"),
-        "verified": rows["verified_block"].map({True: "yes"}).fillna("–"),
-    }
-)
-pct = {
-    c: (lambda v: "–" if pd.isna(v) else f"{v:.3%}")
-    for c in ("attention", "block", "model ")
-}
-table(shown, formats=pct)
+rows, n_preset_audits = ch.preset_table_rows(
+    small
+)  # verifies the blocks on real modules
+table(ch.table_presets(rows))
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-three-scopes", "caption": "Unidentified share of the parameters of each published architecture at three scopes: one attention layer, one whole decoder layer, and the whole model (log scale)."}}
-counted = rows[rows["model_unidentified"].notna()]
-fig, axes = panels(1, height=4.2)
-ax = axes[0, 0]
-y = np.arange(len(counted))
-for col, marker, label in [
-    ("attention", "o", "one attention layer"),
-    ("block_unidentified_share", "s", "one decoder layer"),
-    ("model_unidentified_share", "D", "whole model"),
-]:
-    share = 1 - counted["identified_fraction"] if col == "attention" else counted[col]
-    ax.scatter(100 * share, y, marker=marker, label=label, s=36)
-ax.set_xscale("log")
-ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-ax.set_yticks(y, counted["name"])
-ax.invert_yaxis()
-ax.set(
-    xlabel="unidentified share of the parameters (%, log scale)", title="Three scopes"
-)
-fig.legend(loc="outside lower center", ncol=3)
-plt.show()
+fig = ch.fig_three_scopes(rows)
 
 # %%
-up = counted.loc[
-    counted["model_unidentified_share"] > counted["block_unidentified_share"], "name"
-]
-down = counted.loc[
-    counted["model_unidentified_share"] <= counted["block_unidentified_share"], "name"
-]
-untied = {n for n in counted["name"] if not PRESETS[n].model.tied}
-assert (counted["block_unidentified_share"] < 1 - counted["identified_fraction"]).all()
-mlp_share = float(
-    (preset_count("gpt2", "block").params_by_block["mlp"])
-    / preset_count("gpt2", "block").total_params
-)
-display(
-    Markdown(
-        "An attention layer is a small part of a decoder layer (in GPT-2 the MLP holds "
-        f"{mlp_share:.0%} of a layer's weights), so the share always drops from the "
-        "attention column to the block column. From one decoder layer to the whole "
-        "model "
-        f"it rises for {', '.join(up)} and falls for {', '.join(down)}. "
-        f"{len(untied & set(up))} of the {len(up)} that rise have an untied head, "
-        "whose "
-        "residual stream can be rotated (below): about $E^2/2$ directions that belong "
-        "to "
-        "no single layer. A tied head removes the rotations, and what is left of the "
-        "model-wide terms is small beside the embedding's parameters."
-    )
-)
+md(ch.scopes_sentence(rows))
 
 # %% [markdown]
 # ## A decoder layer has more freedoms than its attention
@@ -210,39 +125,7 @@ display(
 # Two of these freedoms, checked on the real GPT-2 layer in float64:
 
 # %%
-E, H, F = 8, 2, 32
-cfg = equivalent_config("gpt2", embed=E, heads=H)
-layer, forward = build_block("gpt2", cfg, ffn=F, seed=seed)
-x = torch.randn(3, 12, E, dtype=torch.float64)
-
-
-def output():
-    with torch.no_grad():
-        return forward(layer, x)
-
-
-y0 = output()
-state = {k: v.clone() for k, v in layer.state_dict().items()}
-checks = {}
-with torch.no_grad():
-    # LayerNorm 2 removes the mean of h: b_O + t·1 against b_MLP − t·1
-    layer.attn.c_proj.bias += 0.7
-    layer.mlp.c_proj.bias -= 0.7
-    checks["b_O + t·1, b_MLP − t·1"] = float((output() - y0).abs().max())
-    layer.load_state_dict(state)
-    # mean direction of the q/k/v map (Conv1D weight, E x 3E), its bias takes it back
-    g, b = layer.ln_1.weight, layer.ln_1.bias
-    a = torch.randn(3 * E, dtype=torch.float64)
-    layer.attn.c_attn.weight += torch.outer(1 / g, a)
-    layer.attn.c_attn.bias -= a * (b / g).sum()
-    checks["W_QKV + a (1/γ)ᵀ, b_QKV − a Σβ/γ"] = float((output() - y0).abs().max())
-    layer.load_state_dict(state)
-    layer.attn.c_attn.weight += torch.outer(torch.ones(E, dtype=torch.float64), a)
-    checks["W_QKV + a 1ᵀ (not a symmetry)"] = float((output() - y0).abs().max())
-    layer.load_state_dict(state)
-moves = pd.DataFrame({"change": list(checks), "max |Δy|": list(checks.values())})
-assert moves["max |Δy|"][:2].max() < 1e-12 and moves["max |Δy|"][2] > 1e-3
-table(moves, formats={"max |Δy|": "{:.1e}"})
+table(ch.gpt2_block_moves(seed))  # raises unless the moves behave as derived
 
 # %% [markdown]
 # ### The Jacobian of every real decoder layer agrees
@@ -253,46 +136,12 @@ table(moves, formats={"max |Δy|": "{:.1e}"})
 # The test suite runs six shapes per type.
 
 # %%
-block_cases = [
-    ("gpt2", dict(heads=2)),
-    ("gpt2", dict(heads=1, ffn=12)),
-    ("opt", dict(heads=2)),
-    ("opt", dict(heads=2, bias="none")),
-    ("llama", dict(heads=4, groups=2)),
-    ("llama", dict(heads=2, bias="all", ffn=30)),
-    ("mistral", dict(heads=4, groups=1)),
-    ("qwen2", dict(heads=4, groups=2)),
-    ("gpt_neox", dict(heads=1, rope_dims=4)),
-    ("gpt_neox", dict(heads=2, bias="none")),
-    ("phi", dict(heads=4, groups=2)),
-    ("phi", dict(heads=1, rope_dims=6, ffn=20)),
-]
-if small:
-    block_cases = block_cases[::4]
-out = []
-for hf_type, kw in block_cases:
-    r = audit_hf(hf_type, scope="block", embed=8, seed=seed, **kw)
-    c = r.details["config"]
-    out.append(
-        {
-            "type": hf_type,
-            "H": c["H"],
-            "G": c["G"],
-            "R": c["R"],
-            "bias": c["bias"],
-            "F": r.details["ffn"],
-            "params": r.total_params,
-            **{k: v for k, v in r.details["terms"].items()},
-            "closed form": r.details["theory_unidentified"],
-            "Jacobian": r.unidentified,
-            "gap": r.sv_gap,
-        }
-    )
-blocks = pd.DataFrame(out)
-assert (blocks["closed form"] == blocks["Jacobian"]).all()
-distinct_preset_audits = {id(r) for r in verified_block.values() if r is not None}
-glue("n_block_audits", len(blocks) + len(distinct_preset_audits), display=False)
-table(blocks, formats={"gap": "{:.0e}"})
+cases = ch.BLOCK_CASES[::4] if small else ch.BLOCK_CASES
+blocks = ch.table_block_audits(
+    cases, seed
+)  # raises if one differs from its closed form
+glue("n_block_audits", len(blocks) + n_preset_audits, display=False)
+table(blocks)
 
 # %% [markdown]
 # The columns `qk` to `value_bias` are the attention's terms (with the effective biases), the rest the
@@ -332,42 +181,10 @@ table(blocks, formats={"gap": "{:.0e}"})
 # tokens and the audit refuses to count it):
 
 # %%
-model_cases = [
-    ("gpt2", dict()),
-    ("gpt2", dict(tied=False)),
-    ("opt", dict(seed=1)),
-    ("llama", dict()),
-    ("llama", dict(layers=2, tied=True)),
-    ("mistral", dict(heads=4, groups=1)),
-    ("qwen2", dict(heads=4, groups=2)),
-    ("gpt_neox", dict(ffn=16)),
-    ("phi", dict(ffn=16)),
-]
-if small:
-    model_cases = [model_cases[0], model_cases[3]]
-out = []
-for hf_type, kw in model_cases:
-    kw = dict(dict(embed=8, heads=2, seed=seed), **kw)
-    r = audit_hf(hf_type, scope="model", **kw)
-    d = r.details
-    terms = {k: v for k, v in d["terms"].items() if v}
-    out.append(
-        {
-            "type": hf_type,
-            "layers": d["layers"],
-            "vocab": d["vocab"],
-            "tied": d["tied"],
-            "params": r.total_params,
-            "terms (nonzero)": ", ".join(f"{k} {v}" for k, v in terms.items()),
-            "closed form": d["theory_unidentified"],
-            "Jacobian": r.unidentified,
-            "gap": r.sv_gap,
-        }
-    )
-models = pd.DataFrame(out)
-assert (models["closed form"] == models["Jacobian"]).all()
+cases = [ch.MODEL_CASES[0], ch.MODEL_CASES[3]] if small else ch.MODEL_CASES
+models = ch.table_model_audits(cases, seed)
 glue("n_model_audits", len(models), display=False)
-table(models, formats={"gap": "{:.0e}"})
+table(models)
 
 # %% [markdown]
 # In a parallel block the first layer's MLP reads the token embedding alone, so a tiny model sees it
@@ -382,105 +199,18 @@ table(models, formats={"gap": "{:.0e}"})
 # no longer a symmetry; and `transformers`' own RMSNorm, which computes in float32 whatever its input.
 
 # %%
-cfg = equivalent_config("llama", embed=8, heads=2)
-F32 = "transformers' float32 RMSNorm, ε = 0"
-spectra = {}
-L_seq = default_seq_len(cfg)
-ids = torch.randint(
-    0,
-    24,
-    (40 if not small else 30, L_seq),
-    generator=torch.Generator().manual_seed(seed),
-)
-shape = dict(ffn=21, layers=1 if small else 2, vocab=24, tied=False, seq_len=L_seq)
-closed, windows = {}, {}
-for label, kw in [
-    ("float64 norms, ε = 0", dict(norm_eps=0.0)),
-    ("float64 norms, ε = 1e-6", dict(norm_eps=1e-6)),
-    (F32, dict(norm_eps=0.0, exact_norms=False)),
-]:
-    model, fwd = build_model("llama", cfg, **shape, seed=seed, **kw)
-    r = audit_module(model, (ids,), forward=fwd)
-    sv = np.array(r.singular_values)
-    spectra[label] = sv / sv[0]
-    closed[label] = count_model(
-        model_config("llama", cfg, **shape, norm_eps=kw["norm_eps"])
-    ).unidentified
-    windows[label] = tolerance_window(sv, r.total_params - closed[label])
-lo, hi = NEAR_NULL_BAND
-band = {k: int(((s > lo) & (s <= hi)).sum()) for k, s in spectra.items()}
-exact_zero = {k: int((s <= lo).sum()) for k, s in spectra.items()}
-gaps = {k: w[1] / w[0] for k, w in windows.items()}
-glue("gap64", gaps["float64 norms, ε = 0"], display=False)
-glue("gap32", gaps[F32], display=False)
+spectra = ch.llama_spectra(small, seed)  # three whole-model audits
+glue("gap64", spectra.gap(ch.E0), display=False)
+glue("gap32", spectra.gap(ch.F32), display=False)
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-llama-spectrum", "caption": "The smallest singular values of the Jacobian of a tiny whole Llama (divided by the largest) with exact float64 norms at ε = 0 and ε = 1e-6, and with transformers' float32 RMSNorm; grey, the near-null band."}}
-fig, axes = panels(1, height=3.6)
-ax = axes[0, 0]
-for label, s in spectra.items():
-    ax.semilogy(np.arange(len(s))[-260:], s[-260:], label=label)
-ax.axhspan(lo, hi, color="0.9", zorder=0, label="near-null band")
-ax.set(
-    xlabel="singular value index (the last 260)",
-    ylabel="σ / σ_max",
-    title=f"Jacobian spectrum of a {1 if small else 2}-layer Llama",
-)
-ax.legend(loc="lower left")
-plt.show()
+fig = ch.fig_llama_spectrum(spectra)
 
 # %%
-summary = pd.DataFrame(
-    {
-        "norms": list(spectra),
-        "closed form": [closed[k] for k in spectra],
-        "below 1e-9 (null)": [exact_zero[k] for k in spectra],
-        "in the band 1e-9 to 1e-5": [band[k] for k in spectra],
-        "tolerances giving the closed form": [
-            f"{w[0]:.1e} to {w[1]:.1e}" for w in windows.values()
-        ],
-        "gap": [gaps[k] for k in spectra],
-    }
-)
-table(summary, formats={"gap": "{:.1e}"})
+table(ch.table_spectra(spectra))
 
 # %%
-e0, e6 = "float64 norms, ε = 0", "float64 norms, ε = 1e-6"
-# at ε > 0 the closed form drops exactly the stream's scale: the spectrum must
-# lose as many null directions
-assert closed[e0] - closed[e6] == exact_zero[e0] - exact_zero[e6]
-assert exact_zero[e0] == closed[e0] and band[e0] == 0
-left = exact_zero[e0] - exact_zero[e6]
-display(
-    Markdown(
-        f"With float64 norms at ε = 0 there are {exact_zero[e0]} exact null "
-        f"directions, the closed form's count, and {band[e0]} in the band. "
-        "At ε = 1e-6 the closed form "
-        f"loses its stream-scale term ({closed[e0]} → {closed[e6]}) and the spectrum "
-        f"loses {left} null direction{'s' * (left != 1)} ({exact_zero[e6]} null, "
-        f"{band[e6]} in the band): the scale is only nearly a symmetry there, and "
-        f"the tolerances that give the closed form span {windows[e6][0]:.1e} to "
-        f"{windows[e6][1]:.1e} (`attnid audit --model --norm-eps` refuses to read a "
-        "count without a clear gap). Transformers' float32 RMSNorm puts "
-        f"{band[F32]} directions in the band and leaves {exact_zero[F32]} below it, "
-        "yet any relative tolerance from "
-        f"{windows[F32][0]:.1e} to {windows[F32][1]:.1e} still gives {closed[F32]}, "
-        "the closed form: float32 round-off lifts the null directions off zero "
-        + (
-            "but keeps them apart from the rest. "
-            if gaps[F32] > 100
-            else "and leaves almost no cut between them and the rest. "
-        )
-        + f"What it costs is the gap, {gaps[F32]:.0e} "
-        f"against {gaps[e0]:.0e} with float64 norms, "
-        + (
-            f"below the {MIN_GAP:.0e} that attnid requires before it trusts a rank; "
-            if gaps[F32] < MIN_GAP
-            else f"still above the {MIN_GAP:.0e} that attnid requires; "
-        )
-        + "attnid audits with the norm computed in float64 (and says so in the "
-        "audit's details)."
-    )
-)
+md(ch.spectrum_sentence(spectra))
 
 # %% [markdown]
 # ## Against the product of per-layer groups
@@ -495,107 +225,10 @@ display(
 # ways.
 
 # %%
-compare = []
-for name in ("gpt2", "llama-2-7b", "pythia-6.9b"):
-    p = PRESETS[name]
-    m = preset_count(name, "model")
-    block = preset_count(name, "block")
-    attn = preset_count(name, "attention")
-    product = p.model.layers * layer_gauge_dims(p.config)
-    t = m.unidentified_by_block
-    residual = m.unidentified - t["blocks"]
-    compare.append(
-        {
-            "model": p.description,
-            "product of layer groups": product,
-            "attention biases": p.model.layers * attn.unidentified
-            - p.model.layers * layer_gauge_dims(p.config),
-            "rest of the blocks": p.model.layers
-            * (block.unidentified - attn.unidentified),
-            "stream rotations": t["stream_rotation"],
-            "other stream terms": residual - t["stream_rotation"],
-            "whole model (closed form)": m.unidentified,
-            "params": m.total_params,
-        }
-    )
-compare = pd.DataFrame(compare)
-parts = [
-    "product of layer groups",
-    "attention biases",
-    "rest of the blocks",
-    "stream rotations",
-    "other stream terms",
-]
-g2, ll = compare.iloc[0], compare.iloc[1]
-# regression guards against numbers derived by hand from the released configs
-# (the parts above are differences of the whole, so their sum proves nothing);
-# the closed form itself meets the Jacobian of the real modules in the audits above
-assert g2["whole model (closed form)"] == 1_347_352
-assert ll["whole model (closed form)"] == 25_917_440
-assert ll["stream rotations"] == 4096 * 4095 // 2  # E(E − 1)/2 with E = 4096
-glue("gpt2_model", int(g2["whole model (closed form)"]), display=False)
-glue("gpt2_product", int(g2["product of layer groups"]), display=False)
-glue("llama_model", int(ll["whole model (closed form)"]), display=False)
-glue("llama_rotation", int(ll["stream rotations"]), display=False)
-glue(
-    "llama_rotation_share",
-    float(ll["stream rotations"] / ll["whole model (closed form)"]),
-    display=False,
-)
+compare = ch.table_compare()
+for name, value in ch.compare_facts(compare).items():
+    glue(name, value, display=False)
 table(compare)
 
 # %%
-block_llama = preset_count("llama-2-7b", "block")
-gpt2_terms = preset_count("gpt2", "model").unidentified_by_block
-gpt2_stream = ", ".join(
-    f"{k.replace('_', ' ')} {v:,}" for k, v in gpt2_terms.items() if v and k != "blocks"
-)
-display(
-    Markdown(
-        "Point by point:\n\n"
-        "- **The product of per-layer groups** gives "
-        f"{int(g2['product of layer groups']):,} "
-        "for GPT-2 small (12 layers × 12 heads × (64² + 64²), the same shape as the "
-        'Transformer Base of the first paper, hence its "over 1.1 million"). The real '
-        f"model has {int(g2['whole model (closed form)']):,}: "
-        f"{int(g2['attention biases']):,} from the attention's key and value biases, "
-        f"{int(g2['rest of the blocks']):,} from the norms and output biases of its "
-        "layers, "
-        f"and {int(g2['stream rotations'] + g2['other stream terms']):,} from the "
-        "residual "
-        f"stream ({gpt2_stream}).\n"
-        "- **LayerNorm does not leave the groups as they are**: behind it every "
-        "reader gains "
-        "a mean direction and a free effective bias, so even a model without key "
-        "biases loses "
-        "its whole key bias (OPT without biases, above).\n"
-        "- **The whole model is not the product of its layers.** In Llama-2-7B the "
-        "stream's "
-        f"rotations add {int(ll['stream rotations']):,} directions, "
-        f"{ll['stream rotations'] / ll['whole model (closed form)']:.0%} of its "
-        f"{int(ll['whole model (closed form)']):,}; each layer adds "
-        f"{block_llama.unidentified - preset_count('llama-2-7b').unidentified:,} "
-        "(its two RMSNorm scales and the SwiGLU rescaling) to the attention's "
-        f"{preset_count('llama-2-7b').unidentified:,}. The rotations are what "
-        "SliceGPT and "
-        "QuaRot use to compress and quantize; a count that multiplies layer groups "
-        "misses them.\n"
-        "- **Functional dimension.** The second paper's formula is the attention "
-        "layer's "
-        "(chapter 2's count, which the Jacobian confirms: no hidden symmetries). The "
-        "functional dimension of a whole model is its parameter count less the "
-        "whole-model "
-        "count: for GPT-2 small "
-        f"{int(g2['params'] - g2['whole model (closed form)']):,} "
-        f"of {int(g2['params']):,}. Normalising a memorisation capacity by the "
-        "attention "
-        "count alone would leave out the norm, MLP and stream terms, "
-        f"{int(g2['whole model (closed form)'] - g2['product of layer groups']):,} "
-        "directions for GPT-2 small.\n"
-        "- **Neither paper measures the rank of a real block**; here every term was "
-        "checked "
-        "against the Jacobian of the `transformers` classes, at every shape in the "
-        "tables "
-        "above."
-    )
-)
+md(ch.compare_points(compare))

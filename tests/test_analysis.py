@@ -92,7 +92,7 @@ def smoke_suite(corpus, tmp_path_factory):
 
 
 def test_rows_follow_the_schema(smoke_suite):
-    out, runs = smoke_suite
+    _out, runs = smoke_suite
     rec = runs.first("adamw")
     cfg = make_config("smoke", "adamw").gpt_config()
     for row in rec.rows:
@@ -106,7 +106,7 @@ def test_rows_follow_the_schema(smoke_suite):
 def test_suite_loading_and_seed_bands(smoke_suite):
     out, runs = smoke_suite
     assert runs.seeds(("sgd", "sgd_wd", "adamw")) == [0, 1, 2]
-    steps, mean, lo, hi = analysis.band(runs, "adamw", Key.VAL_LOSS, lambda v: v)
+    _steps, mean, lo, hi = analysis.band(runs, "adamw", Key.VAL_LOSS, lambda v: v)
     finals = [analysis.final_val_loss(runs.runs["adamw"][s]) for s in (0, 1, 2)]
     assert mean[-1] == pytest.approx(np.mean(finals)) and lo[-1] == min(finals) and hi[-1] == max(finals)
     assert len(set(finals)) == 3  # the seeds are different runs

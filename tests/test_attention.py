@@ -65,7 +65,7 @@ def test_fused_round_trip_and_views():
     assert cfg2 == cfg
     for k in p:
         assert torch.equal(p[k], p2[k])
-    W_Q, b_Q, W_K, b_K = fused_qk_views(w, b, 3)
+    W_Q, _b_Q, _W_K, b_K = fused_qk_views(w, b, 3)
     assert torch.equal(W_Q, p["W_Q"]) and torch.equal(b_K, p["b_K"])
     assert W_Q.data_ptr() == w.data_ptr()  # a view, not a copy
 

@@ -126,7 +126,7 @@ def test_certify_uses_the_given_rtol():
 
 def test_too_little_data_is_refused_not_undercounted():
     cfg = AttentionConfig(16, 4, bias="all", causal=True)
-    with pytest.raises(ValueError, match="batch: 1 sequences .* too few"):
+    with pytest.raises(ValueError, match=r"batch: 1 sequences .* too few"):
         audit(cfg, method="dense", batch=1)
     for bad in (None, "cfg"):
         with pytest.raises(TypeError, match="cfg"):
@@ -199,13 +199,13 @@ def test_torch_mha_audit_guards_its_data_and_leaves_the_module_alone():
 
     mha = torch.nn.MultiheadAttention(8, 2)
     for kw in (dict(batch=1), dict(seq_len=1), dict(seq_len=2.5)):
-        with pytest.raises(ValueError, match="batch|seq_len"):
+        with pytest.raises(ValueError, match=r"batch|seq_len"):
             audit_torch_mha(mha, **kw)
     assert audit_torch_mha(mha).unidentified == 80
     assert mha.in_proj_weight.dtype == torch.float32  # audited a copy
     with pytest.raises(ValueError, match="constant input"):
         audit_module(torch.nn.Linear(4, 4), (torch.zeros(3, 4),))
-    with pytest.raises(TypeError, match="nn.Module"):
+    with pytest.raises(TypeError, match=r"nn.Module"):
         audit_module("not a module", (torch.randn(3, 4),))
     with pytest.raises(ValueError, match="kdim"):
         audit_torch_mha(torch.nn.MultiheadAttention(8, 2, kdim=4, vdim=4))

@@ -7,11 +7,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attnid.attention import AttentionConfig  # noqa: E402
-from attnid.cli import main  # noqa: E402
-from attnid.counting import BlockConfig, ModelConfig, count, count_block, count_model  # noqa: E402
-from attnid.hf import HF_TYPES, HFAuditError, audit_hf, verify_presets  # noqa: E402
-from attnid.presets import PRESETS, preset_count, preset_rows  # noqa: E402
+from attnid.attention import AttentionConfig
+from attnid.cli import main
+from attnid.counting import BlockConfig, ModelConfig, count, count_block, count_model
+from attnid.hf import HF_TYPES, HFAuditError, audit_hf, verify_presets
+from attnid.presets import PRESETS, preset_count, preset_rows
 
 # six shapes per model type at E <= 12: GQA/MQA where the type has it, partial RoPE, F != 4E, H = 1,
 # and the bias settings the type can express

@@ -282,7 +282,7 @@ def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, job
         proc.send_signal(signal.SIGTERM)
     else:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    stdout, stderr = proc.communicate(timeout=120)
+    _stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == rc, stderr[-3000:]
     assert f"interrupted ({sig})" in stderr and "Traceback" not in stderr, stderr[-3000:]
     _wait_for(lambda: not any(_alive(k) for k in kernels), timeout=30)

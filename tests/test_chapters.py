@@ -1,6 +1,8 @@
 """The chapter modules (attnid.chapters): tables, sentences and figures from the committed paper-scale records
 and synthetic records, in seconds."""
 
+from pathlib import Path
+
 import matplotlib
 import numpy as np
 import pytest
@@ -95,7 +97,7 @@ def test_sweep_table_slopes_are_the_log_log_fit():
 def test_spectra_table_and_figure(scales):
     t = ch.table_spectra(scales)
     paper = t[t["scale"] == "paper scale"].set_index("case")
-    assert paper.loc["sgd", "D"] == 64 and 0 < paper["smallest σ / largest (any head, any seed)"].min() < 1
+    assert paper.loc["SGD", "D"] == 64 and 0 < paper["smallest σ / largest (any head, any seed)"].min() < 1
     fig = ch.fig_spectra(scales, {k: k for k in scales})
     assert len(fig.axes) == 2 and len(fig.axes[0].get_lines()) == 3 * 6  # three cases x six heads (paper)
 
@@ -118,3 +120,106 @@ def test_floor_by_learning_rate():
     assert all(f["mean"] == pytest.approx((1e-7 * (N - 1) + 1e-6) / N) for f in floor)
     assert all(e["max"] < 1e-12 for e in exact)
     assert len(ch.fig_floor(runs, "x").axes) == 3  # two panels and the learning-rate axis
+
+
+# ------------------------------------------------------------------------------ chapter 7 (attnid.chapters.heads)
+def _heads_runs(corr: float = 1.0, rho_power: float = -1.0, seeds=(0, 1)):
+    """A synthetic head-count sweep at the smoke profile: ρ of every head ``∝ H^rho_power`` times
+    ``1 + corr·importance``, validation loss falling with H by more than the seeds differ."""
+    from attnid.chapters.heads import HeadRuns
+    from attnid.lm.ablation import PRUNE_TOLERANCES
+    from attnid.lm.analysis import SuiteRuns
+    from attnid.lm.profiles import SUITES
+
+    rng = np.random.default_rng(0)
+    sweep = SuiteRuns("smoke", "heads")
+    for case in SUITES["heads"].cases:
+        for s in seeds:
+            cfg = make_config("smoke", case, seed=s)
+            g = cfg.gpt_config()
+            L, H, D = cfg.n_layer, cfg.n_head, g.head_dim
+            imp = rng.uniform(0.0, 0.1, (L, H))
+            rho = 0.02 * H**rho_power * (1 + corr * 10 * imp)
+            row = {Key.STEP: 1, Key.RHO: rho.tolist(), Key.QK_SV: np.tile(np.geomspace(1, 0.1, D), (L, H, 1)).tolist()}
+            heads = {
+                "importance": imp.tolist(),
+                "baseline": 2.0,
+                "n_batches": 4,
+                "pruning_curve": [{"fraction": f, "loss": 2.0 + f} for f in (0.0, 0.5, 1.0)],
+                "prunable": {f"{t:g}": 0.25 for t in PRUNE_TOLERANCES},
+            }
+            summary = {
+                "seed": s,
+                "final_val_loss": 2.0 - 0.01 * np.log2(H) + 1e-4 * s,
+                "rho_method": "float64 optimizer update",
+            }
+            rec = Record(
+                Path(f"/synthetic/{case}-s{s}"),
+                {**cfg.as_dict(), "seed": s},
+                summary,
+                [row, {**row, Key.STEP: 50}],
+                heads,
+            )
+            sweep.runs.setdefault(case, {})[s] = rec
+    return HeadRuns("smoke", sweep.first("heads_H4"), sweep, "pending")
+
+
+def test_heads_chapter_reads_a_planted_sweep():
+    from attnid.chapters import heads as hc
+
+    h = _heads_runs()
+    rows = hc.sweep_rows(h)
+    summary = hc.table_sweep(rows)
+    assert list(summary["H"]) == [1, 2, 4, 8, 16, 4]
+    assert summary["identified fraction"].iloc[:5].tolist() == pytest.approx(
+        [1 - 1 / (2 * k) for k in (1, 2, 4, 8, 16)]
+    )
+    assert "It falls about as fast as 1/(2H)" in hc.rho_slope_sentence(summary)  # ρ ∝ 1/H planted
+    assert "positive in 10 of them" in hc.correlation_sentence(rows)  # ρ rises with importance in every run
+    assert "larger than the seed noise" in hc.loss_sentence(summary, 2)
+    assert "pending" in hc.intro_sentence(h) and hc.pruning_sentence(h).startswith("Prunable: within 1%: 25%")
+    facts = hc.facts(h, rows, summary)
+    assert facts["prunable_5"] == 0.25 and facts["corr_sign"].startswith("positive")
+    for f in (hc.fig_head_grids(h), hc.fig_pruning(h), hc.fig_rho_vs_h(rows, summary, "smoke")):
+        assert f.axes[0].get_title()
+
+
+def test_heads_chapter_readings_flip_with_the_plant():
+    """Against ρ ∝ H⁰ (no fall) and ρ falling as importance rises, the readings turn."""
+    from attnid.chapters import heads as hc
+
+    h = _heads_runs(corr=-0.9, rho_power=0.0)
+    rows = hc.sweep_rows(h)
+    summary = hc.table_sweep(rows)
+    assert "It falls more slowly than 1/(2H)" in hc.rho_slope_sentence(summary)
+    assert "positive in 0 of them" in hc.correlation_sentence(rows)
+    assert "within seed noise" in hc.loss_sentence(summary.assign(**{"val loss, nats/char (max)": 3.0}), 2)
+
+
+# ------------------------------------------------------------------------------ chapter 8 (attnid.chapters.blocks)
+def test_blocks_chapter_closed_forms_of_published_models():
+    """Regression guards against numbers derived by hand from the released configs (the closed forms meet the
+    Jacobian of the real modules in tests/test_hf.py)."""
+    from attnid.chapters import blocks as bc
+    from attnid.presets import preset_count
+
+    compare = bc.table_compare()
+    facts = bc.compare_facts(compare)
+    assert preset_count("gpt2", "model").total_params == 124_439_808  # the published count
+    assert facts["gpt2_model"] == 1_347_352 and facts["llama_model"] == 25_917_440
+    assert facts["llama_rotation"] == 4096 * 4095 // 2  # E(E − 1)/2 with E = 4096
+    assert facts["gpt2_product"] == 12 * 12 * (64**2 + 64**2)
+    parts = compare.drop(columns=["model", "whole model (closed form)", "params"]).sum(axis=1)
+    assert (parts == compare["whole model (closed form)"]).all()
+    assert "1,179,648 for GPT-2 small" in bc.compare_points(compare)
+
+
+def test_gpt2_block_moves_and_a_planted_audit_mismatch():
+    from attnid.chapters import blocks as bc
+
+    moves = bc.gpt2_block_moves()
+    assert moves["max |Δy|"].iloc[:2].max() < 1e-12 and moves["max |Δy|"].iloc[2] > 1e-3
+    audits = bc.table_block_audits([("gpt2", dict(heads=1, ffn=12))])
+    assert (audits["closed form"] == audits["Jacobian"]).all() and audits["gap"].iloc[0] > 1e6
+    with pytest.raises(AssertionError, match="differs from its closed form"):
+        bc._checked(audits.assign(Jacobian=audits["Jacobian"] + 1))

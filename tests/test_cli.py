@@ -105,7 +105,7 @@ def test_train_reuses_records_and_names_damage(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1 and "heads.json" in lines[0] and "--force" in lines[0]
-    r = subprocess.run(cmd + ["--force"], capture_output=True, text=True, env=env)
+    r = subprocess.run([*cmd, "--force"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
 
 

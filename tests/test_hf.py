@@ -7,10 +7,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attnid.attention import AttentionConfig  # noqa: E402
-from attnid.audit import audit  # noqa: E402
-from attnid.hf import HF_TYPES, HFAuditError, audit_hf, equivalent_config, verify_presets  # noqa: E402
-from attnid.presets import PRESETS, preset_rows  # noqa: E402
+from attnid.attention import AttentionConfig
+from attnid.audit import audit
+from attnid.hf import HF_TYPES, HFAuditError, audit_hf, equivalent_config, verify_presets
+from attnid.presets import PRESETS, preset_rows
 
 # every model type through its own attention class and rotary code, with the settings it can express
 CASES = {

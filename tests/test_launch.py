@@ -85,8 +85,23 @@ def test_the_cli_submits_a_suite_to_slurm(tmp_path, monkeypatch, capsys):
 
     _fake_slurm(tmp_path, monkeypatch)
     rc = main(
-        ["experiments", "--profile", "smoke", "--suite", "heads", "--launcher", "slurm", "--partition", "a100"]
-        + ["--time", "30", "--log-dir", str(tmp_path / "logs"), "--device", "cuda"]
+        [
+            "experiments",
+            "--profile",
+            "smoke",
+            "--suite",
+            "heads",
+            "--launcher",
+            "slurm",
+            "--partition",
+            "a100",
+            "--time",
+            "30",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--device",
+            "cuda",
+        ]
     )
     assert rc == 0
     assert "submitted 6 runs as SLURM array 4242" in capsys.readouterr().out
@@ -115,7 +130,7 @@ def test_a_local_job_killed_is_named_and_resumable(tmp_path, monkeypatch):
 
     monkeypatch.setattr(launch_mod, "make_executor", lambda *a, **k: Executor())
     lines = []
-    with pytest.raises(launch_mod.LaunchError, match="1 of 2 runs did not finish .adamw seed 0") as e:
+    with pytest.raises(launch_mod.LaunchError, match=r"1 of 2 runs did not finish .adamw seed 0") as e:
         launch(_configs(), "local", folder=tmp_path / "logs", report=lines.append)
     assert "run the same command again" in str(e.value)
     assert any("sgd" in line and "final val loss" in line for line in lines)

@@ -4,9 +4,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from attnid.plotting import MIN_FONT_PT, PAGE_WIDTH_IN, panels, set_style, table  # noqa: E402
+from attnid.plotting import MIN_FONT_PT, PAGE_WIDTH_IN, panels, set_style, table
 
 
 def test_table_hides_the_index_and_aligns_numbers():

@@ -34,7 +34,7 @@ def run(finished, tmp_path):
 
 
 def test_finished_record_is_complete_and_compact(run):
-    base, d, cfg, _ = run
+    _base, d, cfg, _ = run
     rec = records.load(d)
     assert [r["step"] for r in rec.rows] == records.expected_steps(cfg.as_dict())
     assert set(rec.summary["files"]) == {"config.json", "metrics.jsonl.gz", "heads.json", "model.pt"}
@@ -84,7 +84,7 @@ def _relist(d):
 @pytest.mark.parametrize("cut", ["line", "within", "gzip"])
 def test_truncated_rows_are_refused_even_with_a_matching_file_list(run, cut):
     """Truncation at a line boundary, within a line, or of the gzip stream, with the hashes made to match."""
-    base, d, cfg, corpus = run
+    _base, d, _cfg, _corpus = run
     if cut == "line":
         _rewrite_rows(d, lambda t: "".join(t.splitlines(keepends=True)[:3]))
         word = "holds 3 rows|ends at step"
@@ -131,15 +131,15 @@ def test_a_tampered_summary_is_refused_in_one_line(run, change, word):
 
 
 def test_rows_that_are_not_rows_are_refused(run):
-    base, d, cfg, corpus = run
+    _base, d, _cfg, _corpus = run
     (d / "metrics.jsonl.gz").write_bytes(gzip.compress(b"[1, 2, 3]\n"))
     _relist(d)
-    with pytest.raises(RecordError, match="not {'step': int"):
+    with pytest.raises(RecordError, match=r"not {'step': int"):
         records.load(d)
 
 
 def test_force_checks_the_corpus_before_it_touches_the_record(run, tmp_path, monkeypatch):
-    base, d, cfg, corpus = run
+    base, d, cfg, _corpus = run
     before = records.load(d).summary
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("abc")
@@ -193,18 +193,18 @@ def test_damaged_checkpoint_and_config_are_named(run):
     base, d, cfg, corpus = run
     (d / "summary.json").unlink()  # an unfinished run ...
     (d / "checkpoint.pt").write_bytes(b"not a checkpoint")  # ... with a damaged resume point
-    with pytest.raises(RecordError, match="checkpoint.pt: damaged"):
+    with pytest.raises(RecordError, match=r"checkpoint.pt: damaged"):
         train(cfg, out=base, data=corpus, progress=False)
     (d / "config.json").write_text("{not json")
-    with pytest.raises(RecordError, match="config.json: not valid JSON"):
+    with pytest.raises(RecordError, match=r"config.json: not valid JSON"):
         train(cfg, out=base, data=corpus, progress=False)
     (d / "config.json").write_text(json.dumps({"profile": "smoke", "n_layer": 2}))
-    with pytest.raises(RecordError, match="config.json: not a run config"):
+    with pytest.raises(RecordError, match=r"config.json: not a run config"):
         train(cfg, out=base, data=corpus, progress=False)
 
 
 def test_another_config_in_the_folder_is_refused(run):
-    base, d, cfg, corpus = run
+    base, d, _cfg, corpus = run
     other = make_config("smoke", "sgd", lr=0.1)
     with pytest.raises(RecordError, match="differs in lr"):
         train(other, out=base, data=corpus, progress=False)
@@ -252,7 +252,7 @@ def test_a_record_of_an_older_format_is_not_reused(run):
     summary["format"] = 1
     del summary["files"]
     (d / "summary.json").write_text(json.dumps(summary))
-    with pytest.raises(RecordError, match="older attnid .* --force"):
+    with pytest.raises(RecordError, match=r"older attnid .* --force"):
         train(cfg, out=base, data=corpus, progress=False)
     assert train(cfg, out=base, data=corpus, progress=False, force=True)["format"] == records.FORMAT
 
@@ -261,7 +261,7 @@ def test_saved_model_loads_and_reproduces_the_recorded_head_baseline(run):
     from attnid.lm.ablation import fixed_batches, masked_loss
     from attnid.lm.train import load_model
 
-    base, d, cfg, corpus = run
+    _base, d, cfg, corpus = run
     model = load_model(d)
     batches = fixed_batches(corpus, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed)
     assert not model.training

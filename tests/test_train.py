@@ -176,7 +176,7 @@ def test_bf16_keeps_sgd_at_round_off(corpus):
 
 
 def test_heads_analysis_is_in_the_record(smoke_runs):
-    out, runs = smoke_runs
+    out, _runs = smoke_runs
     rec = load_run("smoke", "adamw", base=out)
     h = rec.heads
     assert len(h["importance"]) == 2 and len(h["importance"][0]) == 4
@@ -278,7 +278,10 @@ def test_law_residual_of_the_probe_equals_the_weights(corpus):
         c *= (1 - 0.5 * 0.05) ** 2
         row = probe.after_step(c)
     bt = betas()
-    norm = lambda M: M.pow(2).sum((-1, -2, -3)).sqrt()  # noqa: E731  per layer, over heads
+
+    def norm(M):
+        return M.pow(2).sum((-1, -2, -3)).sqrt()
+
     want = norm(bt - c * beta0) / norm(c * beta0)
     assert torch.allclose(torch.tensor(row[Key.BETA_LAW], dtype=torch.float64), want, rtol=1e-9)
     drift = norm(bt - beta0) / norm(beta0)

@@ -138,7 +138,7 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
     for cell in executed.cells:  # hide the parameters and the injected parameters
         tags = cell.metadata.get("tags", [])
         if HIDDEN_TAGS & set(tags) and "remove-cell" not in tags:
-            cell.metadata["tags"] = tags + ["remove-cell"]
+            cell.metadata["tags"] = [*tags, "remove-cell"]
     executed.metadata["attnid"] = {
         "source": shown(nb),
         "parameters": params,
@@ -147,7 +147,7 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
         "torch": torch.__version__,
         "python": platform.python_version(),
         "git_commit": git_commit(),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
     }
     nbformat.write(executed, target)
@@ -192,7 +192,7 @@ def _run_papermill(pm, nb: Path, source_nb: Path, target: Path, params: dict, lo
         )
     except pm.PapermillExecutionError as e:
         raise ChapterFailed(nb, e.exec_count, f"{e.ename}: {e.evalue}", cell_index=e.cell_index) from None
-    except Exception as e:  # noqa: BLE001  a dead kernel (OOM kill, os._exit), a kernel that did not start
+    except Exception as e:
         lines = [line for line in str(e).strip().splitlines() if line.strip()]
         why = f"{type(e).__name__}: {lines[0] if lines else 'no message'} (kernel log: {shown(log)})"
         raise ChapterFailed(nb, None, why) from None
@@ -355,7 +355,11 @@ def build_html(out: Path) -> None:
     print(f"book: {out / '_build' / 'html' / 'index.html'}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> None:  # noqa: C901, PLR0915 (reason in the docstring)
+    """The command line: parse, check the folders, then build, execute or serve.
+
+    Long because each flag's check sits beside its flag, so that an error names it before any work starts.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=["build", "execute", "serve"])
     ap.add_argument("notebooks", nargs="*", type=Path, help="chapters to execute (default: all)")

@@ -3,5 +3,5 @@
 from .attention import AttentionConfig, ColumnAttention, attention, init_params, parse_bias
 from .counting import count
 
-__all__ = ["AttentionConfig", "ColumnAttention", "attention", "init_params", "parse_bias", "count"]
+__all__ = ["AttentionConfig", "ColumnAttention", "attention", "count", "init_params", "parse_bias"]
 __version__ = "0.5.0"

@@ -91,7 +91,12 @@ class AttentionConfig:
     rope_base: float = 10000.0
     rope_dims: int | None = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901 (reason in the docstring)
+        """Refuse a field of the wrong type or range in one line naming it.
+
+        Complex because each field is one check, read top to bottom.
+        """
+
         def positive_int(v) -> bool:
             return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
@@ -140,7 +145,7 @@ class AttentionConfig:
     C = property(lambda self: self.value_dim)
     R = property(lambda self: (self.rope_dims or self.head_dim) if self.rope else 0)  # rotated dims per head
 
-    def with_(self, **changes) -> "AttentionConfig":
+    def with_(self, **changes) -> AttentionConfig:
         """A copy with ``changes``; ``rope=False`` also drops ``rope_dims``."""
         if changes.get("rope") is False:
             changes.setdefault("rope_dims", None)

@@ -152,7 +152,10 @@ def _print_audit(out: dict, as_json: bool) -> None:
 
 
 def _audit_hf(a) -> int:
-    """``attnid audit --hf TYPE``: the real transformers module, compared with the closed form."""
+    """``attnid audit --hf TYPE``: the real transformers module, compared with the closed form.
+
+    Long because it maps each CLI flag onto the audit's arguments, one line per flag.
+    """
     from .hf import audit_hf
 
     extra = [f for f, v in (("--preset", a.preset), ("--value-dim", a.value_dim), ("--batch", a.batch),
@@ -475,7 +478,11 @@ def _exec_args(p: argparse.ArgumentParser) -> None:
     _threads_arg(p)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (reason in the docstring)
+    """The ``attnid`` argument parser: every subcommand and its flags.
+
+    Long because it declares every subcommand and flag, one statement each.
+    """
     ap = argparse.ArgumentParser(prog="attnid", description="Parameter identification in attention layers.")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("count", help="closed-form parameter and unidentified counts")

@@ -110,7 +110,7 @@ def _prepare(
             if exact_norms:
                 m.forward = types.MethodType(_rms_norm_float64, m)
             if norm_eps is not None:
-                setattr(m, "variance_epsilon", norm_eps)
+                setattr(m, "variance_epsilon", norm_eps)  # noqa: B010 (a float where torch types a tensor)
         elif isinstance(m, torch.nn.LayerNorm) and norm_eps is not None:
             m.eps = norm_eps
     return module
@@ -225,7 +225,7 @@ def _check_relu_units(model: torch.nn.Module, forward: Callable, ids: torch.Tens
             )
 
 
-def audit_hf(
+def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
     hf_type: str,
     *,
     embed: int = 32,
@@ -263,6 +263,9 @@ def audit_hf(
     inside the module, for example, blurs the rank), raises :class:`HFAuditError`. An audit estimated to
     need more than ``max_memory`` bytes (default: the machine's available memory) is refused before it starts.
     ``progress``: a large audit says on stderr what it is doing (stdout stays free for JSON).
+
+    Long because it validates the arguments, builds the module of the asked scope and compares with the closed
+    form in one place; one builder per scope is open work (issue 27).
     """
     check_seed(seed)
     if scope not in SCOPES:

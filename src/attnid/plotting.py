@@ -99,12 +99,13 @@ def table(df, *, formats: dict | None = None, digits: int = 3):
     """A table as the book shows it: no index, text left-aligned, numbers right-aligned with
     consistent formatting (integers with thousands separators, floats to ``digits`` significant figures,
     booleans as yes/no, missing values as a dash); ``formats`` overrides per column (a format string or
-    a function). Returns a pandas ``Styler``."""
+    a function; ``df.attrs["formats"]`` gives defaults, as the chapter modules' tables carry them). Returns a
+    pandas ``Styler``."""
     import numbers
 
     import pandas as pd
 
-    formats = dict(formats or {})
+    formats = {**df.attrs.get("formats", {}), **(formats or {})}
     numeric = []
     for col in df.columns:
         s = df[col]

@@ -4,3 +4,59 @@ computed from the records or the math, so that a chapter keeps only prose, param
 
 It builds on :mod:`attnid` and :mod:`attnid.lm`; nothing below it imports it.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..lm import analysis as an
+from ..lm.analysis import CASE_LABELS, SuiteRuns
+from ..lm.launch import run_suite
+from ..lm.profiles import SUITES, resolve_device
+from ..lm.records import Record
+
+PAPER_CMD = "attnid experiments --profile paper --device cuda"
+
+
+def md(text: str) -> None:
+    """Show ``text`` as Markdown in the notebook (a computed sentence beside its table)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(text))
+
+
+def labelled(df, col: str = "case"):
+    """For display only: the case ids of column ``col`` as their names."""
+    return df.assign(**{col: df[col].map(CASE_LABELS)})
+
+
+def ensure_suite(
+    profile: str,
+    suite: str,
+    device: str = "auto",
+    *,
+    every_seed: bool = False,
+    current: Callable[[Record], bool] = lambda rec: True,
+    hint: str = PAPER_CMD,
+) -> SuiteRuns:
+    """The finished runs of ``suite`` at ``profile``: trained here first (finished runs are reused) unless the
+    profile is the paper's and no GPU is present, when the records alone are read. Raises
+    :class:`~attnid.lm.analysis.RecordError` naming every case that is missing, lacks one of the profile's
+    seeds (``every_seed``) or whose first record fails ``current`` (made by an older probe), and ``hint``,
+    the command that makes them."""
+    if profile != "paper" or resolve_device(device).startswith("cuda"):
+        run_suite(profile, suite, device=device)
+    spec = SUITES[suite]
+    seeds = list(spec.seeds[profile])
+    runs = an.load_suite(profile, suite, seeds=seeds if every_seed else None)
+    missing = [
+        c
+        for c in spec.cases_at(profile)
+        if c not in runs or (every_seed and len(runs.runs[c]) < len(seeds)) or not current(runs.first(c))
+    ]
+    if missing:
+        raise an.RecordError(
+            f"the {profile} profile needs every {suite!r} record, made by the current code; missing or older: "
+            f"{', '.join(missing)}. Make them with `{hint}`"
+        )
+    return runs

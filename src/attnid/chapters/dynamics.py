@@ -15,8 +15,67 @@ from ..lm import claims as cl
 from ..lm.analysis import CASE_LABELS, SuiteRuns
 from ..lm.metrics import Key
 from ..lm.profiles import DEEP_SGD, LR_SWEEP, OPTIMIZER_CASES, RunConfig, lr_at
+from . import PAPER_CMD, ensure_suite
 
 Scales = dict[str, SuiteRuns]
+MAIN = ("sgd", "sgd_wd", "adamw")  # the optimizer cases every comparison reads
+
+
+def with_formats(df: pd.DataFrame, **formats) -> pd.DataFrame:
+    """``df`` carrying its display formats (``attnid.plotting.table`` reads ``df.attrs["formats"]``)."""
+    df.attrs["formats"] = formats
+    return df
+
+
+# ------------------------------------------------------------------------------ the runs
+def load_scales(profile: str, device: str = "auto") -> Scales:
+    """The chapter's scales: the committed paper-scale records (when this build reruns a smaller profile and
+    they hold the main cases), then this build's rerun of ``profile``, trained here first where it can be
+    (:func:`attnid.chapters.ensure_suite`; every record must hold the float64 ρ)."""
+    rerun = ensure_suite(
+        profile, "dynamics", device, current=lambda rec: an.rho_key(rec) == Key.RHO, hint=f"{PAPER_CMD} --force"
+    )
+    scales = {}
+    if profile != "paper":
+        paper = an.load_suite("paper", "dynamics")
+        if all(c in paper for c in MAIN):
+            scales[paper.short_label()] = paper
+    scales[rerun.short_label()] = rerun
+    return scales
+
+
+def titles(scales: Scales) -> dict[str, str]:
+    """Each scale's panel title, e.g. ``"cpu rerun (2 × 4 × 64, cpu)"``."""
+    return {name: runs.label() for name, runs in scales.items()}
+
+
+def runs_sentence(scales: Scales) -> str:
+    """Which runs the chapter reads, per scale, and which are pending."""
+    text = "; ".join(
+        f"*{runs.label()}*: {len(runs.runs)} cases, seeds {runs.seeds() or runs.seeds(MAIN)}"
+        for runs in scales.values()
+    )
+    status = table_status(scales)
+    pending = [f"{r.case} ({r.scale})" for r in status[status["status"] == "pending"].itertuples()]
+    if pending:
+        text += f". **Pending** (not yet run; make them on a GPU with `{PAPER_CMD}`): {', '.join(pending)}"
+    return f"**Runs in this chapter.** {text}."
+
+
+def table_status(scales: Scales) -> pd.DataFrame:
+    """One row per case and scale: status, seeds, steps, best validation loss, how ρ was measured."""
+    rows = pd.DataFrame([{"scale": name, **row} for name, runs in scales.items() for row in an.run_summary(runs)])
+    rows = rows.rename(
+        columns={
+            "best_val_loss": "best val loss, mean (nats/char)",
+            "best_val_loss_low": "min",
+            "best_val_loss_high": "max",
+            "rho_measure": "ρ measured from",
+        }
+    )
+    f3 = "{:.3f}"
+    col = "best val loss, mean (nats/char)"
+    return with_formats(rows, **{col: f3, "min": f3, "max": f3, "steps": "{:,.0f}", "seeds": "{:.0f}"})
 
 
 def _layers(idx) -> str:
@@ -145,6 +204,64 @@ def fig_bias(runs: SuiteRuns, title: str):
     return fig
 
 
+# ------------------------------------------------------------------------------ ρ per optimizer
+def rho_rows(scales: Scales) -> pd.DataFrame:
+    """Per scale and optimizer case: :func:`attnid.lm.analysis.rho_summary` (mean ρ over seeds and its range,
+    largest per-head ρ, the isotropic share, the float32-difference and weights-only ρ), case ids as ids."""
+    return pd.DataFrame(
+        [{"scale": name, **row} for name, runs in scales.items() for row in an.rho_summary(runs, OPTIMIZER_CASES)]
+    )
+
+
+def table_rho(rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`rho_rows` as the chapter shows it."""
+    shown = rows.assign(case=rows["case"].map(CASE_LABELS)).rename(
+        columns={
+            "rho_measure": "ρ measured from",
+            "mean_rho": "mean ρ (over seeds)",
+            "mean_rho_low": "min",
+            "mean_rho_high": "max",
+            "max_rho": "largest per-head ρ",
+            "isotropic": "isotropic D/(2(E+1))",
+            "mean_rho_diff": "mean ρ, float32 difference",
+            "mean_rho_w": "mean ρ, weights only",
+        }
+    )
+    return with_formats(shown, seeds="{:.0f}")
+
+
+def rho_sentence(rows: pd.DataFrame, runs: SuiteRuns) -> str:
+    """The main optimizers ranked by mean ρ at each scale, plain SGD's largest ρ in the rerun ``runs`` and what
+    float32 round-off predicts for it."""
+    ranked = "; ".join(
+        f"*{name}*: "
+        + " > ".join(
+            f"{CASE_LABELS[case]} ({r:.2g})"
+            for case, r in part.set_index("case").loc[list(MAIN), "mean_rho"].sort_values(ascending=False).items()
+        )
+        for name, part in rows.groupby("scale", sort=False)
+    )
+    sgd_max = an.over_seeds(runs, "sgd", an.max_rho)["max"]
+    return (
+        f"Mean ρ, largest first: {ranked}. Plain SGD's ρ in the rerun is at most {sgd_max:.1e} over "
+        f"{len(runs.runs['sgd'])} seeds. A float32 gradient carries a rounding error of about "
+        "$2^{-24} \\approx 6\\times10^{-8}$ of each coordinate, in no particular direction, so a share of the "
+        "order of its square ($\\approx 4\\times10^{-15}$) lands in the invariant directions; a float64 "
+        "gradient would put about $10^{-32}$ there. What the paper-scale records show for SGD is the much "
+        "higher rounding floor of the float32 weight difference (next section), not motion along the symmetry."
+    )
+
+
+def weights_only_sentence(rows: pd.DataFrame, scale: str) -> str:
+    """ρ measured on the weights alone against the bias-augmented ρ, plain SGD and AdamW, at ``scale``."""
+    r = rows[rows["scale"] == scale].set_index("case")
+    return (
+        f"Plain SGD, rerun: ρ of the weights alone {r.loc['sgd', 'mean_rho_w']:.1e} against "
+        f"{r.loc['sgd', 'mean_rho']:.1e} with the bias column; AdamW: {r.loc['adamw', 'mean_rho_w']:.3f} "
+        f"against {r.loc['adamw', 'mean_rho']:.3f} (means over {int(r.loc['adamw', 'seeds'])} seeds)."
+    )
+
+
 # ------------------------------------------------------------------------------ the float32 floor
 def floor_by_lr(runs: SuiteRuns) -> tuple[list[float], list[dict], list[dict]]:
     """Over the plain-SGD sweep: the learning rates (ascending) and, per rate, mean ρ over training of the
@@ -193,6 +310,49 @@ def fig_floor(runs: SuiteRuns, title: str):
     bx.legend()
     plt.show()
     return fig
+
+
+LATE_F32 = "last tenth / middle, float32 difference"
+LATE_F64 = "last tenth / middle, float64 update"
+
+
+def table_late(scales: Scales) -> pd.DataFrame:
+    """Per scale and optimizer case: mean ρ over the last tenth of training against the middle
+    (:func:`attnid.lm.analysis.late_ratio`, mean over seeds), from the float32 difference and, where the
+    records hold it, from the float64 update. Case ids as ids."""
+    rows = []
+    for name, runs in scales.items():
+        for case in (c for c in OPTIMIZER_CASES if c in runs):
+            exact = an.rho_key(runs.first(case)) == Key.RHO
+            rows.append(
+                {
+                    "scale": name,
+                    "case": case,
+                    "seeds": len(runs.runs[case]),
+                    LATE_F32: an.over_seeds(runs, case, an.late_ratio)["mean"],
+                    LATE_F64: an.over_seeds(runs, case, lambda r: an.late_ratio(r, Key.RHO))["mean"] if exact else None,
+                }
+            )
+    return with_formats(pd.DataFrame(rows), seeds="{:.0f}")
+
+
+def late_sentence(late: pd.DataFrame, runs: SuiteRuns) -> str:
+    """Which optimizers' float32-difference ρ rises at the end of training (the claim ``late_spike_sgd``'s
+    threshold), and the floor across the SGD sweep of the rerun ``runs``."""
+    claim = next(c for c in cl.CLAIMS if c.id == "late_spike_sgd")
+    up = late[[claim.holds(v) for v in late[LATE_F32]]]
+    rest = late.loc[~late.index.isin(up.index), LATE_F32]
+    rising = ", ".join(f"{CASE_LABELS[r['case']]} ({r['scale']}, {r[LATE_F32]:.1f}×)" for _, r in up.iterrows())
+    lrs, floor, exact = floor_by_lr(runs)
+    return (
+        f"Over the last tenth of training against the middle, the float32-difference ρ rises by more than "
+        f"{claim.threshold:g}× for {rising or 'no optimizer'}; for the others it stays between {rest.min():.2f}× "
+        f"and {rest.max():.2f}×. Across the sweep the floor is {floor[0]['mean'] / floor[-1]['mean']:.1f}× higher "
+        f"at η = {lrs[0]} than at η = {lrs[-1]}, while the float64 update stays below "
+        f"{max(v['max'] for v in exact):.0e}. So a spike of ρ at the end of training (the paper's §5.3) is the "
+        "rounding floor of plain SGD's shrinking steps, where it appears at all; AdamW's normalised steps do not "
+        "shrink with the gradient, and its float32 difference shows none."
+    )
 
 
 # ------------------------------------------------------------------------------ the early steps under weight decay
@@ -252,8 +412,8 @@ def fig_spectra(scales: Scales, titles: dict[str, str]):
 
 def table_spectra(scales: Scales) -> pd.DataFrame:
     """Per scale and case: the smallest σ_min / σ_max of any final QK product (any head and seed) and the mean
-    effective rank."""
-    return pd.DataFrame(
+    effective rank (case names, for display)."""
+    df = pd.DataFrame(
         [
             {
                 "scale": name,
@@ -267,6 +427,14 @@ def table_spectra(scales: Scales) -> pd.DataFrame:
             for name, runs in scales.items()
             for case in MAIN
         ]
+    )
+    df["case"] = df["case"].map(CASE_LABELS)
+    return with_formats(
+        df,
+        **{
+            "smallest σ / largest (any head, any seed)": "{:.2e}",
+            "effective rank (mean over heads and seeds)": "{:.1f}",
+        },
     )
 
 
@@ -318,7 +486,7 @@ def table_sweep(runs: SuiteRuns) -> pd.DataFrame:
             for i in range(n_seeds)
         ]
     )  # (seeds, layers)
-    return pd.DataFrame(
+    df = pd.DataFrame(
         {
             "layer": np.arange(1, n_layers + 1),
             "slope of log drift vs log η (mean over seeds)": slopes.mean(0),
@@ -327,6 +495,7 @@ def table_sweep(runs: SuiteRuns) -> pd.DataFrame:
             **{f"drift at η = {lr}": finals[lr].mean(0) for lr in lrs},
         }
     )
+    return with_formats(df, min="{:.2f}", max="{:.2f}", **{f"drift at η = {lr}": "{:.2e}" for lr in lrs})
 
 
 # ------------------------------------------------------------------------------ the weight-decay law
@@ -355,7 +524,15 @@ def table_wd_law(scales: Scales) -> pd.DataFrame:
                         "measured on": "β" if law.measure.startswith("β") else "τ per head",
                     }
                 )
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    return with_formats(df, c_T="{:.4f}", **{"law residual": "{:.2e}", "SGD remainder / c_T": "{:.3g}"})
+
+
+def law_paragraph(table: pd.DataFrame) -> str:
+    """The law per layer at every scale (:func:`law_sentence`) and how its residual compares with plain SGD's
+    remainder (:func:`law_remainder_reading`)."""
+    per_scale = "; ".join(law_sentence(table, name) for name in table["scale"].unique())
+    return f"Per layer, mean over seeds: {per_scale}. {law_remainder_reading(table)}."
 
 
 def law_sentence(table: pd.DataFrame, scale: str) -> str:
@@ -465,7 +642,7 @@ def table_drift_by_layer(scales: Scales) -> pd.DataFrame:
                 "max": slopes["max"],
             }
         )
-    return pd.DataFrame(rows)
+    return with_formats(pd.DataFrame(rows), seeds="{:.0f}", layers="{:.0f}")
 
 
 # ------------------------------------------------------------------------------ the key bias
@@ -482,6 +659,146 @@ def key_bias_step(rec) -> tuple[float, float]:
     return norm / (np.sqrt(D) * eta.sum()), norm / np.sqrt(D * (eta**2).sum())
 
 
+# ------------------------------------------------------------------------------ β, τ and the biases
+def table_beta(scales: Scales) -> pd.DataFrame:
+    """Per scale and main optimizer: final β drift of the first and last layer and the growth of τ's spread
+    over the heads (mean over seeds; range of the latter). Case ids as ids."""
+    rows = []
+    for name, runs in scales.items():
+        for case in MAIN:
+            tau = an.over_seeds(runs, case, an.tau_spread_growth)
+            rows.append(
+                {
+                    "scale": name,
+                    "case": case,
+                    "seeds": len(runs.runs[case]),
+                    "final drift, layer 1": an.over_seeds(runs, case, lambda r: an.final_drift(r)[0])["mean"],
+                    "final drift, last layer": an.over_seeds(runs, case, lambda r: an.final_drift(r)[-1])["mean"],
+                    "τ spread end / start": tau["mean"],
+                    "min": tau["min"],
+                    "max": tau["max"],
+                }
+            )
+    return with_formats(pd.DataFrame(rows), seeds="{:.0f}")
+
+
+def tau_sentence(beta: pd.DataFrame) -> str:
+    """τ's spread under AdamW against plain SGD (the control) at each scale."""
+    per_scale = "; ".join(
+        f"*{name}*: AdamW's spread grows {b.loc['adamw', 'τ spread end / start']:.1f}×, "
+        f"SGD's {b.loc['sgd', 'τ spread end / start']:.1f}×"
+        for name, b in ((n, part.set_index("case")) for n, part in beta.groupby("scale", sort=False))
+    )
+    return (
+        "Plain SGD is the control for τ: training spreads τ over the heads whatever the optimizer. "
+        f"{per_scale}. The claims table below compares the two."
+    )
+
+
+def table_bias(scales: Scales) -> pd.DataFrame:
+    """Per scale and main optimizer: median query- and key-bias gradient norms per head, the largest key-bias
+    gradient and the key bias's final norm (median head), over seeds. Case ids as ids."""
+
+    def median_of(key):
+        return lambda r: float(np.median(an.values(r, key)))
+
+    rows = []
+    for name, runs in scales.items():
+        for case in MAIN:
+            has_norm = Key.NORM_BK in runs.first(case).rows[0]  # the paper-scale records predate it
+            final = (
+                an.over_seeds(runs, case, lambda r: float(np.median(an.values(r, Key.NORM_BK)[-1])))["mean"]
+                if has_norm
+                else None
+            )
+            rows.append(
+                {
+                    "scale": name,
+                    "case": case,
+                    "median ‖∇b_Q‖": an.over_seeds(runs, case, median_of(Key.GRAD_BQ))["mean"],
+                    "median ‖∇b_K‖": an.over_seeds(runs, case, median_of(Key.GRAD_BK))["mean"],
+                    "largest ‖∇b_K‖": an.over_seeds(runs, case, lambda r: float(an.values(r, Key.GRAD_BK).max()))[
+                        "max"
+                    ],
+                    "final ‖b_K‖ (median head)": final,
+                }
+            )
+    df = pd.DataFrame(rows)
+    return with_formats(df, **{k: "{:.2e}" for k in df.columns[2:]})
+
+
+def key_bias_sentence(bias: pd.DataFrame, runs: SuiteRuns) -> str:
+    """The key bias's final norm per optimizer in the rerun ``runs`` and AdamW's step share
+    (:func:`key_bias_step`)."""
+    bk = bias[bias["scale"] == runs.short_label()].set_index("case")["final ‖b_K‖ (median head)"]
+    coherent, walk = adamw_key_bias_steps(runs)
+    return (
+        f"Final key-bias norm per head (rerun, median head, mean over seeds): AdamW {bk['adamw']:.1e}, plain SGD "
+        f"{bk['sgd']:.1e}, SGD + weight decay {bk['sgd_wd']:.1e}. AdamW's key-bias steps are therefore "
+        f"{coherent:.2%} (all aligned) to {walk:.1%} (independent) of the learning rate per coordinate."
+    )
+
+
+def transient_sentence(runs: SuiteRuns, cut: int) -> str:
+    """SGD + weight decay over its first ``cut`` steps (:func:`attnid.lm.analysis.wd_transient`): whether the
+    early fall of ρ comes with the gradient growing beside the decay."""
+    t = an.wd_transient(runs, cut)
+    reading = (
+        "So the early fall of ρ does not come from the decay balancing the layer (the imbalance, to which the "
+        "decay's symmetry component is proportional, barely moves); it comes with the gradients growing beside "
+        "the decay."
+        if t["gradient_explains"]
+        else "In this build these numbers do not attribute the change of ρ to the gradient growing beside the "
+        "decay (that needs ρ to halve while the imbalance changes by less than a quarter and the gradient at "
+        "least doubles; see `attnid.lm.analysis.wd_transient`)."
+    )
+    return (
+        f"SGD + weight decay (mean over seeds): ρ = {t['rho_first']:.3f} at the first recorded step and "
+        f"{t['rho_last']:.3f} at step {t['last_step']}, {t['rho_end']:.3f} at the end. Over those first {cut} "
+        f"steps the relative imbalance changes by {t['imbalance_change']:.0%} ({t['imbalance_first']:.3f} → "
+        f"{t['imbalance_last']:.3f}) and the median query-bias gradient by a factor "
+        f"{t['grad_last'] / t['grad_first']:.2g} ({t['grad_first']:.1e} → {t['grad_last']:.1e}). {reading}"
+    )
+
+
+def table_rebalance(runs: SuiteRuns) -> pd.DataFrame:
+    """Every rebalancing event of the ``adamw_rebalance`` runs: seed, step, loss on a fixed batch before and
+    after, and the change (float32)."""
+    events = pd.DataFrame(
+        [{"seed": s, **e} for s, rec in sorted(runs.runs["adamw_rebalance"].items()) for e in rec.summary["rebalances"]]
+    )
+    events["|Δ loss|"] = (events["loss_after"] - events["loss_before"]).abs()
+    f6 = "{:.6f}"
+    return with_formats(events, loss_before=f6, loss_after=f6, **{"|Δ loss|": "{:.1e}"})
+
+
+def rebalance_sentence(events: pd.DataFrame, runs: SuiteRuns) -> str:
+    """The largest loss change at a rebalance, and the final validation loss with and without rebalancing."""
+    end = {c: an.over_seeds(runs, c, an.final_val_loss) for c in ("adamw", "adamw_rebalance")}
+    a, b = end["adamw"], end["adamw_rebalance"]
+    return (
+        f"Largest loss change at a rebalance: {events['|Δ loss|'].max():.1e} (float32). Final validation loss "
+        f"over {a['n']} seeds: AdamW {a['mean']:.4f} (range {a['min']:.4f}–{a['max']:.4f}), AdamW + rebalancing "
+        f"{b['mean']:.4f} (range {b['min']:.4f}–{b['max']:.4f})."
+    )
+
+
+def sweep_sentence(sweep: pd.DataFrame) -> str:
+    """The slope of log drift against log η per layer (:func:`table_sweep`)."""
+    col = "slope of log drift vs log η (mean over seeds)"
+    slopes = ", ".join(f"layer {layer}: {v:.2f}" for layer, v in zip(sweep["layer"], sweep[col]))
+    return (
+        f"Slopes per layer (mean over seeds): {slopes}. The drift falls with the learning rate wherever the slope "
+        "is positive; a fixed gradient would give slope 2."
+    )
+
+
+def adamw_key_bias_steps(runs: SuiteRuns) -> tuple[float, float]:
+    """AdamW's key-bias step share (:func:`key_bias_step`), aligned and independent, mean over seeds."""
+    shares = np.array([key_bias_step(rec) for _, rec in sorted(runs.runs["adamw"].items())])
+    return float(shares[:, 0].mean()), float(shares[:, 1].mean())
+
+
 # ------------------------------------------------------------------------------ the claims table
 def claim_rows(scales: Scales) -> pd.DataFrame:
     """Every claim at every scale (:func:`attnid.lm.claims.evaluate_claims`), one row each."""
@@ -489,7 +806,7 @@ def claim_rows(scales: Scales) -> pd.DataFrame:
 
 
 def table_claims(rows: pd.DataFrame) -> pd.DataFrame:
-    """The claims table as the chapter shows it."""
+    """The claims table as the chapter shows it (its display formats attached)."""
 
     def shown(r) -> str:
         if r["value"] is None or pd.isna(r["value"]):
@@ -497,7 +814,7 @@ def table_claims(rows: pd.DataFrame) -> pd.DataFrame:
         rng = f" ({r['low']:.3g} to {r['high']:.3g})" if r["seeds"] > 1 else ""
         return f"{r['value']:.3g}{rng}"
 
-    return pd.DataFrame(
+    shown = pd.DataFrame(
         {
             "id": rows["id"],
             "scale": rows["scale"],
@@ -508,6 +825,43 @@ def table_claims(rows: pd.DataFrame) -> pd.DataFrame:
             "verdict": rows["verdict"] + rows["reason"].map(lambda s: f" ({s})" if s else ""),
         }
     )
+    return with_formats(shown, seeds="{:.0f}", control="{:.3g}")
+
+
+def claims_list() -> str:
+    """Every claim as a Markdown bullet: its metric, test, threshold and why, and its control."""
+    return "\n".join(
+        f"- **{c.id}**: {c.claim}. *Metric*: {c.metric}; *test*: {c.op} {c.threshold:g}, because {c.why}."
+        + (f" *Control*: {c.control_text}." if c.control_text else "")
+        for c in cl.CLAIMS
+    )
+
+
+def depends_sentence(rows: pd.DataFrame) -> str:
+    """What each verdict that depends on a setting depends on."""
+    settings = rows.dropna(subset=["depends_on"])
+    return "**What the verdicts depend on.** " + " ".join(
+        f"*{r.id}* ({r.scale}): {r.depends_on}." for r in settings.itertuples()
+    )
+
+
+def facts(scales: Scales) -> dict[str, object]:
+    """The numbers the chapter's summary glues, from the rerun (the last scale): its title and seeds, mean ρ of
+    plain SGD and of AdamW (and AdamW's against the isotropic share), the law's sentence and AdamW's key-bias
+    step share (aligned and independent)."""
+    name, runs = list(scales.items())[-1]
+    rho = rho_rows({name: runs}).set_index("case")
+    coherent, walk = adamw_key_bias_steps(runs)
+    return {
+        "rerun_label": runs.label(),
+        "n_seeds": len(runs.seeds(MAIN)),
+        "rho_sgd": float(rho.loc["sgd", "mean_rho"]),
+        "rho_adamw": float(rho.loc["adamw", "mean_rho"]),
+        "rho_adamw_iso": float(rho.loc["adamw", "mean_rho"] / rho.loc["adamw", "isotropic"]),
+        "wd_sentence": law_sentence(table_wd_law({name: runs}), name),
+        "kb_coherent": coherent,
+        "kb_walk": walk,
+    }
 
 
 def disagreements(rows: pd.DataFrame) -> str:

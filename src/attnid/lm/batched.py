@@ -146,7 +146,7 @@ def train_seeds(
     return [results[c.seed] for c in cfgs]
 
 
-def _run_batched(
+def _run_batched(  # noqa: C901, PLR0915 (reason in the docstring)
     group: list[tuple[RunConfig, Path]],
     data: CharData,
     device: str,
@@ -154,6 +154,12 @@ def _run_batched(
     progress: bool,
     stop_after: int | None,
 ) -> dict[int, dict]:
+    """Train a group of seeds of one config as one stacked model, every hook of :func:`attnid.lm.train._run` per
+    seed.
+
+    Long because it is the stacked-seeds copy of the training loop; one loop shared with
+    :func:`attnid.lm.train._run` is open work (issue 27).
+    """
     cfgs, dirs = [c for c, _ in group], [d for _, d in group]
     cfg, S = cfgs[0], len(cfgs)
     models = [build(c, data.vocab_size, device)[0] for c in cfgs]  # each seed's init, as when trained alone

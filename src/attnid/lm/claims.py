@@ -24,6 +24,7 @@ Shapes: ``L`` layers, ``H`` heads (:data:`attnid.lm.metrics.SCHEMA`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -514,12 +515,16 @@ def seed_side(holds: list[bool]) -> str:
     return "against the paper" if not any(holds) else "split"
 
 
-def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:
+def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:  # noqa: C901 (reason in the docstring)
     """One claim's row: ``id``, ``claim``, ``profile``, ``metric``, ``value`` (mean over seeds), ``low``,
     ``high``, ``values`` (per seed), ``threshold``, ``op``, ``why``, ``control``, ``control_value``, ``seeds``,
     ``seed_list``, ``side`` (where the seeds lie: with or against the paper, or split), ``verdict``, ``reason``,
     ``depends_on``, ``rho_measure``, ``cases`` (the records read, after stand-ins) and the keys of the claim's
-    ``detail``."""
+    ``detail``.
+
+    Long because each verdict rule (pending, too few seeds, undecidable, stand-in, one side) is one branch, read
+    top to bottom.
+    """
     cases = resolve_cases(claim, runs)
     seeds = runs.seeds(tuple(cases.values()))
     row: dict = {
@@ -560,10 +565,8 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:
         return row
     row.update(values=vals, value=float(np.mean(vals)), low=float(np.min(vals)), high=float(np.max(vals)))
     if claim.control is not None:
-        try:
+        with contextlib.suppress(KeyError, Undecidable):  # no control where its records lack the key
             row["control_value"] = float(np.mean([claim.control(c) for c in per_seed]))
-        except (KeyError, Undecidable):
-            pass
     if claim.setting is not None:
         row["depends_on"] = claim.setting(per_seed[0])
     if claim.rho is not None:

@@ -145,7 +145,7 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         T = idx.shape[1]
-        if T > self.cfg.block_size:
+        if self.cfg.block_size < T:
             raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))

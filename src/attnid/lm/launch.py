@@ -116,7 +116,11 @@ def launch(
 ) -> list:
     """Run or submit every config. Returns the summaries (``inline``, ``local``, ``debug``, or ``slurm``
     with ``wait``) or the submitted submitit jobs (``slurm``). ``threads``: CPU threads of each local job
-    (default: what the job's process picks, :func:`attnid.lm.profiles.default_threads` from the CLI)."""
+    (default: what the job's process picks, :func:`attnid.lm.profiles.default_threads` from the CLI).
+
+    Long because it checks the launcher's flags, submits, waits and reports in one place, so that no job goes
+    unreported.
+    """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
     if not isinstance(parallel, int) or parallel < 1:

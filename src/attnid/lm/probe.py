@@ -163,7 +163,10 @@ class IdentificationProbe:
         rho, rho_diff, rho_w = rhos[0, 0], rhos[0, 1], rhos[1, 0]
         G_Q1, G_K1 = dynamics.gram(Q1), dynamics.gram(K1)
         beta_t = G_Q1 - G_K1
-        per_layer = lambda M: torch.linalg.matrix_norm(M).norm(dim=-1)  # noqa: E731  (..., L, H, n, n) -> (..., L)
+
+        def per_layer(M: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.matrix_norm(M).norm(dim=-1)
+
         tensors: dict[str, torch.Tensor] = {
             **{k: torch.as_tensor(v, dtype=torch.float64) for k, v in scalars.items()},
             Key.RHO: rho,

@@ -161,7 +161,7 @@ class RunConfig(ModelShape):
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
+    def from_dict(cls, d: dict) -> RunConfig:
         names = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in names}
         if "betas" in d:
