@@ -33,11 +33,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# one worker per core, a test file per worker: a file's fixtures (trained runs, the smoke book) are made once
+PYTEST := $(PY) -m pytest -q -n auto --dist loadfile --durations=20
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

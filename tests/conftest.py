@@ -1,7 +1,14 @@
 """Shared test setup. No global dtype: each test states float64 where the math needs it, and the
 model and training tests run in float32, as the book does."""
 
+import os
+
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker per core (make test): one thread each
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -74,6 +74,16 @@ def test_build_executes_every_chapter(smoke_book):
     assert "smoke" in repro and "torch" in repro
 
 
+def test_pages_load_no_font_awesome_kit(smoke_book):
+    """The theme's CSS draws the icons from web fonts; its 1.5 MB JavaScript kit is dropped from every page."""
+    html = smoke_book / "_build" / "html"
+    pages = list(html.rglob("*.html"))
+    assert pages and not [p for p in pages if "fontawesome.js" in p.read_text()]
+    assert not list((html / "_static").rglob("fontawesome.js"))
+    css = next((html / "_static" / "styles").glob("pydata-sphinx-theme.css")).read_text()
+    assert ".fa-bars:before" in css and "fa-solid-900.woff2" in css  # the icons the pages still show
+
+
 def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path):
     r = book("execute", "--profile", "smoke", "--out", str(smoke_book))
     assert r.returncode == 0, r.stderr

@@ -20,15 +20,13 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import scipy.linalg
 import torch
 from torch import nn
-from torch.func import functional_call, jvp, vjp, vmap
+from torch.func import functional_call
 
 from .attention import (
     PARAM_ORDER,
@@ -36,20 +34,21 @@ from .attention import (
     AttentionParams,
     attention,
     flatten,
-    head_mixtures,
     init_params,
-    param_slices,
     unflatten,
 )
+from .certify import (  # noqa: F401 (CertificateError and the singular-value helpers are part of this API)
+    POWER_RTOL,
+    CertificateError,
+    certify,
+    smallest_singular_value,
+    splits_by_group,
+    top_singular_value,
+)
 from .counting import total_params
-from .symmetry import tangent_basis
 
 RTOL = 1e-9
 METHODS = ("auto", "dense", "certify")
-
-
-class CertificateError(RuntimeError):
-    """The certify method could not certify the count (bad directions, or too little data)."""
 
 
 @dataclass
@@ -476,144 +475,7 @@ def audit(
     return res
 
 
-POWER_BLOCK = 8  # vectors per block power iteration
-POWER_RTOL = 1e-3  # stop once the estimate changes by less than this (it only sets the tolerance's scale)
-POWER_MAX_ITER = 30
-
-
-def top_singular_value(
-    gram, n: int, gen: torch.Generator, *, max_iter: int = POWER_MAX_ITER, rtol: float = POWER_RTOL
-) -> float:
-    """Largest singular value of a matrix ``A`` given ``gram(V) = (AᵀA Vᵀ)ᵀ`` for a block ``V`` ``(b, n)``:
-    block power (subspace) iteration, stopped when the estimate settles to ``rtol``."""
-    V = torch.linalg.qr(torch.randn(n, POWER_BLOCK, generator=gen, dtype=torch.float64)).Q.T
-    est = 0.0
-    for _ in range(max_iter):
-        W = gram(V)  # (b, n): AᵀA applied to each row of V
-        new = float(torch.linalg.svdvals(W @ V.T)[0])  # top eigenvalue of AᵀA on the block's span
-        V = torch.linalg.qr(W.T).Q.T
-        if abs(new - est) <= rtol * new:
-            return math.sqrt(new)
-        est = new
-    return math.sqrt(est)
-
-
-INVERSE_ITER = 15  # most inverse iterations for the smallest singular value
-
-
-def smallest_singular_value(K: torch.Tensor, gen: torch.Generator, *, upper_triangular: bool = False) -> float:
-    """``σ_min`` of a square float64 ``K``: its LU (or ``K`` itself when ``upper_triangular``), then block
-    inverse iteration (``‖K⁻¹‖``); 0 if singular. (A float32 LU, half the cost, is not accurate enough:
-    for the sketches of :func:`audit`, ``‖I − X K‖ > 1`` with ``X`` its solve.)"""
-    if upper_triangular:
-        if not bool(K.diagonal().ne(0).all()):
-            return 0.0
-
-        def gram_inverse(V: torch.Tensor) -> torch.Tensor:  # K⁻¹ K⁻ᵀ Vᵀ, transposed
-            W = torch.linalg.solve_triangular(K.T, V.T, upper=False)
-            return torch.linalg.solve_triangular(K, W, upper=True).T
-
-    else:
-        LU, piv, info = torch.linalg.lu_factor_ex(K)
-        if int(info) != 0:
-            return 0.0
-
-        def gram_inverse(V: torch.Tensor) -> torch.Tensor:  # K⁻ᵀ K⁻¹ Vᵀ, transposed
-            return torch.linalg.lu_solve(LU, piv, torch.linalg.lu_solve(LU, piv, V.T), adjoint=True).T
-
-    return 1.0 / top_singular_value(gram_inverse, K.shape[0], gen, max_iter=INVERSE_ITER)
-
-
-@dataclass
-class _JacobianBlock:
-    """A part of the projected Jacobian certified on its own: ``fn(theta)`` its outputs ``(B, rows, L)``
-    (flattened), ``cols`` the indices of ``theta`` that are φ coordinates (in θ's order), ``T`` the known
-    null directions restricted to them ``(len(cols), k_b)``. ``free``: the coordinates left after pinning."""
-
-    fn: Callable[[torch.Tensor], torch.Tensor]
-    theta: torch.Tensor
-    cols: torch.Tensor
-    T: torch.Tensor
-    rows: int
-    free: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    t_cond: float = 1.0
-
-
-def splits_by_group(cfg: AttentionConfig) -> bool:
-    """Whether ``W_O`` (``E x HC``) can be injective, so that certify may check one key/value group at a
-    time (it still checks ``W_O``'s own condition at the audited point)."""
-    return cfg.H * cfg.C <= cfg.E
-
-
-def _head_group_blocks(
-    cfg: AttentionConfig, p: AttentionParams, X: torch.Tensor, phi_idx: torch.Tensor, T: torch.Tensor, rtol: float
-) -> tuple[list[_JacobianBlock], float] | None:
-    """The per-group split of the projected Jacobian, or ``None`` where it does not hold.
-
-    ``Y = W_O Z + b_O`` with ``Z`` stacked over heads, and a key/value group's mixtures ``Z_g`` depend on
-    that group's query, key and value parameters only. When ``W_O`` (``E x HC``) is injective, the rank of
-    the φ-Jacobian of ``Y`` projected off the output block's range is the sum over groups of the ranks of
-    ``Z_g``'s Jacobian projected the same way (the projection acts on tokens, ``W_O`` on features). So each
-    group is certified on its own, on its exact Jacobian (about ``2n_φ/G x n_φ/G``), instead of one sketch
-    of side ``n_φ``. It also needs every known direction to touch one group only. Returns the blocks and
-    ``σ_min(W_O)``."""
-    E, H, G, C = cfg.E, cfg.H, cfg.G, cfg.C
-    if not splits_by_group(cfg):
-        return None
-    sw = torch.linalg.svdvals(p["W_O"].permute(1, 0, 2).reshape(E, H * C))
-    wo_ratio = float(sw[-1] / sw[0])
-    if not wo_ratio > rtol:
-        return None
-    where = param_slices(p)
-    phi_names = [k for k in PARAM_ORDER if k in p and k not in ("W_O", "b_O")]
-    group_idx = [
-        torch.cat([torch.arange(where[k].start, where[k].stop).reshape(G, -1)[g] for k in phi_names]) for g in range(G)
-    ]
-    pos = torch.full((int(phi_idx.max()) + 1,), -1, dtype=torch.long)  # θ index -> row of T[phi_idx]
-    pos[phi_idx] = torch.arange(len(phi_idx))
-    T_phi = T[phi_idx]
-    owner = torch.full((T.shape[1],), -1, dtype=torch.long)
-    for g, idx in enumerate(group_idx):
-        inside = T_phi[pos[idx]].ne(0).any(0)
-        if (inside & (owner >= 0)).any():
-            return None  # a direction touches two groups
-        owner[inside] = g
-    if (owner < 0).any():
-        return None  # a direction without a φ part: the whole sketch reports it
-    sub = cfg.with_(heads=H // G, groups=1)
-    blocks = []
-    for g, idx in enumerate(group_idx):
-        pg = {k: p[k].reshape(G, -1)[g].reshape(-1, *p[k].shape[1:]) for k in phi_names}
-        fn = (lambda like: lambda v: head_mixtures(X, unflatten(v, like), sub).reshape(-1))(pg)
-        blocks.append(
-            _JacobianBlock(fn, flatten(pg), torch.arange(len(idx)), T_phi[pos[idx]][:, owner == g], (H // G) * C)
-        )
-    return blocks, float(sw[-1])
-
-
-def _pin_known_directions(block: _JacobianBlock, rtol: float) -> None:
-    """Choose a complement of the block's known directions: pin ``k_b`` of its coordinates by LU pivoting
-    of ``T`` (so ``T[pinned]`` is nonsingular) and keep the rest as ``block.free``."""
-    T_b = block.T.numpy()
-    n_b, k = T_b.shape
-    if k > n_b:
-        raise CertificateError(f"certify: {k} supplied null directions for {n_b} coordinates are not independent")
-    if k == 0:
-        block.free = np.arange(n_b)
-        return
-    perm, _, U = scipy.linalg.lu(T_b, p_indices=True)
-    order = np.argsort(perm)  # scipy returns p with A = P L U; the rows of A in pivot order
-    diagU = np.abs(np.diag(U))
-    block.t_cond = float(diagU.min() / diagU.max())
-    if block.t_cond < rtol:
-        raise CertificateError(
-            f"certify: the supplied null directions are not independent (LU pivot ratio "
-            f"{block.t_cond:.1e} < rtol {rtol:.0e}); the count would be wrong"
-        )
-    block.free = np.setdiff1d(np.arange(n_b), np.sort(order[:k]))
-
-
-def _certify(  # noqa: C901, PLR0915 (reason in the docstring)
+def _certify(
     cfg: AttentionConfig,
     p: AttentionParams,
     X: torch.Tensor,
@@ -623,173 +485,10 @@ def _certify(  # noqa: C901, PLR0915 (reason in the docstring)
     rtol: float = RTOL,
     directions: torch.Tensor | None = None,
 ) -> AuditResult:
-    """The ``certify`` method (module docstring): the count from the known symmetry directions and a certificate
-    that the Jacobian has full rank on the rest.
-
-    Long because its steps share the factorisation state and one progress bar; two certificate functions and a
-    stage timer are open work (issue 27).
-    """
+    """The ``certify`` method (:func:`attnid.certify.certify`) as an :class:`AuditResult`."""
     t0 = time.perf_counter()
-    stage_seconds: dict[str, float] = {}
-    last = [t0]
-
-    def stage(name: str) -> None:  # seconds spent since the previous stage ended
-        now = time.perf_counter()
-        stage_seconds[name], last[0] = now - last[0], now
-
-    theta = flatten(p)
-    n = theta.numel()
-    f = _layer_fn(cfg, p, X)
-    Bsz, E, L = X.shape
-    m = Bsz * E * L
-    gen = torch.Generator().manual_seed(12345)
-
-    # 1. the (W_O, b_O) block: dY[b, e, l] / dW_O^h[e, c] = Z[b, h, c, l] for every e
-    _, Z = attention(X, p, cfg, return_z=True)
-    Zmat = Z.permute(0, 3, 1, 2).reshape(Bsz * L, cfg.H * cfg.C)  # tokens x (h, c)
-    if "b_O" in p:
-        Zmat = torch.cat([Zmat, torch.ones(Bsz * L, 1, dtype=Zmat.dtype)], dim=1)
-    Uz, sz, _ = torch.linalg.svd(Zmat, full_matrices=False)
-    rank_z = int((sz > rtol * sz[0]).sum())
-    Qz = Uz[:, :rank_z]
-    rank_o = E * rank_z
-    out_names = [k for k in ("W_O", "b_O") if k in p]
-    phi_names = [k for k in PARAM_ORDER if k in p and k not in out_names]
-    n_o = sum(p[k].numel() for k in out_names)
-
-    stage("output_block")
-    # 2. known null directions; the blocks to sketch (one per key/value group where that split holds,
-    # else the whole φ); in each, pin k_b coordinates by LU pivoting
-    T = (
-        torch.cat(list(tangent_basis(p, cfg).values()), dim=1)
-        if directions is None
-        else torch.as_tensor(directions, dtype=torch.float64)
-    )  # (n, k)
-    if T.dim() != 2 or T.shape[0] != n:
-        raise ValueError(f"directions: expected shape ({n}, k), got {tuple(T.shape)}")
-    k = T.shape[1]
-    where = param_slices(p)
-    phi_idx = torch.cat([torch.arange(where[name].start, where[name].stop) for name in phi_names])
-    split = _head_group_blocks(cfg, p, X, phi_idx, T, rtol)
-    if split is None:
-        blocks, wo_min = [_JacobianBlock(f, theta, phi_idx, T[phi_idx], E)], None
-    else:
-        blocks, wo_min = split
-    for block in blocks:
-        _pin_known_directions(block, rtol)
-    t_cond = min(b.t_cond for b in blocks)
-    n_free = sum(len(b.free) for b in blocks)
-
-    stage("tangent_lu")
-
-    # 3. residuals of the known directions: ||J t|| / ||t||, via forward mode
-    def jt(t):
-        return jvp(f, (theta,), (t,))[1]
-
-    resid = (
-        torch.cat([vmap(jt)(T[:, j : j + chunk].T).norm(dim=1) for j in range(0, k, chunk)]) if k else torch.zeros(0)
-    )
-    resid = resid / T.norm(dim=0)
-    stage("null_residuals")
-    # ||J||_2 by block power iteration (a block of vectors through vmap costs little more than one)
-    vjp_full = vjp(f, theta)[1]
-    sigma_max = top_singular_value(lambda V: vmap(vjp_full)(vmap(jt)(V))[0], n, gen)
-
-    stage("sigma_max")
-
-    # 4. the blocks' Jacobians on their free coordinates, projected off the output block's range
-    def project(u):  # u: (b, rows, L) -> remove the span of Z's token rows
-        rows = u.shape[1]
-        ut = u.permute(0, 2, 1).reshape(Bsz * L, rows)
-        ut = ut - Qz @ (Qz.T @ ut)
-        return ut.reshape(Bsz, L, rows).permute(0, 2, 1).reshape(-1)
-
-    def block_matrix(block: _JacobianBlock) -> torch.Tensor:
-        """Whole route: a Gaussian sketch ``Ωᵀ P J`` of side ``n_free`` (a VJP per row). Per-group route: the
-        group's exact projected Jacobian, ``(n_b, m_b)`` (a JVP per free coordinate)."""
-        cols = block.cols[block.free]
-        nb, m_b = len(cols), Bsz * block.rows * L
-        out = torch.empty(nb, nb if split is None else m_b, dtype=torch.float64)
-        vjp_b = vjp(block.fn, block.theta)[1] if split is None else None
-        for j in range(0, nb, chunk):
-            rows = min(chunk, nb - j)
-            if vjp_b is not None:  # any generic random matrix will do; float32 draws are twice as fast
-                omega = torch.randn(rows, Bsz, block.rows, L, generator=gen).double() / math.sqrt(m_b)
-                out[j : j + rows] = vmap(vjp_b)(vmap(project)(omega))[0][:, cols]
-            else:
-                V = torch.zeros(rows, block.theta.numel(), dtype=torch.float64)
-                V[torch.arange(rows), cols[j : j + rows]] = 1
-                cols_j = vmap(lambda t: jvp(block.fn, (block.theta,), (t,))[1])(V)
-                out[j : j + rows] = vmap(project)(cols_j.reshape(rows, Bsz, block.rows, L))
-            if bar is not None:
-                bar.update(rows)
-        return out
-
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n_free, desc="per-group Jacobians" if split else "sketch", unit="column")
-    # 5. full rank on the free coordinates, one block at a time
-    build_s = factor_s = 0.0
-    sketch_cond: float | None = None
-    s_min = math.inf
-    for block in blocks:
-        t1 = time.perf_counter()
-        M = block_matrix(block)
-        t2 = time.perf_counter()
-        if split is None and len(M):  # the sketch is nonsingular: its condition number (need not be exact)
-            k_min = smallest_singular_value(M, gen)
-            k_max = top_singular_value(lambda V, M=M: (M.T @ (M @ V.T)).T, len(M), gen)
-            sketch_cond = k_max / k_min if k_min > 0 else math.inf
-        elif len(M):  # the group's exact smallest singular value, from the R of a QR
-            R = torch.linalg.qr(M.T, mode="r").R
-            s_min = min(s_min, smallest_singular_value(R, gen, upper_triangular=True))
-        build_s, factor_s = build_s + t2 - t1, factor_s + time.perf_counter() - t2
-    if bar is not None:
-        bar.close()
-    if split is None:
-        sketch_cond = sketch_cond or 1.0
-        kept = sigma_max / sketch_cond
-        certified = sketch_cond < 1 / rtol
-    else:  # σ_min(P J_φ | free) >= σ_min(W_O) · min_g σ_min(P J_g | free)
-        assert wo_min is not None
-        kept = wo_min * s_min if math.isfinite(s_min) else sigma_max
-        certified = kept > rtol * sigma_max
-    stage_seconds["block_jacobians"], stage_seconds["block_factors"] = build_s, factor_s
-    last[0] = time.perf_counter()
-    worst = float(resid.max()) if k else 0.0
-    if worst > rtol * sigma_max:
-        bad = int((resid > rtol * sigma_max).sum())
-        raise CertificateError(
-            f"certify: {bad} of the {k} supplied directions are not null directions of the "
-            f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})"
-        )
-    if not certified:
-        raise CertificateError(
-            f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
-            f"are too few (smallest kept singular value {kept / sigma_max:.1e} σ_max); rerun with a larger "
-            "--batch, or --method dense at a small width"
-        )
-    rank = rank_o + n_free
-    gap = kept / max(worst, sigma_max * np.finfo(np.float64).eps)
-    details = {
-        "sigma_max": sigma_max,
-        "sigma_kept": kept,
-        "rank_output_block": rank_o,
-        "rank_Z": rank_z,
-        "params_output_block": n_o,
-        "known_null_dirs": k,
-        "free_params": n_free,
-        "certificate": "per-group QR" if split else "whole sketch",
-        "jacobian_blocks": len(blocks),  # one per key/value group when W_O is injective, else 1
-        "sketch_cond": sketch_cond,  # whole sketch only
-        "W_O_sigma_min": wo_min,  # per-group only
-        "null_residual_max": worst,
-        "tangent_lu_ratio": t_cond,
-        "Z_singular_gap": float(sz[rank_z - 1] / sz[rank_z]) if rank_z < len(sz) else float("inf"),
-        "stage_seconds": stage_seconds,
-    }
+    c = certify(cfg, p, X, _layer_fn(cfg, p, X), rtol=rtol, chunk=chunk, progress=progress, directions=directions)
+    n = flatten(p).numel()
     return AuditResult(
-        n, rank, n - rank, float(gap), float(rtol * sigma_max), "certify", time.perf_counter() - t0, m, None, details
+        n, c.rank, n - c.rank, c.gap, c.tolerance, "certify", time.perf_counter() - t0, X.numel(), None, c.details
     )
