@@ -293,6 +293,12 @@ class Certificate:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def _progress_bar(total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="column")
+
+
 def _tick(bar, rows: int) -> None:
     if bar is not None:
         bar.update(rows)
@@ -363,6 +369,48 @@ def per_group_certificate(
     return Certificate("per-group QR", kept, kept > rtol * sigma_max, wo_min=wo_min, seconds=seconds)
 
 
+def _checked(resid: torch.Tensor, cert: Certificate, sigma_max: float, rtol: float) -> float:
+    """Step 5: every known direction null (``‖J t‖/‖t‖ <= rtol·σ_max``) and the rest certified, else
+    :class:`CertificateError`; returns the largest residual."""
+    k = len(resid)
+    worst = float(resid.max()) if k else 0.0
+    if worst > rtol * sigma_max:
+        bad = int((resid > rtol * sigma_max).sum())
+        raise CertificateError(
+            f"certify: {bad} of the {k} supplied directions are not null directions of the "
+            f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})"
+        )
+    if not cert.certified:
+        raise CertificateError(
+            f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
+            f"are too few (smallest kept singular value {cert.kept / sigma_max:.1e} σ_max); rerun with a larger "
+            "--batch, or --method dense at a small width"
+        )
+    return worst
+
+
+def _details(
+    out: OutputBlock, cert: Certificate, blocks: list[_JacobianBlock], sigma_max: float, k: int, worst: float
+) -> dict:
+    """What an audit reports of a certificate (``AuditResult.details``)."""
+    return {
+        "sigma_max": sigma_max,
+        "sigma_kept": cert.kept,
+        "rank_output_block": out.rank,
+        "rank_Z": out.rank_z,
+        "params_output_block": out.params,
+        "known_null_dirs": k,
+        "free_params": sum(len(b.free) for b in blocks),
+        "certificate": cert.route,
+        "jacobian_blocks": len(blocks),  # one per key/value group when W_O is injective, else 1
+        "sketch_cond": cert.sketch_cond,  # whole sketch only
+        "W_O_sigma_min": cert.wo_min,  # per-group only
+        "null_residual_max": worst,
+        "tangent_lu_ratio": min(b.t_cond for b in blocks),
+        "Z_singular_gap": out.z_gap,
+    }
+
+
 @dataclass
 class Certified:
     """What :func:`certify` returns: the rank, the gap between the smallest kept singular value and the
@@ -409,11 +457,7 @@ def certify(
     timer("null_residuals")
     sigma_max = largest_singular_value(f, theta, gen)
     timer("sigma_max")
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n_free, desc="per-group Jacobians" if wo_min else "sketch", unit="column")
+    bar = _progress_bar(n_free, "per-group Jacobians" if wo_min else "sketch") if progress else None
     project = _projector(out.Qz, Bsz, L)
     if wo_min is None:
         cert = whole_sketch_certificate(blocks[0], project, gen, sigma_max, rtol, chunk, bar)
@@ -423,35 +467,7 @@ def certify(
         bar.close()
     seconds = {**timer.seconds, **cert.seconds}
     k = T.shape[1]
-    worst = float(resid.max()) if k else 0.0
-    if worst > rtol * sigma_max:
-        bad = int((resid > rtol * sigma_max).sum())
-        raise CertificateError(
-            f"certify: {bad} of the {k} supplied directions are not null directions of the "
-            f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})"
-        )
-    if not cert.certified:
-        raise CertificateError(
-            f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
-            f"are too few (smallest kept singular value {cert.kept / sigma_max:.1e} σ_max); rerun with a larger "
-            "--batch, or --method dense at a small width"
-        )
-    details = {
-        "sigma_max": sigma_max,
-        "sigma_kept": cert.kept,
-        "rank_output_block": out.rank,
-        "rank_Z": out.rank_z,
-        "params_output_block": out.params,
-        "known_null_dirs": k,
-        "free_params": n_free,
-        "certificate": cert.route,
-        "jacobian_blocks": len(blocks),  # one per key/value group when W_O is injective, else 1
-        "sketch_cond": cert.sketch_cond,  # whole sketch only
-        "W_O_sigma_min": cert.wo_min,  # per-group only
-        "null_residual_max": worst,
-        "tangent_lu_ratio": min(b.t_cond for b in blocks),
-        "Z_singular_gap": out.z_gap,
-        "stage_seconds": seconds,
-    }
+    worst = _checked(resid, cert, sigma_max, rtol)
+    details = _details(out, cert, blocks, sigma_max, k, worst) | {"stage_seconds": seconds}
     gap = cert.kept / max(worst, sigma_max * np.finfo(np.float64).eps)
     return Certified(out.rank + n_free, float(gap), float(rtol * sigma_max), details)
