@@ -18,7 +18,8 @@ def _configs(cases=("sgd", "adamw")):
 def test_every_run_is_a_job_that_writes_its_own_record(launcher, corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))  # the local jobs inherit the environment
     lines = []
-    summaries = launch(_configs(), launcher, folder=tmp_path / "logs", parallel=2, report=lines.append)
+    threads = 1 if launcher == "local" else None  # a local job runs with the threads it is given
+    summaries = launch(_configs(), launcher, folder=tmp_path / "logs", parallel=2, report=lines.append, threads=threads)
     assert [s["case"] for s in summaries] == ["sgd", "adamw"]
     for cfg, s in zip(_configs(), summaries):
         d = run_dir("smoke", cfg.case, 0, tmp_path / "runs")
@@ -29,6 +30,7 @@ def test_every_run_is_a_job_that_writes_its_own_record(launcher, corpus, tmp_pat
     assert len(lines) == 2 and all("final val loss" in line for line in lines)
     if launcher == "local":  # one submitit job folder (logs, pickles) per run
         assert len(list((tmp_path / "logs").glob("*_log.out"))) == 2
+        assert {s["threads"] for s in summaries} == {1}
 
 
 def test_a_second_launch_reuses_the_records(corpus, tmp_path, monkeypatch):
