@@ -10,12 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..lm import analysis as an
-from ..lm.analysis import CASE_LABELS, SuiteRuns
+from ..lm.analysis import SuiteRuns
 from ..lm.launch import run_suite
-from ..lm.profiles import SUITES, resolve_device
+from ..lm.profiles import LR_SWEEP, SUITES, resolve_device
 from ..lm.records import Record
 
 PAPER_CMD = "attnid experiments --profile paper --device cuda"
+CASE_LABELS = {  # the optimizer cases' display names, applied only when a table or figure is drawn
+    **{case: f"SGD, η = {lr:g}" for lr, case in LR_SWEEP.items()},
+    "sgd": "SGD",
+    "sgd_wd": "SGD + weight decay",
+    "adamw": "AdamW",
+    "adamw_rebalance": "AdamW + rebalancing",
+}
 
 
 def md(text: str) -> None:

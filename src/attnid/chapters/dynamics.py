@@ -12,10 +12,10 @@ import pandas as pd
 
 from ..lm import analysis as an
 from ..lm import claims as cl
-from ..lm.analysis import CASE_LABELS, SuiteRuns
+from ..lm.analysis import SuiteRuns
 from ..lm.metrics import Key
 from ..lm.profiles import DEEP_SGD, LR_SWEEP, OPTIMIZER_CASES, RunConfig, lr_at
-from . import PAPER_CMD, ensure_suite
+from . import CASE_LABELS, PAPER_CMD, ensure_suite
 
 Scales = dict[str, SuiteRuns]
 MAIN = ("sgd", "sgd_wd", "adamw")  # the optimizer cases every comparison reads

@@ -28,13 +28,6 @@ from .profiles import LR_SWEEP, SUITES, RunConfig
 from .records import Record, RecordError, series
 
 Cases = dict[str, Record]  # case -> record, all of one seed
-CASE_LABELS = {  # display names, applied only when a table or figure is drawn
-    **{case: f"SGD, η = {lr:g}" for lr, case in LR_SWEEP.items()},
-    "sgd": "SGD",
-    "sgd_wd": "SGD + weight decay",
-    "adamw": "AdamW",
-    "adamw_rebalance": "AdamW + rebalancing",
-}
 
 
 # ------------------------------------------------------------------------------ loading
