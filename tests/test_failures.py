@@ -2,8 +2,9 @@
 traceback, a silently wrong number, lost data or work without end.
 
 The CLI runs in this process (``attnid.cli.main``), the tools in a subprocess; cases that train use the
-smoke profile and the corpus and are marked ``slow``. Presets' progress is tested in ``tests/test_hf.py``
-(``test_preset_verification_shows_progress_on_stderr``).
+smoke profile and the corpus and are marked ``slow``. Tested elsewhere: presets' progress
+(``tests/test_hf.py``), the page check on a target that is no book and the book tool's refusals
+(``tests/test_book.py``).
 """
 
 from __future__ import annotations
@@ -302,41 +303,6 @@ def test_a_log_dir_that_is_a_file_is_refused(capsys, tmp_path, monkeypatch):
     refused(capsys, *EXPERIMENTS, "--launcher", "local", "--log-dir", str(tmp_path / "a-file"))
 
 
-# ------------------------------------------------------------------------------ the tools
-def tool(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / name), *args], capture_output=True, text=True)
-
-
-@pytest.mark.parametrize("target", ["missing", "empty", "file"])
-def test_check_pages_fails_on_a_target_that_is_no_book(tmp_path, target):
-    p = tmp_path / "pages"
-    if target == "empty":
-        p.mkdir()
-    elif target == "file":
-        p.write_text("not a book")
-    r = tool("check_pages.py", str(p))
-    one_error_line(r.returncode, r.stderr)
-
-
-def test_check_pages_refuses_screenshots_into_a_file(tmp_path):
-    html = tmp_path / "html"
-    html.mkdir()
-    (html / "index.html").write_text("<html><body><p>page</p></body></html>")
-    (tmp_path / "shots").write_text("")
-    r = tool("check_pages.py", str(html), "--screenshots", str(tmp_path / "shots"))
-    one_error_line(r.returncode, r.stderr)
-
-
-@pytest.mark.parametrize("which", ["a folder to execute", "--out a file"])
-def test_book_tool_refuses_in_one_line(tmp_path, which):
-    if which == "--out a file":
-        (tmp_path / "out").write_text("")
-        r = tool("book.py", "execute", "--profile", "smoke", "--out", str(tmp_path / "out"))
-    else:
-        r = tool("book.py", "execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(tmp_path))
-    one_error_line(r.returncode, r.stderr)
-
-
 def test_local_launcher_gets_the_threads_and_keeps_logs_under_the_runs_folder(capsys, tmp_path, monkeypatch):
     """The CLI hands ``--threads`` to every local job and puts submitit's logs under the runs folder, not the
     working directory (that the jobs then run with those threads: ``tests/test_launch.py``)."""
@@ -350,3 +316,17 @@ def test_local_launcher_gets_the_threads_and_keeps_logs_under_the_runs_folder(ca
     assert rc == 0, err
     assert seen["launcher"] == "local" and seen["threads"] == 1
     assert Path(seen["folder"]).is_relative_to(tmp_path / "records")
+
+
+# ------------------------------------------------------------------------------ the tools
+def tool(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / name), *args], capture_output=True, text=True)
+
+
+def test_check_pages_refuses_screenshots_into_a_file(tmp_path):
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "index.html").write_text("<html><body><p>page</p></body></html>")
+    (tmp_path / "shots").write_text("")
+    r = tool("check_pages.py", str(html), "--screenshots", str(tmp_path / "shots"))
+    one_error_line(r.returncode, r.stderr)
