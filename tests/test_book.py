@@ -84,6 +84,22 @@ def test_pages_load_no_font_awesome_kit(smoke_book):
     assert ".fa-bars:before" in css and "fa-solid-900.woff2" in css  # the icons the pages still show
 
 
+def test_pages_defer_scripts_preload_mathjax_and_size_lazy_figures(smoke_book):
+    """A chapter with math and figures: MathJax from its preloaded parts (not the combined file), every
+    external script deferred but the one inline scripts read at once, every figure sized and lazy."""
+    import re
+
+    page = (smoke_book / "_build" / "html" / "_generated" / "02_invariances.html").read_text()
+    assert "mathjax/startup.js" in page and "tex-chtml.js" not in page
+    assert 'rel="preload" as="script" href="../_static/mathjax/core.js"' in page
+    scripts = re.findall(r"<script[^>]*\ssrc=\"([^\"]+)\"[^>]*>", page)
+    sync = [s for s in scripts if not re.search(r'<script[^>]*\b(defer|async)\b[^>]*src="' + re.escape(s), page)]
+    assert sync and all("documentation_options.js" in s for s in sync), sync
+    assert len(scripts) == len(set(scripts))  # none twice
+    figures = re.findall(r"<img [^>]*_images/[^>]*>", page)
+    assert figures and all('loading="lazy"' in f and re.search(r'width="\d+" height="\d+"', f) for f in figures)
+
+
 def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path):
     r = book("execute", "--profile", "smoke", "--out", str(smoke_book))
     assert r.returncode == 0, r.stderr
