@@ -331,3 +331,20 @@ def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
         "b.html: could not be checked (TimeoutError: Page.goto: Timeout 3000ms exceeded.)"
     ]
     assert any(p.startswith("a.html") for p in problems)  # the other page's findings are not lost
+
+
+def test_the_cache_knows_which_suites_each_chapter_reads():
+    """The thin chapters read records through their chapter module (``READS``); a fork that calls
+    ``load_suite`` names its suites itself; a chapter that reads none has no records digest."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import book as book_tool
+
+    def reads(name: str) -> set[str]:
+        return book_tool.suites_read((ROOT / "notebooks" / f"{name}.py").read_text())
+
+    assert reads("06_training_dynamics") == {"dynamics"}
+    assert reads("07_heads") == {"dynamics", "heads"}
+    assert reads("08_beyond_attention") == set() and reads("02_invariances") == set()
+    fork = 'from attnid.lm.analysis import load_suite\nload_suite("paper", "heads")\n'
+    assert book_tool.suites_read(fork) == {"heads"}
+    assert book_tool.records_read(ROOT / "notebooks" / "06_training_dynamics.py", "smoke") != ""

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -61,17 +62,33 @@ def tree_hash(src_dir: Path) -> str:
     return h.hexdigest()
 
 
+def suites_read(text: str) -> set[str]:
+    """The suites a chapter's source reads: those it names (``"dynamics"``, ``"heads"``) where it calls
+    ``load_suite``, and the ``READS`` of every chapter module it imports (``from attnid.chapters import
+    dynamics as ch``)."""
+    import importlib
+    import importlib.util
+
+    from attnid.lm.profiles import SUITES
+
+    read = {name for name in SUITES if "load_suite(" in text and f'"{name}"' in text}
+    for line in re.findall(r"^from attnid\.chapters import (.+)$", text, flags=re.M):
+        for name in (part.split(" as ")[0].strip() for part in line.strip("()").split(",")):
+            if importlib.util.find_spec(f"attnid.chapters.{name}") is not None:
+                read |= set(getattr(importlib.import_module(f"attnid.chapters.{name}"), "READS", ()))
+    return read
+
+
 def records_read(nb: Path, profile: str) -> str:
-    """The digest of the run records a chapter reads: a chapter that calls ``load_suite`` reads the
-    records of the suites it names (``"dynamics"``, ``"heads"``) at its profile and at paper scale."""
-    text = nb.read_text()
-    if "load_suite(" not in text:
+    """The digest of the run records a chapter reads (:func:`suites_read`), at its profile and at paper
+    scale; empty for a chapter that reads none."""
+    read = suites_read(nb.read_text())
+    if not read:
         return ""
     from attnid.lm.profiles import SUITES
     from attnid.lm.records import records_digest
 
-    cases = [c for name, suite in SUITES.items() if f'"{name}"' in text for c in suite.cases]
-    return records_digest([profile, "paper"], cases)
+    return records_digest([profile, "paper"], [c for name in sorted(read) for c in SUITES[name].cases])
 
 
 def chapter_hash(nb: Path, params: dict, src_digest: str, records_digest: str = "") -> str:

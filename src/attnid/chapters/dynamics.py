@@ -18,6 +18,7 @@ from ..lm.profiles import DEEP_SGD, LR_SWEEP, OPTIMIZER_CASES, RunConfig, lr_at
 from . import CASE_LABELS, PAPER_CMD, ensure_suite
 
 Scales = dict[str, SuiteRuns]
+READS = ("dynamics",)  # the suites whose records chapter 6 reads (the book's cache re-executes it when they change)
 MAIN = ("sgd", "sgd_wd", "adamw")  # the optimizer cases every comparison reads
 
 

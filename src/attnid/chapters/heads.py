@@ -21,6 +21,7 @@ from ..lm.records import Record
 from . import PAPER_CMD, ensure_suite
 
 HINT = f"{PAPER_CMD}` and `{PAPER_CMD} --suite heads"
+READS = ("dynamics", "heads")  # the suites whose records chapter 7 reads (the book's cache watches them)
 
 
 @dataclass
