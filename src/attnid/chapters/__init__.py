@@ -25,6 +25,12 @@ CASE_LABELS = {  # the optimizer cases' display names, applied only when a table
 }
 
 
+def with_formats(df, **formats):
+    """``df`` carrying its display formats (``attnid.plotting.table`` reads ``df.attrs["formats"]``)."""
+    df.attrs["formats"] = formats
+    return df
+
+
 def md(text: str) -> None:
     """Show ``text`` as Markdown in the notebook (a computed sentence beside its table)."""
     from IPython.display import Markdown, display

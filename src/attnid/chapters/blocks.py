@@ -18,6 +18,7 @@ from ..counting import count_model, layer_gauge_dims
 from ..hf import MIN_GAP, NEAR_NULL_BAND, audit_hf, build_block, build_model, equivalent_config, model_config
 from ..hf import verify_presets as _verify_presets
 from ..presets import PRESETS, preset_count, preset_rows
+from . import with_formats
 
 SMOKE_PRESETS = ["gpt2", "llama-2-70b", "pythia-6.9b"]  # RMSNorm + GQA, LayerNorm, parallel + partial RoPE
 
@@ -53,8 +54,7 @@ def table_presets(rows: pd.DataFrame) -> pd.DataFrame:
             "verified": rows["verified_block"].map({True: "yes"}).fillna("–"),
         }
     )
-    shown.attrs["formats"] = {c: _pct for c in ("attention", "block", "model ")}
-    return shown
+    return with_formats(shown, **{c: _pct for c in ("attention", "block", "model ")})
 
 
 def fig_three_scopes(rows: pd.DataFrame):
@@ -141,8 +141,7 @@ def gpt2_block_moves(seed: int = 0, embed: int = 8, heads: int = 2, ffn: int = 3
     if max(moves[:2]) > 1e-12 or moves[2] < 1e-3:
         raise AssertionError(f"the GPT-2 block's symmetries do not behave as derived: {checks}")
     out = pd.DataFrame({"change": list(checks), "max |Δy|": moves})
-    out.attrs["formats"] = {"max |Δy|": "{:.1e}"}
-    return out
+    return with_formats(out, **{"max |Δy|": "{:.1e}"})
 
 
 # ------------------------------------------------------------------------------ audits of real modules
@@ -176,8 +175,7 @@ MODEL_CASES: list[tuple[str, dict]] = [
 def _checked(df: pd.DataFrame) -> pd.DataFrame:
     if not (df["closed form"] == df["Jacobian"]).all():
         raise AssertionError(f"an audit differs from its closed form:\n{df[df['closed form'] != df['Jacobian']]}")
-    df.attrs["formats"] = {"gap": "{:.0e}"}
-    return df
+    return with_formats(df, gap="{:.0e}")
 
 
 def table_block_audits(cases: list[tuple[str, dict]], seed: int = 0) -> pd.DataFrame:
@@ -313,8 +311,7 @@ def table_spectra(sp: Spectra) -> pd.DataFrame:
             "gap": [sp.gap(k) for k in sp.spectrum],
         }
     )
-    df.attrs["formats"] = {"gap": "{:.1e}"}
-    return df
+    return with_formats(df, gap="{:.1e}")
 
 
 def spectrum_sentence(sp: Spectra) -> str:

@@ -15,17 +15,11 @@ from ..lm import claims as cl
 from ..lm.analysis import SuiteRuns
 from ..lm.metrics import Key
 from ..lm.profiles import DEEP_SGD, LR_SWEEP, OPTIMIZER_CASES, RunConfig, lr_at
-from . import CASE_LABELS, PAPER_CMD, ensure_suite
+from . import CASE_LABELS, PAPER_CMD, ensure_suite, with_formats
 
 Scales = dict[str, SuiteRuns]
 READS = ("dynamics",)  # the suites whose records chapter 6 reads (the book's cache re-executes it when they change)
 MAIN = ("sgd", "sgd_wd", "adamw")  # the optimizer cases every comparison reads
-
-
-def with_formats(df: pd.DataFrame, **formats) -> pd.DataFrame:
-    """``df`` carrying its display formats (``attnid.plotting.table`` reads ``df.attrs["formats"]``)."""
-    df.attrs["formats"] = formats
-    return df
 
 
 # ------------------------------------------------------------------------------ the runs

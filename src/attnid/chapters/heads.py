@@ -18,7 +18,7 @@ from ..lm.ablation import PRUNE_TOLERANCES, prunable
 from ..lm.analysis import SuiteRuns
 from ..lm.profiles import HEAD_COUNTS, HEADS_CONTROL, SUITES, make_config
 from ..lm.records import Record
-from . import PAPER_CMD, ensure_suite
+from . import PAPER_CMD, ensure_suite, with_formats
 
 HINT = f"{PAPER_CMD}` and `{PAPER_CMD} --suite heads"
 READS = ("dynamics", "heads")  # the suites whose records chapter 7 reads (the book's cache watches them)
@@ -186,12 +186,8 @@ def table_sweep(rows: pd.DataFrame) -> pd.DataFrame:
     out = rows.groupby(["case", "H", "D"], sort=False).agg(**agg).reset_index()
     out["ρ / isotropic"] = out["mean ρ (AdamW)"] / out["isotropic D/(2(E+1))"]
     f4 = "{:.4f}"
-    out.attrs["formats"] = {c: f4 for c in [*list(agg)[:3], "identified fraction", "mean ρ (AdamW)"]} | {
-        "isotropic D/(2(E+1))": f4,
-        "QK effective rank": "{:.2f}",
-        "ρ / isotropic": "{:.2f}",
-    }
-    return out
+    four = [*list(agg)[:3], "identified fraction", "mean ρ (AdamW)", "isotropic D/(2(E+1))"]
+    return with_formats(out, **dict.fromkeys(four, f4), **{"QK effective rank": "{:.2f}", "ρ / isotropic": "{:.2f}"})
 
 
 def _main(summary: pd.DataFrame) -> pd.DataFrame:
