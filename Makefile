@@ -33,8 +33,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# one worker per core, a test file per worker: a file's fixtures (trained runs, the smoke book) are made once
-PYTEST := $(PY) -m pytest -q -n auto --dist loadfile --durations=20
+# one worker per core, a test file per worker: a file's fixtures (trained runs, the smoke book) are made once;
+# the files go in collection order, the smoke book's first (tests/conftest.py)
+PYTEST := $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=20
 
 test: $(STAMP)
 	$(PYTEST)

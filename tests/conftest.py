@@ -31,3 +31,13 @@ def paper():
     if not {"sgd", "sgd_wd", "adamw"} <= set(runs.runs):
         pytest.skip("the committed paper-scale records are not in this checkout")
     return runs
+
+
+FIRST = "tests/test_book.py"  # the longest file (it builds the smoke book): started first, beside the others
+
+
+def pytest_collection_modifyitems(items):
+    """Under ``--dist loadfile --no-loadscope-reorder`` (make test) files go to the workers in collection order,
+    and a worker takes its next file only when its current one is nearly done: the longest file goes first,
+    so that the other worker runs everything else meanwhile instead of one file waiting behind it."""
+    items.sort(key=lambda item: item.nodeid.split("::")[0] != FIRST)

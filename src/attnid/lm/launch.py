@@ -214,7 +214,8 @@ def run_suite(
     of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
     two cores do about 1.5x the work of one two-thread process (``tools/bench.py --only seeds``). On a GPU,
     where processes time-share the device, the seeds of each case train as one batched model
-    (:mod:`attnid.lm.batched`) and the cases one after another."""
+    (:mod:`attnid.lm.batched`) and the cases one after another. The smoke profile's runs train inline, one after
+    another: each takes less time than a process takes to start."""
     from .profiles import SUITES, make_config, resolve_device
 
     if suite not in SUITES:
@@ -237,7 +238,7 @@ def run_suite(
             group = [c for c in cfgs if c.case == case]
             for s in train_seeds(group, progress=False):
                 report(f"{profile}/{case} seed {s['seed']}: final val loss {s['final_val_loss']:.4f}")
-    elif n < 2 or len(cfgs) < 2:
+    elif n < 2 or len(cfgs) < 2 or profile == "smoke":
         launch(cfgs, "inline", report=report, progress=False)
     else:
         from . import records
