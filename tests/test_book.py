@@ -74,30 +74,81 @@ def test_build_executes_every_chapter(smoke_book):
     assert "smoke" in repro and "torch" in repro
 
 
-def test_pages_load_no_font_awesome_kit(smoke_book):
-    """The theme's CSS draws the icons from web fonts; its 1.5 MB JavaScript kit is dropped from every page."""
+def test_pages_load_no_font_awesome_kit_and_icon_fonts_hold_the_icons_shown(smoke_book):
+    """The theme's CSS draws the icons from web fonts; its 1.5 MB JavaScript kit is dropped from every page.
+    The fonts and the stylesheet keep the icons the pages name, and only those (book/_ext/icon_fonts.py)."""
+    import re
+
+    from fontTools.ttLib import TTFont
+
     html = smoke_book / "_build" / "html"
     pages = list(html.rglob("*.html"))
     assert pages and not [p for p in pages if "fontawesome.js" in p.read_text()]
     assert not list((html / "_static").rglob("fontawesome.js"))
-    css = next((html / "_static" / "styles").glob("pydata-sphinx-theme.css")).read_text()
-    assert ".fa-bars:before" in css and "fa-solid-900.woff2" in css  # the icons the pages still show
+    css = (html / "_static" / "styles" / "pydata-sphinx-theme.css").read_text()
+    assert "fa-solid-900.woff2" in css and ".fa-bars:before" in css and ".fa-bicycle:before" not in css
+    fonts = html / "_static" / "vendor" / "fontawesome" / "webfonts"
+    glyphs = set().union(*(TTFont(f).getBestCmap() for f in fonts.glob("*.woff2")))
+    assert all(f.stat().st_size < 20_000 for f in fonts.glob("*.woff2"))  # the whole set: 0.3 MB
+    shown = {n for p in pages for n in re.findall(r"\bfa-[a-z0-9-]+", p.read_text())}
+    for name in ("fa-bars", "fa-magnifying-glass", "fa-github", "fa-moon", "fa-list"):
+        assert name in shown
+        cp = re.search(r"\." + name + r':before[^{]*\{content:"\\([0-9a-f]+)"', css)
+        assert cp and int(cp[1], 16) in glyphs, name
+    tip = re.search(r'--pst-icon-lightbulb:"(.)"', css)  # an icon the theme's CSS draws (tip admonitions)
+    assert tip and ord(tip[1]) in glyphs
 
 
-def test_pages_defer_scripts_preload_mathjax_and_size_lazy_figures(smoke_book):
-    """A chapter with math and figures: MathJax from its preloaded parts (not the combined file), every
+def test_pages_write_math_as_mathml_defer_scripts_and_size_lazy_figures(smoke_book):
+    """A chapter with math and figures: every formula written as MathML at build time and no MathJax, every
     external script deferred but the one inline scripts read at once, every figure sized and lazy."""
     import re
 
     page = (smoke_book / "_build" / "html" / "_generated" / "02_invariances.html").read_text()
-    assert "mathjax/startup.js" in page and "tex-chtml.js" not in page
-    assert 'rel="preload" as="script" href="../_static/mathjax/core.js"' in page
+    assert "mathjax" not in page.lower().replace("mathjax_ignore", "")
+    maths = re.findall(r'<(span|div) class="math notranslate nohighlight"[^>]*>(.*?)</\1>', page, re.S)
+    assert len(maths) > 20 and all("<math" in m and "merror" not in m for _, m in maths)
+    assert any('display="block"' in m for tag, m in maths if tag == "div")
     scripts = re.findall(r"<script[^>]*\ssrc=\"([^\"]+)\"[^>]*>", page)
     sync = [s for s in scripts if not re.search(r'<script[^>]*\b(defer|async)\b[^>]*src="' + re.escape(s), page)]
     assert sync and all("documentation_options.js" in s for s in sync), sync
     assert len(scripts) == len(set(scripts))  # none twice
     figures = re.findall(r"<img [^>]*_images/[^>]*>", page)
     assert figures and all('loading="lazy"' in f and re.search(r'width="\d+" height="\d+"', f) for f in figures)
+
+
+def _book_extension(name: str):
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
+def test_mathml_writes_formulas_and_refuses_what_it_cannot_read():
+    """book/_ext/mathml.py: TeX to MathML (⊤ as a symbol); a broken formula or an unknown command fails the
+    build naming the formula, where MathJax would have drawn it red in the reader's browser."""
+    from sphinx.errors import ExtensionError
+
+    mathml = _book_extension("mathml")
+    out = mathml.to_mathml(r"K^\top Q = W_K^\top W_Q", display=True)
+    assert out.startswith("<math") and 'display="block"' in out and "<mi>&#x022A4;</mi>" in out
+    assert "<mo>&#x022A4;</mo>" not in out
+    for bad, said in ((r"x^", "cannot convert 'x^'"), (r"\rnak(A)", r"unknown command \rnak")):
+        with pytest.raises(ExtensionError, match=re.escape(said)):
+            mathml.to_mathml(bad)
+
+
+def test_icon_css_keeps_the_icons_named_and_those_the_theme_draws():
+    """book/_ext/icon_fonts.py on a small stylesheet: the rule of an icon no page names goes, the rule of one
+    named stays, and an icon the theme's own CSS draws (a private-use character) is kept."""
+    icons = _book_extension("icon_fonts")
+    css = '.fa-bars:before,.fa-navicon:before{content:"\\f0c9"}.fa-bicycle:before{content:"\\f206"}'
+    css += '.admonition{--pst-icon-tip:"\uf0eb"}'
+    out, kept = icons.trimmed_css(css, {"fa-navicon", "fa-solid"})
+    assert ".fa-bars:before" in out and ".fa-bicycle" not in out and "--pst-icon-tip" in out
+    assert kept == {0xF0C9, 0xF0EB}
+    assert icons.trimmed_css(css, {"fa-bicycle"})[1] == {0xF206, 0xF0EB}
 
 
 def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path):

@@ -8,7 +8,7 @@ For every page, at 1300 px in light and in dark mode:
 * every image in the page body is loaded and at least 500 px wide as displayed, unless it sits in an
   element of class ``small-figure`` (a cell tagged ``small-figure``), and is shown large enough that
   the smallest text of a figure (``attnid.plotting.MIN_FONT_PT`` at ``DPI``) reads at 8 pt or more;
-* no console errors and no request leaves the local server; no raw or untypeset math;
+* no console errors and no request leaves the local server; no raw TeX, and every formula is MathML;
 * every chapter (a page executed from a notebook) has a glued number before its first subsection.
 
 At 390 px (a phone): the navigation opens, every image fits the screen, and the page itself does not
@@ -59,7 +59,9 @@ MEASURE = (
   const tiny = imgs.filter(i => i.naturalWidth > 0 && !i.closest('.small-figure')
       && i.getBoundingClientRect().width / i.naturalWidth * DPI / 96 * FONT < 8)
       .map(i => `${(i.getBoundingClientRect().width / i.naturalWidth * DPI / 96 * FONT).toFixed(1)} pt`);
-  const untypeset = [...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container')).length;
+  // math is MathML written at build time (book/_ext/mathml.py): a .math element without it is raw TeX
+  const untypeset = [...document.querySelectorAll('.math')]
+      .filter(e => !e.querySelector('math') || e.querySelector('merror')).length;
   const text = document.body.innerText;
   const first = body.querySelector('section');  // the title's section, up to its first subsection
   const glued = [];
@@ -67,7 +69,7 @@ MEASURE = (
     if (child.tagName === 'SECTION') break;
     glued.push(...[...child.querySelectorAll('.pasted-text, .pasted-inline')].map(e => e.innerText));
   }
-  return {pre, broken, narrow, tiny, untypeset, rawMath: text.includes('$$') || text.includes('\\\\['),
+  return {pre, broken, narrow, tiny, untypeset, rawMath: ['$$', '\\\\[', '\\\\('].some(t => text.includes(t)),
           glued: glued.filter(t => /[0-9]/.test(t)),
           mode: document.documentElement.dataset.mode || document.documentElement.dataset.theme || '',
           docWidth: document.documentElement.scrollWidth,
@@ -177,7 +179,6 @@ def _open(browser, base: str, rel: str, width: int, mode: str, timeout_s: float 
     page.route("**/*", route)
     page.goto(f"{base}/{rel}", wait_until="load")
     page.wait_for_load_state("networkidle")
-    page.evaluate("async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }")
     page.evaluate(LOAD_IMAGES)
     return ctx, page, errors, outside
 

@@ -5,9 +5,6 @@
 * Start pages in light mode (the theme otherwise logs "invalid theme mode").
 * Drop Font Awesome's JavaScript kit (1.5 MB on every page): the theme's CSS already draws every icon
   from the Font Awesome web fonts, so the kit only repeats them as SVG.
-* Load MathJax as its parts (``startup.js``, TeX input with the AMS and macro packages, CommonHTML
-  output: about 0.8 MB, 0.2 MB compressed) instead of the 1.2 MB combined ``tex-chtml.js``, its parts
-  preloaded; other TeX packages load on demand (``autoload``).
 * Images load lazily (``loading="lazy"``): a figure far down a chapter is fetched when the reader gets
   there; each carries its size (``width``/``height`` from the PNG), so nothing shifts when it arrives.
 * Every external script is deferred (parsed after the page, in order), except
@@ -34,35 +31,6 @@ def _page_context(app, pagename, templatename, context, doctree):
             continue
         keep.append(s)
     scripts[:] = keep
-
-
-MATHJAX_PARTS = ["input/tex-base", "output/chtml"] + [
-    f"[tex]/{p}" for p in ("ams", "newcommand", "noundefined", "require", "autoload", "configmacros")
-]
-
-
-MATHJAX_FILES = ["core.js", "input/tex-base.js", "output/chtml.js", "output/chtml/fonts/tex.js"] + [
-    f"input/tex/extensions/{p.removeprefix('[tex]/')}.js" for p in MATHJAX_PARTS[2:]
-]  # what startup.js fetches for MATHJAX_PARTS, one after another unless the page preloads them
-
-
-def _preloaded_mathjax(text: str) -> str:
-    """On a page that loads MathJax: ask for its parts at once (``<link rel="preload">``), so that the
-    loader's chain of requests finds them arriving."""
-    m = re.search(r'src="([^"]*)mathjax/startup\.js[^"]*"', text)
-    if not m or "</head>" not in text or f'href="{m[1]}mathjax/core.js"' in text:  # none, or done already
-        return text
-    links = "".join(f'<link rel="preload" as="script" href="{m[1]}mathjax/{f}">' for f in MATHJAX_FILES)
-    return text.replace("</head>", links + "</head>", 1)
-
-
-def _mathjax_in_parts(app, config):
-    """MathJax from its components (the same TeX input and CommonHTML output as ``tex-chtml.js``)."""
-    config.mathjax_path = "mathjax/startup.js"
-    mj = dict(config.mathjax3_config or {})
-    mj["loader"] = {"load": MATHJAX_PARTS}
-    mj["tex"] = {**mj.get("tex", {}), "packages": {"[+]": [p.removeprefix("[tex]/") for p in MATHJAX_PARTS[2:]]}}
-    config.mathjax3_config = mj
 
 
 FONTAWESOME_JS = re.compile(r'\s*<script defer src="[^"]*_static/scripts/fontawesome\.js[^"]*"></script>')
@@ -117,7 +85,7 @@ def _lighter_pages(app, exception):
     out = Path(app.outdir)
     for page in out.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
-        kept = _preloaded_mathjax(_deferred_scripts(FONTAWESOME_JS.sub("", text)))
+        kept = _deferred_scripts(FONTAWESOME_JS.sub("", text))
         kept = LAZY_IMG.sub('<img loading="lazy" ', _sized_images(kept, page))
         if kept != text:
             page.write_text(kept, encoding="utf-8")
@@ -128,7 +96,6 @@ def _lighter_pages(app, exception):
 def setup(app):
     app.connect("html-page-context", _page_context, priority=900)
     app.connect("build-finished", _lighter_pages)
-    app.connect("config-inited", _mathjax_in_parts, priority=900)
     app.add_css_file("attnid.css")
     app.add_js_file("attnid.js")
     return {"parallel_read_safe": True, "parallel_write_safe": True}
