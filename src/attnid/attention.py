@@ -26,7 +26,8 @@ from .rope import apply_rope
 AttentionParams = dict[str, torch.Tensor]
 
 BIAS_LETTERS = "qkvo"
-PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
+PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "g_Q", "g_K", "W_V", "b_V", "W_O", "b_O")
+QK_NORMS = ("", "head", "proj")  # no QK-norm; RMSNorm over each head (Qwen3, Gemma 3); over the projection (OLMo 2)
 
 
 # ----------------------------------------------------- the parameter vector θ (one walk, used everywhere)
@@ -77,7 +78,10 @@ class AttentionConfig:
     (query/key, default E/H), ``value_dim`` C (default D), ``bias`` letters from ``"qkvo"``.
     ``rope``: rotary position embeddings on all ``D`` query/key dimensions, or, with ``rope_dims`` R
     (even, ``0 < R <= D``; it implies ``rope``), on the first R of them only (partial RoPE, as in
-    GPT-NeoX, Pythia and Phi).
+    GPT-NeoX, Pythia and Phi). ``qk_norm``: an RMSNorm on queries and on keys before RoPE and the product,
+    over each head's ``D`` coordinates with one weight ``g_Q``/``g_K`` of size ``D`` shared by all heads
+    (``"head"``, Qwen3, Gemma 3), or over the whole projection with a weight per coordinate (``"proj"``,
+    OLMo 2: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``); ``qk_norm_eps`` its ε (0: the exact symmetric point).
     """
 
     embed: int
@@ -90,6 +94,8 @@ class AttentionConfig:
     causal: bool = False
     rope_base: float = 10000.0
     rope_dims: int | None = None
+    qk_norm: str = ""
+    qk_norm_eps: float = 0.0
 
     def __post_init__(self) -> None:  # noqa: C901 (reason in the docstring)
         """Refuse a field of the wrong type or range in one line naming it.
@@ -136,6 +142,11 @@ class AttentionConfig:
         if self.rope and base == 1 and self.R > 2:  # every frequency base^(-2i/D) is 1: the commutant grows
             raise ValueError("rope_base must not be 1 with RoPE (all pairs would share one frequency)")
         object.__setattr__(self, "bias", parse_bias(self.bias))
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm: expected one of {', '.join(repr(q) for q in QK_NORMS)}, got {self.qk_norm!r}")
+        eps = self.qk_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
+            raise ValueError(f"qk_norm_eps must be a number in [0, 1), got {eps!r}")
 
     # short names as in the paper
     E = property(lambda self: self.embed)
@@ -159,13 +170,19 @@ class AttentionConfig:
             "b_Q": (H, D),
             "W_K": (G, D, E),
             "b_K": (G, D),
+            "g_Q": (D,) if self.qk_norm == "head" else (H, D),
+            "g_K": (D,) if self.qk_norm == "head" else (G, D),
             "W_V": (G, C, E),
             "b_V": (G, C),
             "W_O": (H, E, C),
             "b_O": (E,),
         }
         keep = {"b_Q": "q", "b_K": "k", "b_V": "v", "b_O": "o"}
-        return {k: s for k, s in full.items() if k not in keep or keep[k] in self.bias}
+        return {
+            k: s
+            for k, s in full.items()
+            if (k not in keep or keep[k] in self.bias) and (self.qk_norm or k not in ("g_Q", "g_K"))
+        }
 
 
 def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = torch.float64) -> AttentionParams:
@@ -175,8 +192,19 @@ def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = tor
     for name, shape in cfg.shapes().items():
         fan_in = shape[-1] if name.startswith("W") else 1
         scale = 1.0 / math.sqrt(fan_in) if name.startswith("W") else 0.5
-        out[name] = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+        z = torch.randn(shape, generator=g, dtype=torch.float64)
+        # norm weights: generic, around one (all equal would be a special point with more symmetry)
+        out[name] = (1.0 + 0.3 * z if name.startswith("g") else z * scale).to(dtype)
     return out
+
+
+def rms_normed(Y: torch.Tensor, g: torch.Tensor, cfg: AttentionConfig) -> torch.Tensor:
+    """QK-norm of queries or keys ``Y`` ``(B, heads, D, L)`` with weight ``g``: RMSNorm over each head's
+    ``D`` coordinates (``cfg.qk_norm == "head"``, ``g`` ``(D,)``) or over all heads together (``"proj"``,
+    ``g`` ``(heads, D)``), at ``ε = cfg.qk_norm_eps``."""
+    dims = (2,) if cfg.qk_norm == "head" else (1, 2)
+    Y = Y * torch.rsqrt(Y.pow(2).mean(dim=dims, keepdim=True) + cfg.qk_norm_eps)
+    return Y * (g[None, None, :, None] if g.dim() == 1 else g[None, :, :, None])
 
 
 def check_inputs(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> None:
@@ -241,6 +269,8 @@ def _mixing_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> 
         K = K + p["b_K"][None, :, :, None]
     if "b_V" in p:
         V = V + p["b_V"][None, :, :, None]
+    if cfg.qk_norm:
+        Q, K = rms_normed(Q, p["g_Q"], cfg), rms_normed(K, p["g_K"], cfg)
     if cfg.rope:
         Q, K = apply_rope(Q, cfg.rope_base, cfg.R), apply_rope(K, cfg.rope_base, cfg.R)
     if n > 1:
@@ -284,6 +314,14 @@ def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: Attention
     q = proj(p["W_Q"], p.get("b_Q"), H, D)
     k = proj(p["W_K"], p.get("b_K"), G, D)
     v = proj(p["W_V"], p.get("b_V"), G, C)
+    if cfg.qk_norm:  # written apart from rms_normed: over the last axis, or over heads and D together
+
+        def normed(y, g):
+            dims = (-1,) if cfg.qk_norm == "head" else (1, -1)
+            w = g if g.dim() == 1 else g[None, :, None, :]
+            return w * y / (y.pow(2).mean(dim=dims, keepdim=True) + cfg.qk_norm_eps).sqrt()
+
+        q, k = normed(q, p["g_Q"]), normed(k, p["g_K"])
     if cfg.rope:  # apply_rope expects (..., D, L)
         q = apply_rope(q.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
         k = apply_rope(k.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)

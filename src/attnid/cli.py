@@ -55,6 +55,11 @@ def _arch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bias", help="none (default) | all | letters from q,k,v,o (e.g. q,k,v)")
     p.add_argument("--rope", action="store_true", help="rotary position embeddings on every head dimension")
     p.add_argument("--rope-dims", "-R", type=int, help="partial RoPE: rotate the first R dimensions of each head")
+    p.add_argument(
+        "--qk-norm",
+        choices=("head", "proj"),
+        help="RMSNorm on queries and keys: per head, one shared weight (Qwen3, Gemma 3), or per projection (OLMo 2)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -62,7 +67,7 @@ def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
     if a.preset:
         flags = [
             f"--{k.replace('_', '-')}"
-            for k in ("embed", "heads", "groups", "head_dim", "value_dim", "rope_dims", "bias")
+            for k in ("embed", "heads", "groups", "head_dim", "value_dim", "rope_dims", "bias", "qk_norm")
             if getattr(a, k) is not None
         ] + (["--rope"] if a.rope else [])
         if flags:
@@ -81,6 +86,7 @@ def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
         rope=a.rope,
         rope_dims=a.rope_dims,
         causal=causal,
+        qk_norm=a.qk_norm or "",
     )
 
 
@@ -92,6 +98,7 @@ def _arch(cfg: AttentionConfig) -> dict:
         "head_dim": cfg.D,
         "value_dim": cfg.C,
         "bias": cfg.bias or "none",
+        "qk_norm": cfg.qk_norm or "none",
         "rope": cfg.rope,
         "rope_dims": cfg.R,
         "causal": cfg.causal,
@@ -174,7 +181,8 @@ def _audit_hf(a) -> int:
         given = [
             f for f, v in (("--layers", a.layers), ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v is not None
         ]
-        if a.norm_eps != 0:
+        qk_norm = scope == "attention" and a.hf in HF_TYPES and HF_TYPES[a.hf].qk_norm
+        if a.norm_eps != 0 and not qk_norm:
             given.append("--norm-eps")
         if given:
             raise ValueError(f"{', '.join(given)}: only a whole-model audit (--model) has them")
@@ -516,7 +524,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (reason in the d
     g.add_argument("--tied", dest="tied", action="store_const", const=True, help="--model: tie the LM head")
     g.add_argument("--untied", dest="tied", action="store_const", const=False, help="--model: untie the LM head")
     g.add_argument(
-        "--norm-eps", type=float, default=0.0, help="--model: the norms' epsilon (default 0: exact scale symmetry)"
+        "--norm-eps",
+        type=float,
+        default=0.0,
+        help="--model, or the attention of a type with QK-norm: the norms' epsilon (default 0: exact scale symmetry)",
     )
     _threads_arg(p)
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")

@@ -13,6 +13,15 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
 * Key bias without RoPE: ``b_Kᵀ q`` is constant over keys, so all ``G D`` key-bias entries are
   unidentified. With RoPE the key bias is identified (``b_Kᵀ R_{n−m} q`` varies with the key); with
   partial RoPE its ``D − R`` unrotated coordinates are not (``G (D − R)``).
+* QK block with QK-norm (``qk_norm``; Qwen3, Gemma 3, OLMo 2; book chapter 9): an RMSNorm in front of the
+  product commutes only with a scale and with orthogonal maps, and with generic norm weights no orthogonal
+  map keeps every score. What survives: each normalised projection's scale (``H + G`` for a norm per head,
+  2 for a norm over the whole projection; exact at ``ε = 0``; for ``ε > 0`` not a symmetry, only a
+  near-null direction, and not counted), and the
+  trade of the query-norm weight against the key-norm weight: a factor per rotated pair and per unrotated
+  coordinate, ``R/2 + (D − R)``, once for weights shared by all heads, ``G`` times for per-coordinate
+  weights (the key weight of a group is shared by its query heads). The key bias sits inside the norm:
+  identified.
 * VO block: ``W_O^h [W_V^g]`` products, ``r = min(C, E)``: ``n E C + C E − r (n E + E − r)``
   per group, ``C²`` when ``C ≤ E``.
 * Value bias: ``Σ_h W_O^h b_V^g`` is a constant output; with an output bias it is absorbed
@@ -92,9 +101,15 @@ def count(cfg: AttentionConfig) -> Count:
         raise ValueError(f"head_dim: counting with RoPE assumes D <= E (D={D}, E={E})")
     q_cols = E + (1 if "q" in cfg.bias else 0)
     R = cfg.R  # rotated dimensions (0 without RoPE)
-    qk = G * (R + (_product_fiber(n, D - R, q_cols, E) if D > R else 0))
+    if cfg.qk_norm:
+        if D > E:
+            raise ValueError(f"head_dim: counting with QK-norm assumes D <= E (D={D}, E={E})")
+        scales = 0 if cfg.qk_norm_eps > 0 else (H + G if cfg.qk_norm == "head" else 2)  # ε > 0: near-null
+        qk = scales + (1 if cfg.qk_norm == "head" else G) * (R // 2 + D - R)
+    else:
+        qk = G * (R + (_product_fiber(n, D - R, q_cols, E) if D > R else 0))
     vo = G * _product_fiber(n, C, E, E)
-    key_bias = G * (D - R) if "k" in cfg.bias else 0
+    key_bias = G * (D - R) if "k" in cfg.bias and not cfg.qk_norm else 0
     if "v" not in cfg.bias:
         value_bias = 0
     elif "o" in cfg.bias:
@@ -102,7 +117,7 @@ def count(cfg: AttentionConfig) -> Count:
     else:
         value_bias = max(0, G * C - E)
     params_by_block = {
-        "qk": pc["W_Q"] + pc["W_K"] + pc.get("b_Q", 0),
+        "qk": pc["W_Q"] + pc["W_K"] + pc.get("b_Q", 0) + pc.get("g_Q", 0) + pc.get("g_K", 0),
         "vo": pc["W_V"] + pc["W_O"],
         "key_bias": pc.get("b_K", 0),
         "value_bias": pc.get("b_V", 0) + pc.get("b_O", 0),

@@ -37,6 +37,7 @@ class HFType:
     unused_positions: int = 0  # position rows never read (OPT's offset of 2)
     tied: bool = False  # the type's default for tie_word_embeddings
     head_bias: bool = False  # a bias on the LM head
+    qk_norm: str = ""  # attention.QK_NORMS: RMSNorm on queries and keys per head ("head") or per projection
 
     def mlp_bias(self, bias: str) -> bool:
         """Whether the MLP maps carry biases when the attention has biases ``bias``."""
@@ -66,8 +67,10 @@ class HFType:
             kw["num_key_value_heads"] = cfg.G
         if self.head_dim:
             kw["head_dim"] = cfg.D
-        if name in ("llama",):
+        if name in ("llama", "qwen3", "olmo2"):
             kw["attention_bias"] = bool(cfg.bias)
+        if self.qk_norm:
+            kw["rms_norm_eps"] = cfg.qk_norm_eps
         # transformers takes int(D * factor) rotary dims; R/D itself can land just below R (30/44 * 44 =
         # 29.99...), so the factor is aimed at the middle of [R, R + 1)
         factor = (cfg.R + 0.5) / cfg.D
@@ -118,6 +121,15 @@ HF_TYPES: dict[str, HFType] = {
         "phi", "PhiConfig", "PhiAttention", "PhiRotaryEmbedding", biases=("qkvo",), groups=True, partial_rope=True,
         layer="PhiDecoderLayer", lm="PhiForCausalLM", residual="shared_norm", head_bias=True,
     ),
+    "qwen3": HFType(
+        "qwen3", "Qwen3Config", "Qwen3Attention", "Qwen3RotaryEmbedding", biases=("", "qkvo"), groups=True,
+        head_dim=True, layer="Qwen3DecoderLayer", lm="Qwen3ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
+        qk_norm="head",
+    ),
+    "olmo2": HFType(
+        "olmo2", "Olmo2Config", "Olmo2Attention", "Olmo2RotaryEmbedding", biases=("", "qkvo"), groups=True,
+        qk_norm="proj",
+    ),
 }  # fmt: skip
 
 
@@ -130,9 +142,10 @@ def equivalent_config(
     head_dim: int | None = None,
     rope_dims: int | None = None,
     bias: str | None = None,
+    norm_eps: float = 0.0,
 ) -> AttentionConfig:
-    """The :class:`AttentionConfig` of a ``hf_type`` attention layer (causal self-attention); a setting
-    the model type cannot express raises ``ValueError`` naming it."""
+    """The :class:`AttentionConfig` of a ``hf_type`` attention layer (causal self-attention), its QK-norm at
+    ``ε = norm_eps``; a setting the model type cannot express raises ``ValueError`` naming it."""
     if hf_type not in HF_TYPES:
         raise ValueError(f"hf: unknown model type {hf_type!r}; choose one of {', '.join(HF_TYPES)}")
     t = HF_TYPES[hf_type]
@@ -146,7 +159,10 @@ def equivalent_config(
         raise ValueError(f"bias: {hf_type} can have biases {named}, not {b or 'none'!r}")
     if t.rotary is None and rope_dims is not None:
         raise ValueError(f"rope/rope_dims: {hf_type} has no rotary embeddings (drop --rope and --rope-dims)")
-    cfg = AttentionConfig(embed, heads, groups=groups, head_dim=head_dim, bias=b, causal=True)
+    cfg = AttentionConfig(
+        embed, heads, groups=groups, head_dim=head_dim, bias=b, causal=True, qk_norm=t.qk_norm,
+        qk_norm_eps=norm_eps if t.qk_norm else 0.0,
+    )  # fmt: skip
     if t.rotary is None:
         return cfg
     if rope_dims is not None and rope_dims != cfg.D and not t.partial_rope:

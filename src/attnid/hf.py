@@ -145,7 +145,9 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     t = HF_TYPES[hf_type]
     mod = _modeling(hf_type)
     config = _hf_config(hf_type, cfg, attn_implementation)
-    attn = _prepare(getattr(mod, t.attention)(config, layer_idx=0), cfg.E, seed)
+    attn = _prepare(
+        getattr(mod, t.attention)(config, layer_idx=0), cfg.E, seed, norm_eps=cfg.qk_norm_eps if t.qk_norm else None
+    )
     rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
@@ -280,9 +282,15 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
         raise ValueError("ffn: the attention module has no MLP; audit a block or a model")
     if scope != "attention" and attn_implementation != "sdpa":
         raise ValueError("attn_implementation: blocks and models are audited through sdpa only")
+    if scope != "attention" and not HF_TYPES[hf_type].layer:
+        raise ValueError(
+            f"scope: {hf_type}'s decoder layer has no closed form in attnid yet (its norms sit after the attention "
+            "and the MLP); audit its attention"
+        )
     cfg = equivalent_config(
-        hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias
-    )
+        hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias,
+        norm_eps=norm_eps if scope == "attention" else 0.0,
+    )  # fmt: skip
     t = HF_TYPES[hf_type]
     gen = torch.Generator().manual_seed(10_000 + seed)
     seq_len = default_seq_len(cfg)

@@ -123,6 +123,27 @@ PRESETS: dict[str, Preset] = {
         "phi",
         Model(32, 10240, 51200, False, "https://huggingface.co/microsoft/phi-2/blob/main/config.json"),
     ),
+    "qwen3-8b": Preset(
+        "Qwen3-8B (GQA, QK-norm per head)",
+        AttentionConfig(
+            4096,
+            32,
+            groups=8,
+            head_dim=128,
+            rope=True,
+            causal=True,
+            rope_base=1000000.0,
+            qk_norm="head",
+            qk_norm_eps=1e-6,
+        ),
+        "qwen3",
+        Model(36, 12288, 151936, False, "https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json"),
+    ),
+    "olmo-2-7b": Preset(  # its decoder layer (norms after attention and MLP) is not one attnid counts yet
+        "OLMo-2-7B (QK-norm over the projection)",
+        AttentionConfig(4096, 32, rope=True, causal=True, rope_base=500000.0, qk_norm="proj", qk_norm_eps=1e-6),
+        "olmo2",
+    ),
     "falcon-7b": Preset("Falcon-7B (multi-query, G = 1)", AttentionConfig(4544, 71, groups=1, rope=True, causal=True)),
     "gemma-7b": Preset("Gemma-7B (D = 256 > E/H)", AttentionConfig(3072, 16, head_dim=256, rope=True, causal=True)),
 }

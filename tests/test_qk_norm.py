@@ -1,0 +1,97 @@
+"""QK-norm (book chapter 9): the closed form of :func:`attnid.counting.count` against the Jacobian rank of our
+own layer and of the real Qwen3 and OLMo 2 attention modules, at ε = 0 (the norms' scales are exact
+symmetries) and ε > 0 (they are not)."""
+
+import pytest
+import torch
+
+from attnid.attention import AttentionConfig, attention, concat_project_attention, init_params
+from attnid.audit import audit
+from attnid.counting import count
+
+SHAPES = [  # every kind of sharing, RoPE on all, part or none of each head, biases
+    dict(embed=16, heads=4),
+    dict(embed=16, heads=4, rope=True),
+    dict(embed=12, heads=2, head_dim=6, rope_dims=2),
+    dict(embed=16, heads=4, groups=2, bias="qkvo", rope=True),
+    dict(embed=16, heads=4, groups=1, bias="qkvo"),
+    dict(embed=16, heads=2, groups=1, head_dim=8, rope=True, bias="qk"),
+]
+
+
+@pytest.mark.parametrize("qk_norm", ["head", "proj"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_qk_norm_count_equals_the_jacobian_rank(qk_norm, shape):
+    cfg = AttentionConfig(qk_norm=qk_norm, causal=True, **shape)
+    res = audit(cfg, seed=0)
+    assert res.unidentified == count(cfg).unidentified and res.sv_gap > 1e6
+
+
+@pytest.mark.parametrize("qk_norm", ["head", "proj"])
+def test_a_positive_epsilon_leaves_only_the_weight_trade(qk_norm):
+    """ε > 0: the scale of a normalised projection changes the output (slightly), so only the trade of the
+    query-norm weight against the key-norm weight stays unidentified."""
+    cfg = AttentionConfig(16, 4, groups=2, rope=True, causal=True, qk_norm=qk_norm, qk_norm_eps=0.05)
+    scales = {"head": 4 + 2, "proj": 2}[qk_norm]
+    assert count(cfg.with_(qk_norm_eps=0.0)).unidentified - count(cfg).unidentified == scales
+    res = audit(cfg, seed=0)
+    assert res.unidentified == count(cfg).unidentified and res.sv_gap > 1e6
+
+
+def test_qk_norm_layer_equals_an_independent_implementation():
+    for qk_norm in ("head", "proj"):
+        cfg = AttentionConfig(16, 4, groups=2, bias="qkvo", rope=True, causal=True, qk_norm=qk_norm, qk_norm_eps=1e-3)
+        p = init_params(cfg, seed=1)
+        X = torch.randn(3, 16, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        ours = attention(X, p, cfg)
+        theirs = concat_project_attention(X.transpose(1, 2), p, cfg).transpose(1, 2)
+        assert float((ours - theirs).abs().max()) < 1e-12
+
+
+def test_qk_norm_terms_of_a_published_shape():
+    """Qwen3-8B's attention (E 4096, 32 heads in 8 groups of 128, RoPE): H + G + D/2 = 104 in the QK block,
+    against G D = 1,024 for the same layer without QK-norm."""
+    cfg = AttentionConfig(4096, 32, groups=8, head_dim=128, rope=True, qk_norm="head")
+    assert count(cfg).unidentified_by_block["qk"] == 32 + 8 + 64
+    assert count(cfg.with_(qk_norm="")).unidentified_by_block["qk"] == 8 * 128
+    olmo = AttentionConfig(4096, 32, rope=True, qk_norm="proj")  # OLMo-2-7B: a weight per coordinate
+    assert count(olmo).unidentified_by_block["qk"] == 2 + 32 * 64
+
+
+def test_bad_qk_norm_settings_are_refused():
+    with pytest.raises(ValueError, match="qk_norm: expected one of"):
+        AttentionConfig(16, 4, qk_norm="layer")
+    with pytest.raises(ValueError, match="qk_norm_eps must be a number"):
+        AttentionConfig(16, 4, qk_norm="head", qk_norm_eps=-1.0)
+
+
+hf = pytest.importorskip("attnid.hf")
+
+
+@pytest.mark.parametrize(
+    "hf_type, kw",
+    [
+        ("qwen3", dict(embed=16, heads=4, groups=2)),
+        ("qwen3", dict(embed=16, heads=4, groups=4, bias="qkvo")),
+        ("qwen3", dict(embed=16, heads=2, groups=1, head_dim=8)),
+        ("olmo2", dict(embed=16, heads=4, groups=2)),
+        ("olmo2", dict(embed=16, heads=4, groups=4, bias="qkvo")),
+        ("olmo2", dict(embed=16, heads=2, groups=1)),
+    ],
+)
+def test_real_qk_norm_modules_equal_the_closed_form(hf_type, kw):
+    pytest.importorskip("transformers")
+    res = hf.audit_hf(hf_type, **kw)  # raises HFAuditError on a difference or a gap under 1e6
+    assert res.unidentified == res.details["theory_unidentified"] and res.sv_gap >= hf.MIN_GAP
+
+
+def test_real_qwen3_decoder_layer_equals_the_closed_form():
+    pytest.importorskip("transformers")
+    res = hf.audit_hf("qwen3", scope="block", embed=8, heads=2, groups=1)
+    assert res.unidentified == res.details["theory_unidentified"] and res.sv_gap >= hf.MIN_GAP
+    assert res.details["terms"]["qk"] == 2 + 1 + 2  # H + G + D/2
+
+
+def test_olmo2_layer_and_norm_eps_elsewhere_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="olmo2's decoder layer has no closed form"):
+        hf.audit_hf("olmo2", scope="block", embed=8, heads=2)
