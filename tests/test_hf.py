@@ -21,8 +21,9 @@ CASES = {
     "qwen2": dict(groups=2),  # q/k/v biases under full RoPE: the key bias is identified
     "gpt_neox": dict(rope_dims=2),  # partial rotary, fused interleaved qkv with biases
     "phi": dict(groups=2, rope_dims=2),  # partial rotary, biases, GQA
-    "qwen3": dict(groups=2, bias="all"),  # QK-norm per head, one weight for all heads (tests/test_qk_norm.py)
+    "qwen3": dict(groups=2, bias="all"),  # QK-norm per head, one weight for all heads (tests/test_modern_attention.py)
     "olmo2": dict(groups=1),  # QK-norm over the whole projection, multi-query
+    "gemma2": dict(groups=2),  # logit soft-capping (eager attention, its softmax kept in float64)
 }
 
 

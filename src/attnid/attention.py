@@ -82,6 +82,7 @@ class AttentionConfig:
     over each head's ``D`` coordinates with one weight ``g_Q``/``g_K`` of size ``D`` shared by all heads
     (``"head"``, Qwen3, Gemma 3), or over the whole projection with a weight per coordinate (``"proj"``,
     OLMo 2: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``); ``qk_norm_eps`` its ε (0: the exact symmetric point).
+    ``logit_softcap`` c: scores capped to ``c tanh(a / c)`` before the softmax (Gemma 2).
     """
 
     embed: int
@@ -96,6 +97,7 @@ class AttentionConfig:
     rope_dims: int | None = None
     qk_norm: str = ""
     qk_norm_eps: float = 0.0
+    logit_softcap: float | None = None
 
     def __post_init__(self) -> None:  # noqa: C901 (reason in the docstring)
         """Refuse a field of the wrong type or range in one line naming it.
@@ -147,6 +149,9 @@ class AttentionConfig:
         eps = self.qk_norm_eps
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
             raise ValueError(f"qk_norm_eps must be a number in [0, 1), got {eps!r}")
+        cap = self.logit_softcap
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf):
+            raise ValueError(f"logit_softcap must be a positive finite number or None, got {cap!r}")
 
     # short names as in the paper
     E = property(lambda self: self.embed)
@@ -277,6 +282,8 @@ def _mixing_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> 
         K, V = K.repeat_interleave(n, dim=1), V.repeat_interleave(n, dim=1)
     A = torch.einsum("bhdk,bhdq->bhkq", K, Q)  # scores: keys x queries
     A = A / math.sqrt(cfg.D)  # the usual 1/sqrt(D); the theory absorbs it into the weights
+    if cfg.logit_softcap is not None:
+        A = cfg.logit_softcap * torch.tanh(A / cfg.logit_softcap)
     if cfg.causal:
         L = X.shape[-1]
         future = torch.ones(L, L, dtype=torch.bool, device=X.device).tril(-1)  # key > query
@@ -326,7 +333,14 @@ def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: Attention
         q = apply_rope(q.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
         k = apply_rope(k.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
     k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
-    z = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)  # (B, H, L, C)
+    if cfg.logit_softcap is None:
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)  # (B, H, L, C)
+    else:  # sdpa has no cap: the scores by hand, as Gemma 2's eager path computes them
+        a = q @ k.transpose(-1, -2) / math.sqrt(D)
+        a = cfg.logit_softcap * torch.tanh(a / cfg.logit_softcap)
+        if cfg.causal:
+            a = a.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+        z = torch.softmax(a, dim=-1) @ v
     concat = z.transpose(1, 2).reshape(B, L, H * C)
     W_O = p["W_O"].permute(1, 0, 2).reshape(E, H * C)  # [W_O^1 | ... | W_O^H]
     y = concat @ W_O.T

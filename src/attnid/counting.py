@@ -22,6 +22,9 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
   coordinate, ``R/2 + (D − R)``, once for weights shared by all heads, ``G`` times for per-coordinate
   weights (the key weight of a group is shared by its query heads). The key bias sits inside the norm:
   identified.
+* Logit soft-capping (Gemma 2): ``c tanh(a / c)`` is one-to-one, so every map that keeps the raw scores
+  still keeps the capped ones (the QK block is unchanged), but a per-query shift of the raw scores is no
+  longer a shift of the capped ones: the key bias is identified.
 * VO block: ``W_O^h [W_V^g]`` products, ``r = min(C, E)``: ``n E C + C E − r (n E + E − r)``
   per group, ``C²`` when ``C ≤ E``.
 * Value bias: ``Σ_h W_O^h b_V^g`` is a constant output; with an output bias it is absorbed
@@ -109,7 +112,7 @@ def count(cfg: AttentionConfig) -> Count:
     else:
         qk = G * (R + (_product_fiber(n, D - R, q_cols, E) if D > R else 0))
     vo = G * _product_fiber(n, C, E, E)
-    key_bias = G * (D - R) if "k" in cfg.bias and not cfg.qk_norm else 0
+    key_bias = G * (D - R) if "k" in cfg.bias and not cfg.qk_norm and cfg.logit_softcap is None else 0
     if "v" not in cfg.bias:
         value_bias = 0
     elif "o" in cfg.bias:

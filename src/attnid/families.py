@@ -38,6 +38,7 @@ class HFType:
     tied: bool = False  # the type's default for tie_word_embeddings
     head_bias: bool = False  # a bias on the LM head
     qk_norm: str = ""  # attention.QK_NORMS: RMSNorm on queries and keys per head ("head") or per projection
+    softcap: float | None = None  # the scores capped to c tanh(a / c) (its released c); its attention runs eager
 
     def mlp_bias(self, bias: str) -> bool:
         """Whether the MLP maps carry biases when the attention has biases ``bias``."""
@@ -67,8 +68,12 @@ class HFType:
             kw["num_key_value_heads"] = cfg.G
         if self.head_dim:
             kw["head_dim"] = cfg.D
-        if name in ("llama", "qwen3", "olmo2"):
+        if name in ("llama", "qwen3", "olmo2", "gemma2"):
             kw["attention_bias"] = bool(cfg.bias)
+        if name == "gemma2":  # its own scale and cap: 1/sqrt(D) as ours, the cap of cfg
+            kw.update(
+                query_pre_attn_scalar=cfg.D, attn_logit_softcapping=cfg.logit_softcap, final_logit_softcapping=None
+            )
         if self.qk_norm:
             kw["rms_norm_eps"] = cfg.qk_norm_eps
         # transformers takes int(D * factor) rotary dims; R/D itself can land just below R (30/44 * 44 =
@@ -126,6 +131,10 @@ HF_TYPES: dict[str, HFType] = {
         head_dim=True, layer="Qwen3DecoderLayer", lm="Qwen3ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
         qk_norm="head",
     ),
+    "gemma2": HFType(
+        "gemma2", "Gemma2Config", "Gemma2Attention", "Gemma2RotaryEmbedding", biases=("", "qkvo"), groups=True,
+        head_dim=True, softcap=50.0,
+    ),
     "olmo2": HFType(
         "olmo2", "Olmo2Config", "Olmo2Attention", "Olmo2RotaryEmbedding", biases=("", "qkvo"), groups=True,
         qk_norm="proj",
@@ -161,7 +170,7 @@ def equivalent_config(
         raise ValueError(f"rope/rope_dims: {hf_type} has no rotary embeddings (drop --rope and --rope-dims)")
     cfg = AttentionConfig(
         embed, heads, groups=groups, head_dim=head_dim, bias=b, causal=True, qk_norm=t.qk_norm,
-        qk_norm_eps=norm_eps if t.qk_norm else 0.0,
+        qk_norm_eps=norm_eps if t.qk_norm else 0.0, logit_softcap=t.softcap,
     )  # fmt: skip
     if t.rotary is None:
         return cfg

@@ -19,6 +19,7 @@ import sys
 import types
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -116,18 +117,38 @@ def _prepare(
     return module
 
 
-def _hidden_forward(rotary):
+@contextmanager
+def _float64_softmax():
+    """transformers' eager attention computes its softmax in float32 whatever the input (which blurs the rank);
+    inside this block a float64 input keeps float64."""
+    softmax = torch.nn.functional.softmax
+
+    def exact(x, dim=None, _stacklevel=3, dtype=None):
+        return softmax(x, dim=dim, dtype=None if x.dtype == torch.float64 else dtype)
+
+    torch.nn.functional.softmax = exact
+    try:
+        yield
+    finally:
+        torch.nn.functional.softmax = softmax
+
+
+def _hidden_forward(rotary, eager: bool = False):
     """``forward(call, x)``: a module on hidden states ``x`` ``(B, L, E)`` through sdpa's math kernel (exact
-    float64 and differentiable in forward mode; the fused CPU kernel is not), with the rotary tables."""
+    float64 and differentiable in forward mode; the fused CPU kernel is not), with the rotary tables. With
+    ``eager`` (a module that runs its own attention: soft-capping), a causal mask is passed and its softmax
+    kept in float64 (:func:`_float64_softmax`)."""
 
     def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
-        with sdpa_kernel([SDPBackend.MATH]):
+        L = x.shape[1]
+        mask = torch.full((L, L), float("-inf"), dtype=x.dtype).triu(1)[None, None] if eager else None
+        with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
             if rotary is None:
                 out = call(x)
             else:
-                pos = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
+                pos = torch.arange(L)[None].expand(x.shape[0], -1)
                 cos, sin = rotary(x, pos)
-                out = call(x, attention_mask=None, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)))
+                out = call(x, attention_mask=mask, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)))
         return out[0] if isinstance(out, tuple) else out
 
     return forward
@@ -144,6 +165,8 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
         )
     t = HF_TYPES[hf_type]
     mod = _modeling(hf_type)
+    if t.softcap is not None:  # sdpa cannot cap the scores
+        attn_implementation = "eager"
     config = _hf_config(hf_type, cfg, attn_implementation)
     attn = _prepare(
         getattr(mod, t.attention)(config, layer_idx=0), cfg.E, seed, norm_eps=cfg.qk_norm_eps if t.qk_norm else None
@@ -152,7 +175,7 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the module was built with {built} rotary dims, not the {cfg.R} asked for")
-    return attn, _hidden_forward(rotary)
+    return attn, _hidden_forward(rotary, eager=t.softcap is not None)
 
 
 def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0):

@@ -144,6 +144,11 @@ PRESETS: dict[str, Preset] = {
         AttentionConfig(4096, 32, rope=True, causal=True, rope_base=500000.0, qk_norm="proj", qk_norm_eps=1e-6),
         "olmo2",
     ),
+    "gemma-2-9b": Preset(  # its decoder layer (a norm before and after attention and MLP) is not counted yet
+        "Gemma-2-9B (GQA, D = 256, logit soft-capping at 50)",
+        AttentionConfig(3584, 16, groups=8, head_dim=256, rope=True, causal=True, logit_softcap=50.0),
+        "gemma2",
+    ),
     "falcon-7b": Preset("Falcon-7B (multi-query, G = 1)", AttentionConfig(4544, 71, groups=1, rope=True, causal=True)),
     "gemma-7b": Preset("Gemma-7B (D = 256 > E/H)", AttentionConfig(3072, 16, head_dim=256, rope=True, causal=True)),
 }

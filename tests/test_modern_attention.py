@@ -1,6 +1,6 @@
-"""QK-norm (book chapter 9): the closed form of :func:`attnid.counting.count` against the Jacobian rank of our
-own layer and of the real Qwen3 and OLMo 2 attention modules, at ε = 0 (the norms' scales are exact
-symmetries) and ε > 0 (they are not)."""
+"""The attention of recent models: QK-norm (at ε = 0, where the norms' scales are exact symmetries, and ε > 0,
+where they are not) and logit soft-capping. The closed form of :func:`attnid.counting.count` against the
+Jacobian rank of our own layer and of the real Qwen3, OLMo 2 and Gemma 2 attention modules."""
 
 import pytest
 import torch
@@ -58,11 +58,37 @@ def test_qk_norm_terms_of_a_published_shape():
     assert count(olmo).unidentified_by_block["qk"] == 2 + 32 * 64
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(heads=4, bias="qkvo"),
+        dict(heads=2, head_dim=8, rope_dims=4, bias="qkvo"),
+        dict(heads=4, groups=1, bias="kv"),
+    ],
+    ids=["no-rope", "partial-rope", "mqa"],
+)
+def test_soft_capping_identifies_the_key_bias(shape):
+    """c tanh(a / c) keeps every symmetry of the raw scores but not the softmax's per-query shift: the key
+    bias (its unrotated coordinates) becomes identified, and nothing else changes."""
+    cfg = AttentionConfig(16, causal=True, logit_softcap=1.0, **shape)
+    res = audit(cfg, seed=0)
+    assert res.unidentified == count(cfg).unidentified and res.sv_gap > 1e6
+    plain = count(cfg.with_(logit_softcap=None))
+    assert plain.unidentified_by_block["key_bias"] > 0 == count(cfg).unidentified_by_block["key_bias"]
+    assert plain.unidentified - count(cfg).unidentified == plain.unidentified_by_block["key_bias"]
+    X = torch.randn(2, 16, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    p = init_params(cfg, seed=1)
+    theirs = concat_project_attention(X.transpose(1, 2), p, cfg).transpose(1, 2)
+    assert float((attention(X, p, cfg) - theirs).abs().max()) < 1e-12
+
+
 def test_bad_qk_norm_settings_are_refused():
     with pytest.raises(ValueError, match="qk_norm: expected one of"):
         AttentionConfig(16, 4, qk_norm="layer")
     with pytest.raises(ValueError, match="qk_norm_eps must be a number"):
         AttentionConfig(16, 4, qk_norm="head", qk_norm_eps=-1.0)
+    with pytest.raises(ValueError, match="logit_softcap must be a positive finite number"):
+        AttentionConfig(16, 4, logit_softcap=0.0)
 
 
 hf = pytest.importorskip("attnid.hf")
@@ -77,9 +103,11 @@ hf = pytest.importorskip("attnid.hf")
         ("olmo2", dict(embed=16, heads=4, groups=2)),
         ("olmo2", dict(embed=16, heads=4, groups=4, bias="qkvo")),
         ("olmo2", dict(embed=16, heads=2, groups=1)),
+        ("gemma2", dict(embed=16, heads=4, groups=4, bias="qkvo")),  # soft-capped at its released c = 50
+        ("gemma2", dict(embed=16, heads=2, groups=1, head_dim=8)),
     ],
 )
-def test_real_qk_norm_modules_equal_the_closed_form(hf_type, kw):
+def test_real_modules_of_recent_models_equal_the_closed_form(hf_type, kw):
     pytest.importorskip("transformers")
     res = hf.audit_hf(hf_type, **kw)  # raises HFAuditError on a difference or a gap under 1e6
     assert res.unidentified == res.details["theory_unidentified"] and res.sv_gap >= hf.MIN_GAP
