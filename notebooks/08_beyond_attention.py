@@ -52,7 +52,7 @@ set_style()
 small = profile == "smoke"  # the smoke profile audits a subset of the shapes
 
 # %% [markdown]
-# ## Three scopes, fifteen architectures
+# ## Three scopes, every published architecture
 #
 # For each published architecture: the unidentified share of one attention layer (chapter 4), of one
 # whole decoder layer, and of the whole model, from the closed forms derived below

@@ -123,3 +123,37 @@ def test_real_qwen3_decoder_layer_equals_the_closed_form():
 def test_olmo2_layer_and_norm_eps_elsewhere_are_refused_in_one_line():
     with pytest.raises(ValueError, match="olmo2's decoder layer has no closed form"):
         hf.audit_hf("olmo2", scope="block", embed=8, heads=2)
+
+
+def _regression(cfg, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(4, cfg.E, 6, dtype=torch.float64, generator=g)
+    T = torch.randn(4, cfg.E, 6, dtype=torch.float64, generator=g)
+    return lambda q: ((attention(X, q, cfg) - T) ** 2).mean()
+
+
+@pytest.mark.parametrize("qk_norm", ["head", "proj"])
+def test_gradient_flow_conserves_the_norm_scales_at_eps_zero_and_the_weight_trade_always(qk_norm):
+    """Noether for QK-norm (chapter 9): the rates d/dt of ‖[W | b]‖² of each normalised projection and of
+    Σ g_Q² − Σ g_K² per trade group are zero at ε = 0; at ε = 0.05 the scales move and the trade does not."""
+    from attnid.dynamics import qk_norm_flow_rates
+
+    cfg = AttentionConfig(16, 4, groups=2, bias="qkvo", rope_dims=2, causal=True, qk_norm=qk_norm)
+    p = init_params(cfg, seed=0)
+    exact = qk_norm_flow_rates(p, cfg, _regression(cfg))
+    assert max(float(v.abs().max()) for v in exact.values()) < 1e-12
+    eps = cfg.with_(qk_norm_eps=0.05)
+    moved = qk_norm_flow_rates(p, eps, _regression(eps))
+    assert float(moved["scale_Q"].abs().min()) > 1e-4 and float(moved["trade"].abs().max()) < 1e-12
+
+
+def test_a_rotated_pair_trades_as_one(monkeypatch):
+    """Planted: treat the two coordinates of a rotated pair as two trades. RoPE mixes them, so the split
+    quantities are not conserved; the unrotated coordinates, alone, still are."""
+    from attnid import dynamics
+
+    cfg = AttentionConfig(16, 4, rope_dims=2, causal=True, qk_norm="head")  # D = 4: one pair, two alone
+    p = init_params(cfg, seed=0)
+    monkeypatch.setattr(dynamics, "trade_groups", lambda c: [[i] for i in range(c.D)])
+    rates = dynamics.qk_norm_flow_rates(p, cfg, _regression(cfg))["trade"]
+    assert float(rates[:2].abs().min()) > 1e-6 and float(rates[2:].abs().max()) < 1e-12

@@ -180,3 +180,55 @@ def rebalance_params(p: dict, cfg) -> dict:
         if value is not None:
             out[name] = value
     return out
+
+
+# ------------------------------------------------------------- QK-norm (chapter 9)
+def trade_groups(cfg) -> list[list[int]]:
+    """The coordinates of a head whose query-norm and key-norm weights trade one common factor under
+    QK-norm: each rotated pair ``(2i, 2i + 1)`` (our layer's pairing) and each unrotated coordinate alone."""
+    return [[i, i + 1] for i in range(0, cfg.R, 2)] + [[i] for i in range(cfg.R, cfg.D)]
+
+
+def qk_norm_quantities(p: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
+    """What gradient flow conserves in an attention layer with QK-norm (``cfg.qk_norm``, chapter 9), one value
+    per symmetry, float64: ``"scale_Q"``, ``"scale_K"``: ``‖[W | b]‖²`` of each normalised projection (per head
+    or group, or the whole projection for ``"proj"``): conserved at ``ε = 0`` only; ``"trade"``: per trade
+    group (:func:`trade_groups`, and per key/value group for ``"proj"``) ``Σ g_Q² − Σ g_K²`` over the query
+    heads sharing the key weight. Noether: a symmetry ``θ -> θ + s δ(θ)`` of the loss makes ``<∇L, δ(θ)> = 0``,
+    so under ``dθ/dt = −∇L`` the quantity whose gradient is ``2 δ(θ)`` stays constant."""
+    return {k: v.detach() for k, v in _qk_norm_quantities(p, cfg).items()}
+
+
+def _qk_norm_quantities(p: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
+    """:func:`qk_norm_quantities`, differentiable."""
+    if not cfg.qk_norm:
+        raise ValueError("qk_norm_quantities: the layer has no QK-norm (cfg.qk_norm is empty)")
+    squares = {
+        s: p[f"W_{s}"].double().pow(2).sum(-1) + (p[f"b_{s}"].double().pow(2) if f"b_{s}" in p else 0.0) for s in "QK"
+    }  # (heads, D): each row's ‖[w | b]‖²
+    if cfg.qk_norm == "head":
+        scale_Q, scale_K = squares["Q"].sum(-1), squares["K"].sum(-1)
+        gQ, gK = p["g_Q"].double()[None, None], p["g_K"].double()[None]  # (1, 1, D), (1, D)
+    else:
+        scale_Q, scale_K = squares["Q"].sum()[None], squares["K"].sum()[None]
+        gQ = p["g_Q"].double().reshape(cfg.G, cfg.H // cfg.G, cfg.D)  # the query heads of a group together
+        gK = p["g_K"].double()
+    trade = torch.stack(
+        [gQ[..., idx].pow(2).sum((-1, -2)) - gK[..., idx].pow(2).sum(-1) for idx in trade_groups(cfg)], dim=-1
+    )
+    return {"scale_Q": scale_Q, "scale_K": scale_K, "trade": trade.reshape(-1)}
+
+
+def qk_norm_flow_rates(p: dict[str, torch.Tensor], cfg, loss) -> dict[str, torch.Tensor]:
+    """``d/dt`` of each :func:`qk_norm_quantities` value under gradient flow on ``loss(p)`` (a scalar):
+    zero where the quantity is conserved. Computed from the gradient, float64."""
+    leaves = {k: v.detach().double().requires_grad_(True) for k, v in p.items()}
+    grads = dict(zip(leaves, torch.autograd.grad(loss(leaves), list(leaves.values())), strict=True))
+    qs = _qk_norm_quantities(leaves, cfg)
+    flat = torch.cat([qs[k] for k in ("scale_Q", "scale_K", "trade")])
+    rate = torch.zeros_like(flat)
+    for i in range(flat.numel()):  # d q / dt = −<∇q, ∇L>, one quantity at a time (a few dozen)
+        dq = torch.autograd.grad(flat[i], list(leaves.values()), retain_graph=True, allow_unused=True)
+        rate[i] = -sum((a * grads[k]).sum() for a, k in zip(dq, leaves, strict=True) if a is not None)
+    sizes = [qs[k].numel() for k in ("scale_Q", "scale_K", "trade")]
+    return dict(zip(("scale_Q", "scale_K", "trade"), rate.detach().split(sizes), strict=True))

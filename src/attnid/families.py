@@ -76,6 +76,8 @@ class HFType:
             )
         if self.qk_norm:
             kw["rms_norm_eps"] = cfg.qk_norm_eps
+        if name == "olmo2":  # its default end-of-text id lies outside the tiny vocabulary (transformers warns)
+            kw["eos_token_id"] = 0
         # transformers takes int(D * factor) rotary dims; R/D itself can land just below R (30/44 * 44 =
         # 29.99...), so the factor is aimed at the middle of [R, R + 1)
         factor = (cfg.R + 0.5) / cfg.D
