@@ -69,6 +69,9 @@
 #   {glue:text}`08_beyond_attention.ipynb::gpt2_model:,` unidentified directions, not the
 #   {glue:text}`08_beyond_attention.ipynb::gpt2_product:,` of a product of per-layer attention
 #   groups; every whole-layer and whole-model audit of the real modules equals the closed form.
+# - {doc}`09_recent_attention`: QK-norm leaves one layer of Qwen3-8B
+#   {glue:text}`09_recent_attention.ipynb::qwen_qk:,` unidentified query–key directions, not
+#   {glue:text}`09_recent_attention.ipynb::qwen_qk_without:,`; soft-capping identifies the key bias.
 #
 # ## The answer in one line
 #

@@ -223,3 +223,47 @@ def test_gpt2_block_moves_and_a_planted_audit_mismatch():
     assert (audits["closed form"] == audits["Jacobian"]).all() and audits["gap"].iloc[0] > 1e6
     with pytest.raises(AssertionError, match="differs from its closed form"):
         bc._checked(audits.assign(Jacobian=audits["Jacobian"] + 1))
+
+
+# ------------------------------------------------------------------------------ chapter 9 (attnid.chapters.recent)
+def test_recent_chapter_counts_meet_the_jacobian_and_a_planted_error_raises(monkeypatch):
+    """Chapter 9's variant table: every closed form equals the Jacobian count of our layer (the real modules
+    are tests/test_modern_attention.py's); a closed form that is off by one raises instead of being shown."""
+    from attnid.chapters import recent as rc
+
+    df = rc.variant_table(real=False)
+    assert (df["unidentified"] == df["our layer"]).all() and (df["smallest gap"] > 1e6).all()
+    qk = dict(zip(df["variant"], df["QK block"], strict=True))
+    assert qk["RoPE (Llama)"] == 2 * 8 and qk["RoPE + QK-norm per head, ε = 0 (Qwen3)"] == 2 + 2 + 4
+    assert (
+        qk["RoPE + QK-norm per head, ε = 0.05"] == 4 and qk["RoPE + QK-norm over the projection, ε = 0 (OLMo 2)"] == 10
+    )
+    keys = dict(zip(df["variant"], df["key bias"], strict=True))
+    assert keys["biases, no RoPE"] == 2 * 8 and keys["biases, no RoPE, soft-capping c = 1"] == 0
+    import dataclasses
+
+    def off_by_one(cfg):  # a closed form that miscounts the QK block by one
+        c = real_count(cfg)
+        return dataclasses.replace(
+            c, unidentified_by_block={**c.unidentified_by_block, "qk": c.unidentified_by_block["qk"] + 1}
+        )
+
+    real_count = rc.count
+    monkeypatch.setattr(rc, "count", off_by_one)
+    with pytest.raises(AssertionError, match="gives"):
+        rc.variant_table(real=False)
+
+
+def test_recent_chapter_published_and_conservation_facts():
+    from attnid.chapters import recent as rc
+
+    published = rc.published_table()
+    rows = published.set_index("model")
+    assert rows.loc["qwen3-8b", "QK block"] == 128 // 2 and rows.loc["qwen3-8b", "QK block without"] == 8 * 128
+    assert rows.loc["olmo-2-7b", "QK block"] == 32 * 64 and rows.loc["gemma-2-9b", "QK block"] == 8 * 256
+    conservation = rc.conservation_table()
+    exact = conservation[conservation["ε"] == 0]
+    assert exact[["scales", "norm-weight trade"]].to_numpy().max() < 1e-12
+    assert conservation[conservation["ε"] > 0]["scales"].min() > 1e-4
+    facts = rc.facts(rc.variant_table(real=False), published, conservation)
+    assert facts["qwen_qk"] == 64 and facts["n_real"] == 0

@@ -1,0 +1,133 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # The attention of recent models: QK-norm and soft-capping
+#
+# The paper's count rests on the structure of dot-product attention: the scores see the query and key
+# maps only through their product, so any invertible map between them is free, and the softmax
+# ignores a shift that is the same for every key. Two changes made since 2024 touch exactly that
+# structure. Qwen3, Gemma 3 and OLMo 2 put an RMSNorm on the queries and on the keys before the
+# product (*QK-norm*); Gemma 2 caps the scores with $c \tanh(a/c)$ before the softmax
+# (*soft-capping*). This chapter derives what each leaves unidentified, checks every count against
+# the Jacobian rank of our layer and of the real `transformers` module, and asks what the paper's
+# conserved quantity becomes.
+#
+# :::{admonition} In this chapter
+# :class: tip
+# All {glue:text}`n_variants` variants give exactly their closed form, in our layer and in the
+# {glue:text}`n_real` real modules (singular-value gap at least {glue:text}`min_gap:.0e`).
+# QK-norm shrinks Qwen3-8B's unidentified query–key directions per layer from
+# {glue:text}`qwen_qk_without:,` to {glue:text}`qwen_qk:,`. Gradient flow still conserves what the
+# surviving symmetries protect: the largest rate of change is {glue:text}`max_exact_rate:.0e`
+# at $\varepsilon = 0$, against at least {glue:text}`min_moved_scale_rate:.0e` for the norms'
+# scales once $\varepsilon > 0$.
+# :::
+
+# %% tags=["parameters"]
+profile = "cpu"
+seed = 0
+device = "auto"
+
+# %%
+from myst_nb import glue
+
+from attnid.chapters import recent as ch
+from attnid.lm.profiles import check_profile
+from attnid.plotting import set_style, table
+
+check_profile(profile)
+set_style()
+
+# %% [markdown]
+# ## What an RMSNorm in front of the product leaves
+#
+# Write one head's normalised query as $q = g_Q \odot \mathrm{rms}(W_Q x)$ with
+# $\mathrm{rms}(u) = u / \sqrt{\lVert u \rVert^2 / D + \varepsilon}$, and its key likewise with $g_K$.
+# A change of $W_Q$ that keeps every score must keep $\mathrm{rms}(W_Q x)$ up to a map that the
+# rest of the layer undoes. At $\varepsilon = 0$ the norm ignores a positive scale,
+# $\mathrm{rms}(s\,u) = \mathrm{rms}(u)$, and commutes with orthogonal maps,
+# $\mathrm{rms}(O u) = O\,\mathrm{rms}(u)$, and with nothing else. An orthogonal map would have to
+# pass through the weights: $O^\top G_Q R_\delta G_K O' = G_Q R_\delta G_K$ for every RoPE rotation
+# $R_\delta$ ($G = \mathrm{diag}(g)$). At $\delta = 0$ this reads $A\,M = M B$ with
+# $M = G_Q G_K$ diagonal, whose solutions with skew $A, B$ vanish as soon as the products
+# $g_{Q,i}\, g_{K,i}$ differ in size: generic norm weights leave no orthogonal symmetry. What is
+# left:
+#
+# * **the scale** of each normalised projection ($W_Q^h$ with its bias, per head; $W_K^g$, per key
+#   group): $H + G$ directions when each head is normalised alone, 2 when the norm spans the whole
+#   projection (OLMo 2). Exact at $\varepsilon = 0$ only: with $\varepsilon > 0$ the scale moves the
+#   output a little, which chapter 8 met for the norms of a block;
+# * **the trade** of the query-norm weight against the key-norm weight: scaling $g_Q$ by $t$ and $g_K$
+#   by $1/t$ keeps every score if $t$ is the same on the two coordinates of a rotated pair (RoPE mixes
+#   them) — one factor per pair and per unrotated coordinate, $R/2 + (D - R)$. Qwen3 and Gemma 3
+#   share one weight of size $D$ among all heads, so the trade appears once; OLMo 2 has a weight per
+#   coordinate of the projection, and a key group's weight is shared by its query heads, so it
+#   appears $G$ times;
+# * the key bias, now inside the norm, no longer shifts a query's scores by a constant: identified.
+#
+# Soft-capping is simpler. $c \tanh(a / c)$ is one-to-one, so every map that keeps the raw scores keeps
+# the capped ones, but adding $q^\top b_K$, the same for every key, to the raw scores is no shift of
+# the capped ones: the key bias becomes identified, and nothing else changes.
+#
+# ## Every variant against the Jacobian
+#
+# The same layer ($E = 16$, $H = 2$ heads of $D = 8$), in each variant: the closed
+# form of `attnid.counting.count` term by term, the Jacobian count of our own layer
+# (`attnid.attention`), and that of the real `transformers` module (`attnid audit --hf TYPE`;
+# float64, the norms and Gemma 2's eager softmax kept in float64).
+
+# %%
+variants = ch.variant_table(seed)
+table(variants)
+
+# %% [markdown]
+# ## Published models
+#
+# The QK block's unidentified directions in one layer of each published model with these features,
+# and the same layer without its QK-norm or cap (`attnid count --preset NAME`); the published
+# configurations have $\varepsilon = 10^{-6}$, so the norms' scales are not counted. The attention
+# layer's unidentified share barely moves: the value–output block, which neither feature touches,
+# holds almost all of it. Block and model scopes are given where attnid counts that decoder layer
+# (OLMo 2 puts its norms after the attention and the MLP, Gemma 2 before and after both: not yet).
+
+# %%
+published = ch.published_table()
+table(published)
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-recent-qk", "caption": "Unidentified directions of the query-key block in one layer of each published model with QK-norm or soft-capping, as released and without that feature (log scale)."}}
+fig = ch.fig_published(published)
+
+# %% [markdown]
+# ## What gradient flow still conserves
+#
+# Chapter 6 followed the paper's $\beta = W_Q W_Q^\top - W_K W_K^\top$, which gradient flow conserves
+# because of the $GL(D)$ symmetry of the product. Under QK-norm that symmetry is gone, and with it
+# $\beta$. Each surviving symmetry has its own conserved quantity (Noether): the squared norm
+# $\lVert [W \mid b] \rVert^2$ of each normalised projection (whose gradient is always orthogonal to
+# it at $\varepsilon = 0$), and $\sum g_Q^2 - \sum g_K^2$ over each trade group. Their rates of
+# change under gradient flow for a regression loss on a random layer
+# (`attnid.dynamics.qk_norm_flow_rates`):
+
+# %%
+conservation = ch.conservation_table(seed)
+table(conservation)
+
+# %% [markdown]
+# With $\varepsilon > 0$ the scales drift and only the trade is conserved. Plain SGD with step
+# $\eta$ does not conserve the scales exactly even at $\varepsilon = 0$: a step orthogonal to $W$
+# grows $\lVert W \rVert^2$ by $\eta^2 \lVert \nabla_W \rVert^2$, the familiar reason a normalised
+# weight's effective learning rate falls as training goes on.
+
+# %%
+for name, value in ch.facts(variants, published, conservation).items():
+    glue(name, value, display=False)

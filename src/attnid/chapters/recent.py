@@ -1,0 +1,172 @@
+"""Chapter 9, the attention of recent models: QK-norm (Qwen3, Gemma 3, OLMo 2) and logit soft-capping
+(Gemma 2). Each variant's closed form beside the Jacobian rank of our layer and of the real module, the
+published models' counts, and what gradient flow still conserves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from ..attention import AttentionConfig, attention, init_params
+from ..audit import audit
+from ..counting import count
+from ..dynamics import qk_norm_flow_rates
+from ..presets import PRESETS, preset_rows
+from . import with_formats
+
+READS: tuple[str, ...] = ()  # no run records: everything here is computed from the math
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One attention variant at the chapter's audited shape, and the real module that has it (if any)."""
+
+    label: str
+    changes: dict
+    hf_type: str | None = None
+    hf_kwargs: dict | None = None
+
+
+SHAPE = dict(embed=16, heads=2, groups=2, causal=True)  # E, H, G (D = 8): small enough for dense audits
+VARIANTS = (
+    Variant("RoPE (Llama)", dict(rope=True), "llama", dict(bias="none")),
+    Variant("RoPE + QK-norm per head, ε = 0 (Qwen3)", dict(rope=True, qk_norm="head"), "qwen3", {}),
+    Variant("RoPE + QK-norm per head, ε = 0.05", dict(rope=True, qk_norm="head", qk_norm_eps=0.05), "qwen3",
+            dict(norm_eps=0.05)),
+    Variant("RoPE + QK-norm over the projection, ε = 0 (OLMo 2)", dict(rope=True, qk_norm="proj"), "olmo2", {}),
+    Variant("RoPE + soft-capping, c = 50 (Gemma 2)", dict(rope=True, logit_softcap=50.0), "gemma2", {}),
+    Variant("biases, no RoPE", dict(bias="all")),
+    Variant("biases, no RoPE, soft-capping c = 1", dict(bias="all", logit_softcap=1.0)),
+)  # fmt: skip
+PUBLISHED = {  # preset -> the change that removes its new feature
+    "qwen3-8b": dict(qk_norm="", qk_norm_eps=0.0),
+    "olmo-2-7b": dict(qk_norm="", qk_norm_eps=0.0),
+    "gemma-2-9b": dict(logit_softcap=None),
+}
+
+
+def variant_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
+    """Each :data:`VARIANTS` entry: parameters, the closed form's QK and key-bias terms and total, and the
+    Jacobian count of our layer and (``real``) of the real ``transformers`` module. Raises if a Jacobian
+    count differs from the closed form."""
+    from ..hf import audit_hf
+
+    rows = []
+    for v in VARIANTS:
+        cfg = AttentionConfig(**SHAPE, **v.changes)
+        c = count(cfg)
+        ours = audit(cfg, seed=seed)
+        theirs = audit_hf(v.hf_type, embed=16, heads=2, groups=2, seed=seed, **(v.hf_kwargs or {})) if (
+            real and v.hf_type) else None  # fmt: skip
+        for who, res in (("our layer", ours), (v.hf_type, theirs)):
+            if res is not None and res.unidentified != c.unidentified:
+                raise AssertionError(f"{v.label}: {who} gives {res.unidentified}, the closed form {c.unidentified}")
+        rows.append(
+            {
+                "variant": v.label,
+                "params": c.total_params,
+                "QK block": c.unidentified_by_block["qk"],
+                "key bias": c.unidentified_by_block["key_bias"],
+                "unidentified": c.unidentified,
+                "our layer": ours.unidentified,
+                "real module": theirs.unidentified if theirs is not None else None,
+                "smallest gap": min(r.sv_gap for r in (ours, theirs) if r is not None),
+            }
+        )
+    df = pd.DataFrame(rows)
+    df["real module"] = df["real module"].astype("Int64")
+    return with_formats(df, **{"smallest gap": "{:.0e}"})
+
+
+def published_table() -> pd.DataFrame:
+    """The published models of :data:`PUBLISHED`: the QK block's unidentified directions and the attention
+    layer's unidentified share as released and without their new feature, and the three scopes where
+    attnid counts them."""
+    scopes = {r["name"]: r for r in preset_rows()}
+    rows = []
+    for name, without in PUBLISHED.items():
+        cfg = PRESETS[name].config
+        c, plain = count(cfg), count(cfg.with_(**without))
+        r = scopes[name]
+        rows.append(
+            {
+                "model": name,
+                "QK block": c.unidentified_by_block["qk"],
+                "QK block without": plain.unidentified_by_block["qk"],
+                "key bias": c.unidentified_by_block["key_bias"],
+                "attention": 1 - c.identified_fraction,
+                "attention without": 1 - plain.identified_fraction,
+                "block": r["block_unidentified_share"],
+                "model ": r["model_unidentified_share"],
+            }
+        )
+    pct = "{:.4%}"
+    return with_formats(pd.DataFrame(rows), **{k: pct for k in ("attention", "attention without", "block", "model ")})
+
+
+def fig_published(df: pd.DataFrame):
+    """The QK block's unidentified directions of each published model, as released and without its QK-norm
+    or soft-capping (log scale)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ..plotting import panels
+
+    fig, axes = panels(1, height=3.2)
+    ax = axes[0, 0]
+    y = np.arange(len(df))
+    ax.scatter(df["QK block without"], y, marker="s", s=40, label="without its QK-norm or soft-capping")
+    ax.scatter(df["QK block"], y, marker="o", s=40, label="as released")
+    ax.set_xscale("log")
+    ax.set_yticks(y, df["model"])
+    ax.invert_yaxis()
+    ax.set(xlabel="unidentified directions of the QK block, per layer (log scale)", title="Published models")
+    fig.legend(loc="outside lower center", ncol=2)
+    plt.show()
+    return fig
+
+
+def conservation_table(seed: int = 0) -> pd.DataFrame:
+    """The largest |d/dt| under gradient flow of the quantities QK-norm's symmetries conserve (the scale of
+    each normalised projection, the norm-weight trade), for a regression loss on a random layer, at ε = 0
+    and ε = 0.05, for both kinds of QK-norm."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(4, 16, 6, dtype=torch.float64, generator=g)
+    T = torch.randn(4, 16, 6, dtype=torch.float64, generator=g)
+    rows = []
+    for qk_norm in ("head", "proj"):
+        for eps in (0.0, 0.05):
+            cfg = AttentionConfig(**SHAPE, rope=True, bias="all", qk_norm=qk_norm, qk_norm_eps=eps)
+            rates = qk_norm_flow_rates(
+                init_params(cfg, seed=seed), cfg, lambda q, cfg=cfg: ((attention(X, q, cfg) - T) ** 2).mean()
+            )
+            rows.append(
+                {
+                    "QK-norm": qk_norm,
+                    "ε": eps,
+                    "scales": float(torch.cat([rates["scale_Q"], rates["scale_K"]]).abs().max()),
+                    "norm-weight trade": float(rates["trade"].abs().max()),
+                }
+            )
+    df = pd.DataFrame(rows)
+    return with_formats(df, **{"scales": "{:.1e}", "norm-weight trade": "{:.1e}", "ε": "{:g}"})
+
+
+def facts(variants: pd.DataFrame, published: pd.DataFrame, conservation: pd.DataFrame) -> dict:
+    """The numbers the chapter's prose glues."""
+    qwen = published.set_index("model").loc["qwen3-8b"]
+    exact = conservation[conservation["ε"] == 0]
+    moved = conservation[conservation["ε"] > 0]
+    real = variants["real module"].notna()
+    return {
+        "n_variants": len(variants),
+        "n_real": int(real.sum()),
+        "min_gap": float(variants["smallest gap"].min()),
+        "qwen_qk": int(qwen["QK block"]),
+        "qwen_qk_without": int(qwen["QK block without"]),
+        "max_exact_rate": float(exact[["scales", "norm-weight trade"]].to_numpy().max()),
+        "min_moved_scale_rate": float(moved["scales"].min()),
+    }
