@@ -47,6 +47,9 @@ from attnid.plotting import set_style, table
 
 check_profile(profile)
 set_style()
+small = (
+    profile == "smoke"
+)  # the smoke profile audits our layer only, not the real modules
 
 # %% [markdown]
 # ## What an RMSNorm in front of the product leaves
@@ -87,7 +90,7 @@ set_style()
 # float64, the norms and Gemma 2's eager softmax kept in float64).
 
 # %%
-variants = ch.variant_table(seed)
+variants = ch.variant_table(seed, real=not small)
 table(variants)
 
 # %% [markdown]

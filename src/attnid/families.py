@@ -68,8 +68,10 @@ class HFType:
             kw["num_key_value_heads"] = cfg.G
         if self.head_dim:
             kw["head_dim"] = cfg.D
-        if name in ("llama", "qwen3", "olmo2", "gemma2"):
+        if name in ("llama", "qwen3", "olmo2", "gemma2", "gemma3"):
             kw["attention_bias"] = bool(cfg.bias)
+        if name == "gemma3":  # 1/sqrt(D) as ours, one global (full-attention) layer, no cap
+            kw.update(query_pre_attn_scalar=cfg.D, layer_types=["full_attention"], attn_logit_softcapping=None)
         if name == "gemma2":  # its own scale and cap: 1/sqrt(D) as ours, the cap of cfg
             kw.update(
                 query_pre_attn_scalar=cfg.D, attn_logit_softcapping=cfg.logit_softcap, final_logit_softcapping=None
@@ -136,6 +138,10 @@ HF_TYPES: dict[str, HFType] = {
     "gemma2": HFType(
         "gemma2", "Gemma2Config", "Gemma2Attention", "Gemma2RotaryEmbedding", biases=("", "qkvo"), groups=True,
         head_dim=True, softcap=50.0,
+    ),
+    "gemma3": HFType(
+        "gemma3", "Gemma3TextConfig", "Gemma3Attention", "Gemma3RotaryEmbedding", biases=("", "qkvo"), groups=True,
+        head_dim=True, qk_norm="head",
     ),
     "olmo2": HFType(
         "olmo2", "Olmo2Config", "Olmo2Attention", "Olmo2RotaryEmbedding", biases=("", "qkvo"), groups=True,

@@ -90,6 +90,11 @@ def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
     return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
 
+def _gemma_rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
+    # Gemma's RMSNorm scales by (1 + weight), keeps ε in `eps`, and also computes in float32
+    return (1.0 + self.weight) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
 def _prepare(
     module: torch.nn.Module, E: int, seed: int, norm_eps: float | None = None, exact_norms: bool = True
 ) -> torch.nn.Module:
@@ -108,10 +113,11 @@ def _prepare(
                 p.copy_(z / E**0.5)
     for m in module.modules():
         if type(m).__name__.endswith("RMSNorm"):
+            gemma = type(m).__name__.startswith("Gemma")
             if exact_norms:
-                m.forward = types.MethodType(_rms_norm_float64, m)
+                m.forward = types.MethodType(_gemma_rms_norm_float64 if gemma else _rms_norm_float64, m)
             if norm_eps is not None:
-                setattr(m, "variance_epsilon", norm_eps)  # noqa: B010 (a float where torch types a tensor)
+                setattr(m, "eps" if gemma else "variance_epsilon", norm_eps)
         elif isinstance(m, torch.nn.LayerNorm) and norm_eps is not None:
             m.eps = norm_eps
     return module
@@ -147,7 +153,8 @@ def _hidden_forward(rotary, eager: bool = False):
                 out = call(x)
             else:
                 pos = torch.arange(L)[None].expand(x.shape[0], -1)
-                cos, sin = rotary(x, pos)
+                # Gemma 3 keeps a table per layer type; the audited layer is a global (full) one
+                cos, sin = rotary(x, pos, "full_attention") if hasattr(rotary, "layer_types") else rotary(x, pos)
                 out = call(x, attention_mask=mask, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)))
         return out[0] if isinstance(out, tuple) else out
 
