@@ -11,16 +11,17 @@
 # ---
 
 # %% [markdown]
-# # The attention of recent models: QK-norm and soft-capping
+# # The attention of recent models: QK-norm, soft-capping, latent attention
 #
 # The paper's count rests on the structure of dot-product attention: the scores see the query and key
 # maps only through their product, so any invertible map between them is free, and the softmax
 # ignores a shift that is the same for every key. Two changes made since 2024 touch exactly that
 # structure. Qwen3, Gemma 3 and OLMo 2 put an RMSNorm on the queries and on the keys before the
 # product (*QK-norm*); Gemma 2 caps the scores with $c \tanh(a/c)$ before the softmax
-# (*soft-capping*). This chapter derives what each leaves unidentified, checks every count against
-# the Jacobian rank of our layer and of the real `transformers` module, and asks what the paper's
-# conserved quantity becomes.
+# (*soft-capping*); DeepSeek-V2 and V3 compute keys and values from a shared low-rank latent
+# (*multi-head latent attention*). This chapter derives what each leaves unidentified, checks every
+# count against the Jacobian rank of our layer and of the real `transformers` module, and asks what
+# the paper's conserved quantity becomes.
 #
 # :::{admonition} In this chapter
 # :class: tip
@@ -30,7 +31,9 @@
 # {glue:text}`qwen_qk_without:,` to {glue:text}`qwen_qk:,`. Gradient flow still conserves what the
 # surviving symmetries protect: the largest rate of change is {glue:text}`max_exact_rate:.0e`
 # at $\varepsilon = 0$, against at least {glue:text}`min_moved_scale_rate:.0e` for the norms'
-# scales once $\varepsilon > 0$.
+# scales once $\varepsilon > 0$. One attention layer of DeepSeek-V3 leaves
+# {glue:text}`v3_unidentified:,` directions unidentified ({glue:text}`v3_share:.1%`),
+# {glue:text}`v3_latents:,` of them maps of its two latents.
 # :::
 
 # %% tags=["parameters"]
@@ -131,6 +134,27 @@ table(conservation)
 # grows $\lVert W \rVert^2$ by $\eta^2 \lVert \nabla_W \rVert^2$, the familiar reason a normalised
 # weight's effective learning rate falls as training goes on.
 
+# %% [markdown]
+# ## Multi-head latent attention
+#
+# DeepSeek-V2 and V3 compute keys and values from one latent $c = \gamma \odot \mathrm{rms}(W_{c} x)$
+# of rank $r_{kv}$ shared by all heads, $k_h = W_{K}^h c$ and $v_h = W_{V}^h c$, queries likewise
+# from a latent of rank $r_q$ (or straight from $x$), and give each score a second part with RoPE,
+# $q_{h}^{\mathrm{rope}\top} R\, k^{\mathrm{rope}}$, whose key is one projection of $x$ shared by all
+# heads. The paper's symmetries survive where the layer still has a product: $GL(d_{\mathrm{nope}})$
+# per head on the position-free query–key part and $GL(d_v)$ per head on values and outputs. The
+# rotary part is multi-query attention with RoPE: the commutant of the rotations,
+# $d_{\mathrm{rope}}$ directions. New are the latents: any map $\mathrm{diag}(\gamma')\,O$ with $O$
+# orthogonal acts on a latent ($O$ commutes with the norm, the up-projection undoes the rest), and at
+# $\varepsilon = 0$ the down-projection's scale: $r(r-1)/2 + r\,(+1)$ per latent; the latent's norm
+# weight is entirely unidentified. The small shapes are audited through transformers'
+# `DeepseekV3Attention` (`attnid audit --hf deepseek_v3`); the published rows use the released
+# configurations.
+
 # %%
-for name, value in ch.facts(variants, published, conservation).items():
+mla = ch.mla_table(seed, real=not small)
+table(mla)
+
+# %%
+for name, value in ch.facts(variants, published, conservation, mla).items():
     glue(name, value, display=False)

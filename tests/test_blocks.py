@@ -76,7 +76,7 @@ def test_block_terms_of_a_gpt2_layer():
 MODEL_CASES = [
     ("gpt2", dict()),  # tied, learned positions
     ("gpt2", dict(tied=False)),
-    ("gpt2", dict(layers=2, embed=6)),  # two layers at E = 6: 2 s instead of 9 at E = 8
+    ("gpt2", dict(layers=2)),
     ("opt", dict(seed=1)),  # tied, ReLU, two unused position rows; seed 0 has a dead ReLU unit (see below)
     ("opt", dict(bias="none")),  # no output bias: the value bias along 1 (value_mean)
     ("opt", dict(bias="none", seed=2)),

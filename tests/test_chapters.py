@@ -265,5 +265,9 @@ def test_recent_chapter_published_and_conservation_facts():
     exact = conservation[conservation["ε"] == 0]
     assert exact[["scales", "norm-weight trade"]].to_numpy().max() < 1e-12
     assert conservation[conservation["ε"] > 0]["scales"].min() > 1e-4
-    facts = rc.facts(rc.variant_table(real=False), published, conservation)
-    assert facts["qwen_qk"] == 64 and facts["n_real"] == 0
+    mla = rc.mla_table(real=False)
+    v3 = mla.set_index("attention layer").loc["DeepSeek-V3"]
+    assert v3["qk_nope"] == v3["vo"] == 128 * 128**2 and v3["qk_rope"] == 64
+    assert v3["q_latent"] == 1536 * 1535 // 2 + 1536 and v3["kv_latent"] == 512 * 511 // 2 + 512  # ε > 0
+    facts = rc.facts(rc.variant_table(real=False), published, conservation, mla)
+    assert facts["qwen_qk"] == 64 and facts["n_real"] == 0 and facts["v3_latents"] == v3["q_latent"] + v3["kv_latent"]

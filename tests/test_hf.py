@@ -24,6 +24,7 @@ CASES = {
     "qwen3": dict(groups=2, bias="all"),  # QK-norm per head, one weight for all heads (tests/test_modern_attention.py)
     "olmo2": dict(groups=1),  # QK-norm over the whole projection, multi-query
     "gemma2": dict(groups=2),  # logit soft-capping (eager attention, its softmax kept in float64)
+    "gemma3": dict(groups=1, bias="all"),  # QK-norm per head with Gemma's (1 + w) RMSNorm, multi-query
 }
 
 

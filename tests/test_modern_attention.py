@@ -103,6 +103,8 @@ hf = pytest.importorskip("attnid.hf")
         ("olmo2", dict(embed=16, heads=4, groups=2)),
         ("olmo2", dict(embed=16, heads=4, groups=4, bias="qkvo")),
         ("olmo2", dict(embed=16, heads=2, groups=1)),
+        ("gemma3", dict(embed=16, heads=4, groups=2)),  # QK-norm per head with Gemma's (1 + w) RMSNorm
+        ("gemma3", dict(embed=16, heads=2, groups=2, head_dim=8, norm_eps=0.05)),  # ε > 0: the scales are not free
         ("gemma2", dict(embed=16, heads=4, groups=4, bias="qkvo")),  # soft-capped at its released c = 50
         ("gemma2", dict(embed=16, heads=2, groups=1, head_dim=8)),
     ],
@@ -157,3 +159,51 @@ def test_a_rotated_pair_trades_as_one(monkeypatch):
     monkeypatch.setattr(dynamics, "trade_groups", lambda c: [[i] for i in range(c.D)])
     rates = dynamics.qk_norm_flow_rates(p, cfg, _regression(cfg))["trade"]
     assert float(rates[:2].abs().min()) > 1e-6 and float(rates[2:].abs().max()) < 1e-12
+
+
+# ------------------------------------------------------------------ multi-head latent attention (DeepSeek-V2/V3)
+MLA_SHAPES = [
+    dict(embed=16, heads=2, kv_rank=6, q_rank=6, nope_dim=4, rope_dim=2, v_dim=4),  # query latent (V3)
+    dict(embed=16, heads=2, kv_rank=6, q_rank=None, nope_dim=4, rope_dim=2, v_dim=4),  # none (V2-Lite)
+    dict(embed=16, heads=3, kv_rank=5, q_rank=7, nope_dim=2, rope_dim=2, v_dim=3),  # odd sizes
+    dict(embed=16, heads=2, kv_rank=6, q_rank=6, nope_dim=4, rope_dim=2, v_dim=4, norm_eps=0.05),  # ε > 0
+]
+
+
+@pytest.mark.parametrize("shape", MLA_SHAPES, ids=["q-latent", "no-q-latent", "odd", "eps"])
+def test_real_mla_module_equals_the_closed_form(shape):
+    """transformers' DeepseekV3Attention against count_mla: per head GL(nope_dim) and GL(v_dim), the RoPE
+    commutant of the one shared rotary key, and per latent diag(γ')·O(r) (+ its scale at ε = 0)."""
+    pytest.importorskip("transformers")
+    from attnid.counting import MLAConfig, count_mla
+
+    cfg = MLAConfig(**shape)
+    res = hf.audit_mla_hf(cfg)  # raises HFAuditError on a difference or a gap under 1e6
+    terms = count_mla(cfg).unidentified_by_block
+    assert res.unidentified == sum(terms.values()) and res.sv_gap >= hf.MIN_GAP
+    r = cfg.kv_rank
+    assert terms["kv_latent"] == r * (r - 1) // 2 + r + (cfg.norm_eps == 0)
+
+
+def test_mla_shapes_outside_the_closed_form_are_refused():
+    from attnid.counting import MLAConfig, count_mla
+
+    with pytest.raises(ValueError, match="kv_rank = 8 > heads x"):
+        count_mla(MLAConfig(12, 1, kv_rank=8, q_rank=None, nope_dim=4, rope_dim=4, v_dim=2))
+    with pytest.raises(ValueError, match="rope_dim must be even"):
+        MLAConfig(16, 2, kv_rank=6, q_rank=6, nope_dim=4, rope_dim=3, v_dim=4)
+
+
+def test_cli_audits_deepseek_v3_with_its_own_size_flags(capsys):
+    import json
+
+    from attnid.cli import main
+
+    rc = main(["audit", "--hf", "deepseek_v3", "--embed", "16", "--heads", "2", "--kv-rank", "6", "--q-rank", "0",
+               "--json"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["unidentified"] == out["theory_unidentified"] == 88
+    assert main(["audit", "--hf", "deepseek_v3", "--groups", "2"]) == 2
+    assert "is audited as one attention layer" in capsys.readouterr().err
+    assert main(["audit", "--hf", "llama", "--kv-rank", "4"]) == 2
+    assert "only multi-head latent attention" in capsys.readouterr().err

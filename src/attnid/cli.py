@@ -20,7 +20,8 @@ from .lm.profiles import CASES, PRECISIONS
 from .presets import preset
 
 SLURM = SlurmOptions()  # the defaults of the slurm options
-HF_TYPE_NAMES = tuple(HF_TYPES)
+MLA_TYPES = ("deepseek_v3",)  # multi-head latent attention (attnid.hf.audit_mla_hf)
+HF_TYPE_NAMES = (*HF_TYPES, *MLA_TYPES)
 
 HF_DEFAULTS = {  # the size `attnid audit --hf TYPE [--block | --model]` builds the module at
     "attention": {"embed": 32, "heads": 4},
@@ -226,11 +227,47 @@ def _audit_hf(a) -> int:
     return 0
 
 
+def _audit_mla(a) -> int:
+    """``attnid audit --hf deepseek_v3``: multi-head latent attention, with its own size flags."""
+    from .counting import MLAConfig
+    from .hf import MIN_GAP, audit_mla_hf
+
+    refused = [f for f, v in (("--groups", a.groups), ("--bias", a.bias), ("--ffn", a.ffn), ("--layers", a.layers),
+                              ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v is not None]  # fmt: skip
+    refused += [f for f, v in (("--block", a.block), ("--model", a.model), ("--rope", a.rope)) if v]
+    if refused:
+        raise ValueError(f"{', '.join(refused)}: {a.hf} is audited as one attention layer, sized by --embed, --heads, "
+                         "--kv-rank, --q-rank, --head-dim (position-free), --rope-dims and --value-dim")  # fmt: skip
+    E = 16 if a.embed is None else a.embed
+    cfg = MLAConfig(
+        E, 2 if a.heads is None else a.heads, kv_rank=6 if a.kv_rank is None else a.kv_rank,
+        q_rank=None if a.q_rank == 0 else (6 if a.q_rank is None else a.q_rank),
+        nope_dim=a.head_dim or 4, rope_dim=a.rope_dims or 2, v_dim=a.value_dim or 4, norm_eps=a.norm_eps,
+    )  # fmt: skip
+    r = audit_mla_hf(cfg, seed=a.seed, check=False)
+    d = r.details
+    _print_audit({"hf_type": d.pop("hf_type"), "module": d.pop("module"), **r.as_dict(),
+                  "theory_unidentified": d["theory_unidentified"]}, a.json)  # fmt: skip
+    if r.sv_gap < MIN_GAP or r.unidentified != d["theory_unidentified"]:
+        print(
+            f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters (singular-value gap "
+            f"{r.sv_gap:.1e}), the closed form {d['theory_unidentified']}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def cmd_audit(a) -> int:
     _set_threads(a)
     if a.max_memory is not None and not (math.isfinite(a.max_memory) and a.max_memory > 0):
         raise ValueError(f"max-memory must be a positive number of GiB, got {a.max_memory}")
     if a.hf is not None:
+        if a.hf.strip().lower() in MLA_TYPES:
+            a.hf = a.hf.strip().lower()
+            return _audit_mla(a)
+        if a.kv_rank is not None or a.q_rank is not None:
+            raise ValueError(f"kv-rank/q-rank: only multi-head latent attention ({', '.join(MLA_TYPES)}) has latents")
         return _audit_hf(a)
     whole = [f for f, v in (("--block", a.block), ("--model", a.model), ("--ffn", a.ffn), ("--layers", a.layers),
                             ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v not in (None, False)]  # fmt: skip
@@ -523,6 +560,8 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (reason in the d
     g.add_argument("--vocab", type=int, help="--model: vocabulary size (default: large enough to excite every layer)")
     g.add_argument("--tied", dest="tied", action="store_const", const=True, help="--model: tie the LM head")
     g.add_argument("--untied", dest="tied", action="store_const", const=False, help="--model: untie the LM head")
+    g.add_argument("--kv-rank", type=int, help="deepseek_v3: rank of the key/value latent (default 6)")
+    g.add_argument("--q-rank", type=int, help="deepseek_v3: rank of the query latent (default 6; 0: no query latent)")
     g.add_argument(
         "--norm-eps",
         type=float,

@@ -33,6 +33,7 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from .attention import AttentionConfig
@@ -128,6 +129,104 @@ def count(cfg: AttentionConfig) -> Count:
     return Count(
         total_params(cfg), params_by_block, {"qk": qk, "vo": vo, "key_bias": key_bias, "value_bias": value_bias}
     )
+
+
+# ------------------------------------------------------------- multi-head latent attention (chapter 9)
+@dataclass(frozen=True)
+class MLAConfig:
+    """Multi-head latent attention (DeepSeek-V2/V3): ``embed`` E and ``heads`` H; keys and values come from one
+    latent of rank ``kv_rank`` (an RMSNorm on it), queries from a latent of rank ``q_rank`` (``None``: a plain
+    projection, as DeepSeek-V2-Lite); per head ``nope_dim`` query/key dimensions without position and
+    ``rope_dim`` with RoPE, whose key part is one projection shared by all heads, and ``v_dim`` value
+    dimensions; ``norm_eps`` the latents' ε. No biases (DeepSeek's attention has none)."""
+
+    embed: int
+    heads: int
+    kv_rank: int
+    q_rank: int | None
+    nope_dim: int
+    rope_dim: int
+    v_dim: int
+    norm_eps: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("embed", "heads", "kv_rank", "nope_dim", "rope_dim", "v_dim"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        q = self.q_rank
+        if q is not None and (not isinstance(q, int) or isinstance(q, bool) or q < 1):
+            raise ValueError(f"q_rank must be a positive integer or None, got {q!r}")
+        if self.rope_dim % 2:
+            raise ValueError(f"rope_dim must be even (RoPE rotates pairs), got {self.rope_dim}")
+        eps = self.norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
+            raise ValueError(f"norm_eps must be a number in [0, 1), got {eps!r}")
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """The parameter tensors as transformers' ``DeepseekV3Attention`` holds them."""
+        E, H, n, r, v = self.embed, self.heads, self.nope_dim, self.rope_dim, self.v_dim
+        q = (
+            {"q_proj": (H * (n + r), E)}
+            if self.q_rank is None
+            else {"q_a_proj": (self.q_rank, E), "q_a_layernorm": (self.q_rank,), "q_b_proj": (H * (n + r), self.q_rank)}
+        )
+        return {
+            **q,
+            "kv_a_proj_with_mqa": (self.kv_rank + r, E),
+            "kv_a_layernorm": (self.kv_rank,),
+            "kv_b_proj": (H * (n + v), self.kv_rank),
+            "o_proj": (E, H * v),
+        }
+
+
+def _latent_group(rank: int, exact_scale: bool) -> int:
+    """Maps of a normalised latent that its up-projection absorbs: ``diag(γ') O`` with ``O`` orthogonal
+    (the norm commutes with ``O``, the up-projection undoes ``diag(γ') O diag(γ)⁻¹``), and at ``ε = 0`` the
+    scale of its down-projection: ``r(r − 1)/2 + r (+ 1)``."""
+    return rank * (rank - 1) // 2 + rank + (1 if exact_scale else 0)
+
+
+def count_mla(cfg: MLAConfig) -> Count:
+    """Unidentified dimensions of multi-head latent attention by term (chapter 9): per head ``GL(nope_dim)`` on
+    the position-free query/key part and ``GL(v_dim)`` on values and outputs, as in the paper; the RoPE
+    commutant of the shared rotary key (``rope_dim``, one key for all heads, as multi-query attention); and the
+    maps of each latent (:func:`_latent_group`). Assumes the generic ranks this needs: ``nope_dim`` and
+    ``v_dim`` at most the latents' ranks and ``E``, and each latent rank at most ``E`` and its up-projection's
+    width (DeepSeek-V3 has them)."""
+    E, H, n, r, v = cfg.embed, cfg.heads, cfg.nope_dim, cfg.rope_dim, cfg.v_dim
+    q_in = E if cfg.q_rank is None else cfg.q_rank
+    limits = [
+        ("nope_dim", n, "q_rank" if cfg.q_rank else "embed", q_in),
+        ("nope_dim", n, "kv_rank", cfg.kv_rank),
+        ("v_dim", v, "kv_rank", cfg.kv_rank),
+        ("v_dim", v, "embed", E),
+        ("kv_rank", cfg.kv_rank, "embed", E),
+        ("kv_rank", cfg.kv_rank, "heads x (nope_dim + v_dim)", H * (n + v)),
+    ]
+    if cfg.q_rank is not None:
+        limits += [
+            ("q_rank", cfg.q_rank, "embed", E),
+            ("q_rank", cfg.q_rank, "heads x (nope_dim + rope_dim)", H * (n + r)),
+        ]
+    problems = [f"{name} = {val} > {lim_name} = {lim}" for name, val, lim_name, lim in limits if val > lim]
+    if problems:
+        raise ValueError(f"mla: the closed form assumes generic ranks; here {', '.join(problems)}")
+    exact = cfg.norm_eps == 0
+    terms = {
+        "qk_nope": H * n * n,
+        "qk_rope": r,
+        "vo": H * v * v,
+        "q_latent": 0 if cfg.q_rank is None else _latent_group(cfg.q_rank, exact),
+        "kv_latent": _latent_group(cfg.kv_rank, exact),
+    }
+    sizes = {k: math.prod(s) for k, s in cfg.shapes().items()}
+    params = {
+        "queries": sum(sizes.get(k, 0) for k in ("q_proj", "q_a_proj", "q_a_layernorm", "q_b_proj")),
+        "keys_values": sizes["kv_a_proj_with_mqa"] + sizes["kv_a_layernorm"] + sizes["kv_b_proj"],
+        "output": sizes["o_proj"],
+    }
+    return Count(sum(sizes.values()), params, terms)
 
 
 # ------------------------------------------------------------- textbook formulas

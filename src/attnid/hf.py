@@ -20,6 +20,7 @@ import types
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
+from dataclasses import asdict
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -35,7 +36,7 @@ from .audit import (
     default_seq_len,
     memory_estimate,
 )
-from .counting import SCOPES, count, count_block, count_model
+from .counting import SCOPES, MLAConfig, count, count_block, count_mla, count_model
 from .families import (
     HF_TYPES,
     block_config,
@@ -434,6 +435,54 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
         raise HFAuditError(
             f"{hf_type}: the Jacobian gives {res.unidentified} unidentified parameters, the closed form "
             f"{theory.unidentified} (scope {scope}, config {res.details['config']})"
+        )
+    return res
+
+
+MLA_TYPES = ("deepseek_v3",)  # multi-head latent attention: audited by audit_mla_hf, counted by count_mla
+
+
+def audit_mla_hf(cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bool = True) -> AuditResult:
+    """Audit transformers' ``DeepseekV3Attention`` (multi-head latent attention, chapter 9) built for ``cfg`` in
+    float64 (its RMSNorms too, at ``ε = cfg.norm_eps``), with seeded random weights, on causal self-attention:
+    ``unidentified`` from the Jacobian rank, ``details["theory_unidentified"]`` and ``details["terms"]`` from
+    :func:`attnid.counting.count_mla`. With ``check`` a difference or a gap under ``MIN_GAP`` raises
+    :class:`HFAuditError`."""
+    check_seed(seed)
+    theory = count_mla(cfg)  # refuses shapes outside its assumptions before anything is built
+    tf = _transformers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = importlib.import_module("transformers.models.deepseek_v3.modeling_deepseek_v3")
+    config = tf.DeepseekV3Config(
+        vocab_size=16, hidden_size=cfg.embed, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+        q_lora_rank=cfg.q_rank, kv_lora_rank=cfg.kv_rank, qk_nope_head_dim=cfg.nope_dim,
+        qk_rope_head_dim=cfg.rope_dim, v_head_dim=cfg.v_dim, rms_norm_eps=cfg.norm_eps, attention_bias=False,
+        num_hidden_layers=1, attention_dropout=0.0, attn_implementation="sdpa",
+    )  # fmt: skip
+    attn = _prepare(mod.DeepseekV3Attention(config, layer_idx=0), cfg.embed, seed, norm_eps=cfg.norm_eps)
+    n = theory.total_params
+    built = sum(p.numel() for p in attn.parameters())
+    if built != n:
+        raise HFAuditError(f"deepseek_v3: the module has {built} parameters, the closed form counts {n}")
+    L = 8
+    B = max(2, -(-3 * n // (cfg.embed * L)))  # three outputs per parameter
+    x = torch.randn(B, L, cfg.embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
+    res = audit_module(attn, (x,), forward=_hidden_forward(mod.DeepseekV3RotaryEmbedding(config=config)), rtol=rtol)
+    res.details.update(
+        hf_type="deepseek_v3", scope="attention", module="transformers.models.deepseek_v3.DeepseekV3Attention",
+        transformers=_transformers().__version__, theory_unidentified=theory.unidentified,
+        terms=theory.unidentified_by_block, config=asdict(cfg), batch=B, seq_len=L, seed=seed,
+    )  # fmt: skip
+    if check and res.sv_gap < MIN_GAP:
+        raise HFAuditError(
+            f"deepseek_v3: the Jacobian's singular values have no clear gap at rank {res.rank} (gap {res.sv_gap:.1e}"
+            f" < {MIN_GAP:.0e})" + ("" if cfg.norm_eps == 0 else f"; with ε = {cfg.norm_eps:g} audit with ε = 0")
+        )
+    if check and res.unidentified != theory.unidentified:
+        raise HFAuditError(
+            f"deepseek_v3: the Jacobian gives {res.unidentified} unidentified parameters, the closed form "
+            f"{theory.unidentified} (config {asdict(cfg)})"
         )
     return res
 

@@ -6,13 +6,14 @@ published models' counts, and what gradient flow still conserves.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import torch
 
 from ..attention import AttentionConfig, attention, init_params
 from ..audit import audit
-from ..counting import count
+from ..counting import MLAConfig, count, count_mla
 from ..dynamics import qk_norm_flow_rates
 from ..presets import PRESETS, preset_rows
 from . import with_formats
@@ -30,7 +31,7 @@ class Variant:
     hf_kwargs: dict | None = None
 
 
-SHAPE = dict(embed=16, heads=2, groups=2, causal=True)  # E, H, G (D = 8): small enough for dense audits
+SHAPE: dict[str, Any] = dict(embed=16, heads=2, groups=2, causal=True)  # E, H, G (D = 8): small enough for dense audits
 VARIANTS = (
     Variant("RoPE (Llama)", dict(rope=True), "llama", dict(bias="none")),
     Variant("RoPE + QK-norm per head, ε = 0 (Qwen3)", dict(rope=True, qk_norm="head"), "qwen3", {}),
@@ -41,7 +42,7 @@ VARIANTS = (
     Variant("biases, no RoPE", dict(bias="all")),
     Variant("biases, no RoPE, soft-capping c = 1", dict(bias="all", logit_softcap=1.0)),
 )  # fmt: skip
-PUBLISHED = {  # preset -> the change that removes its new feature
+PUBLISHED: dict[str, dict[str, Any]] = {  # preset -> the change that removes its new feature
     "qwen3-8b": dict(qk_norm="", qk_norm_eps=0.0),
     "olmo-2-7b": dict(qk_norm="", qk_norm_eps=0.0),
     "gemma-2-9b": dict(logit_softcap=None),
@@ -79,6 +80,44 @@ def variant_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     df["real module"] = df["real module"].astype("Int64")
     return with_formats(df, **{"smallest gap": "{:.0e}"})
+
+
+MLA_SHAPES = {  # audited through transformers' DeepseekV3Attention
+    "small, query latent": MLAConfig(16, 2, kv_rank=6, q_rank=6, nope_dim=4, rope_dim=2, v_dim=4),
+    "small, no query latent": MLAConfig(16, 2, kv_rank=6, q_rank=None, nope_dim=4, rope_dim=2, v_dim=4),
+    "small, query latent, ε = 0.05": MLAConfig(16, 2, kv_rank=6, q_rank=6, nope_dim=4, rope_dim=2, v_dim=4,
+                                              norm_eps=0.05),
+}  # fmt: skip
+MLA_PUBLISHED = {  # from the released configs (rms_norm_eps 1e-6)
+    "DeepSeek-V3": MLAConfig(7168, 128, kv_rank=512, q_rank=1536, nope_dim=128, rope_dim=64, v_dim=128, norm_eps=1e-6),
+    "DeepSeek-V2-Lite": MLAConfig(2048, 16, kv_rank=512, q_rank=None, nope_dim=128, rope_dim=64, v_dim=128,
+                                  norm_eps=1e-6),
+}  # fmt: skip
+
+
+def mla_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
+    """Multi-head latent attention term by term (:func:`attnid.counting.count_mla`): the small shapes with the
+    Jacobian count of the real module (``real``), then one attention layer of each published model. Raises if
+    an audit differs from the closed form."""
+    from ..hf import audit_mla_hf
+
+    rows = []
+    for name, cfg in {**MLA_SHAPES, **MLA_PUBLISHED}.items():
+        c = count_mla(cfg)
+        res = audit_mla_hf(cfg, seed=seed) if real and name in MLA_SHAPES else None  # raises on a difference
+        rows.append(
+            {
+                "attention layer": name,
+                "params": c.total_params,
+                **c.unidentified_by_block,
+                "unidentified": c.unidentified,
+                "share": 1 - c.identified_fraction,
+                "real module": None if res is None else res.unidentified,
+            }
+        )
+    df = pd.DataFrame(rows)
+    df["real module"] = df["real module"].astype("Int64")
+    return with_formats(df, share="{:.3%}")
 
 
 def published_table() -> pd.DataFrame:
@@ -155,8 +194,9 @@ def conservation_table(seed: int = 0) -> pd.DataFrame:
     return with_formats(df, **{"scales": "{:.1e}", "norm-weight trade": "{:.1e}", "ε": "{:g}"})
 
 
-def facts(variants: pd.DataFrame, published: pd.DataFrame, conservation: pd.DataFrame) -> dict:
+def facts(variants: pd.DataFrame, published: pd.DataFrame, conservation: pd.DataFrame, mla: pd.DataFrame) -> dict:
     """The numbers the chapter's prose glues."""
+    v3 = mla.set_index("attention layer").loc["DeepSeek-V3"]
     qwen = published.set_index("model").loc["qwen3-8b"]
     exact = conservation[conservation["ε"] == 0]
     moved = conservation[conservation["ε"] > 0]
@@ -169,4 +209,8 @@ def facts(variants: pd.DataFrame, published: pd.DataFrame, conservation: pd.Data
         "qwen_qk_without": int(qwen["QK block without"]),
         "max_exact_rate": float(exact[["scales", "norm-weight trade"]].to_numpy().max()),
         "min_moved_scale_rate": float(moved["scales"].min()),
+        "n_mla_real": int(mla["real module"].notna().sum()),
+        "v3_unidentified": int(v3["unidentified"]),
+        "v3_latents": int(v3["q_latent"] + v3["kv_latent"]),
+        "v3_share": float(v3["share"]),
     }
