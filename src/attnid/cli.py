@@ -14,13 +14,12 @@ from pathlib import Path
 from .attention import AttentionConfig
 from .audit import METHODS as AUDIT_METHODS
 from .counting import BLOCKS, SCOPES, count
-from .families import HF_TYPES
+from .families import HF_TYPES, MLA_TYPES
 from .lm.launch import LAUNCHERS, SlurmOptions
 from .lm.profiles import CASES, PRECISIONS
 from .presets import preset
 
 SLURM = SlurmOptions()  # the defaults of the slurm options
-MLA_TYPES = ("deepseek_v3",)  # multi-head latent attention (attnid.hf.audit_mla_hf)
 HF_TYPE_NAMES = (*HF_TYPES, *MLA_TYPES)
 
 HF_DEFAULTS = {  # the size `attnid audit --hf TYPE [--block | --model]` builds the module at

@@ -150,6 +150,9 @@ HF_TYPES: dict[str, HFType] = {
 }  # fmt: skip
 
 
+MLA_TYPES = ("deepseek_v3",)  # multi-head latent attention: counting.count_mla, audited by hf.audit_mla_hf
+
+
 def equivalent_config(
     hf_type: str,
     *,

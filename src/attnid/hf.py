@@ -439,9 +439,6 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
     return res
 
 
-MLA_TYPES = ("deepseek_v3",)  # multi-head latent attention: audited by audit_mla_hf, counted by count_mla
-
-
 def audit_mla_hf(cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bool = True) -> AuditResult:
     """Audit transformers' ``DeepseekV3Attention`` (multi-head latent attention, chapter 9) built for ``cfg`` in
     float64 (its RMSNorms too, at ``ε = cfg.norm_eps``), with seeded random weights, on causal self-attention:
@@ -467,6 +464,12 @@ def audit_mla_hf(cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bo
         raise HFAuditError(f"deepseek_v3: the module has {built} parameters, the closed form counts {n}")
     L = 8
     B = max(2, -(-3 * n // (cfg.embed * L)))  # three outputs per parameter
+    need, free = memory_estimate(n, B * L * cfg.embed, "dense"), available_memory()
+    if free is not None and need > free:
+        raise ValueError(
+            f"hf: auditing deepseek_v3 at E = {cfg.embed} needs about {need / 2**30:,.3g} GiB ({n:,} parameters), "
+            f"more than the {free / 2**30:.3g} GiB available; use smaller --embed, --heads or ranks"
+        )
     x = torch.randn(B, L, cfg.embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
     res = audit_module(attn, (x,), forward=_hidden_forward(mod.DeepseekV3RotaryEmbedding(config=config)), rtol=rtol)
     res.details.update(
