@@ -144,6 +144,21 @@ PRESETS: dict[str, Preset] = {
         AttentionConfig(4096, 32, rope=True, causal=True, rope_base=500000.0, qk_norm="proj", qk_norm_eps=1e-6),
         "olmo2",
     ),
+    "gemma-3-12b": Preset(  # its decoder layer (a norm before and after attention and MLP) is not counted yet
+        "Gemma-3-12B (GQA, D = 256, QK-norm per head)",
+        AttentionConfig(
+            3840,
+            16,
+            groups=8,
+            head_dim=256,
+            rope=True,
+            causal=True,
+            rope_base=1000000.0,
+            qk_norm="head",
+            qk_norm_eps=1e-6,
+        ),
+        "gemma3",
+    ),
     "gemma-2-9b": Preset(  # its decoder layer (a norm before and after attention and MLP) is not counted yet
         "Gemma-2-9B (GQA, D = 256, logit soft-capping at 50)",
         AttentionConfig(3584, 16, groups=8, head_dim=256, rope=True, causal=True, logit_softcap=50.0),

@@ -44,6 +44,7 @@ VARIANTS = (
 )  # fmt: skip
 PUBLISHED: dict[str, dict[str, Any]] = {  # preset -> the change that removes its new feature
     "qwen3-8b": dict(qk_norm="", qk_norm_eps=0.0),
+    "gemma-3-12b": dict(qk_norm="", qk_norm_eps=0.0),
     "olmo-2-7b": dict(qk_norm="", qk_norm_eps=0.0),
     "gemma-2-9b": dict(logit_softcap=None),
 }
