@@ -206,16 +206,17 @@ def _audit_hf(a) -> int:
         seed=a.seed, check=False, max_memory=None if a.max_memory is None else a.max_memory * 2**30,
         scope=scope, ffn=a.ffn, norm_eps=a.norm_eps, progress=True, **model_flags,
     )  # fmt: skip
-    d = r.details
-    out = {
-        "hf_type": d.pop("hf_type"),
-        "module": d.pop("module"),
-        **r.as_dict(),
-        "theory_unidentified": d["theory_unidentified"],
-    }
-    _print_audit(out, a.json)
+    return _report_hf_audit(r, a.json)
+
+
+def _report_hf_audit(r, as_json: bool) -> int:
+    """Print a real-module audit; exit status 1 (and one line on stderr) unless its Jacobian count equals the
+    closed form with a clear singular-value gap."""
     from .hf import MIN_GAP
 
+    d = r.details
+    out = {"hf_type": d.pop("hf_type"), "module": d.pop("module"), **r.as_dict()}
+    _print_audit({**out, "theory_unidentified": d["theory_unidentified"]}, as_json)
     if r.sv_gap < MIN_GAP or r.unidentified != d["theory_unidentified"]:
         print(
             f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters (singular-value gap "
@@ -229,7 +230,7 @@ def _audit_hf(a) -> int:
 def _audit_mla(a) -> int:
     """``attnid audit --hf deepseek_v3``: multi-head latent attention, with its own size flags."""
     from .counting import MLAConfig
-    from .hf import MIN_GAP, audit_mla_hf
+    from .hf import audit_mla_hf
 
     refused = [f for f, v in (("--groups", a.groups), ("--bias", a.bias), ("--ffn", a.ffn), ("--layers", a.layers),
                               ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v is not None]  # fmt: skip
@@ -243,18 +244,7 @@ def _audit_mla(a) -> int:
         q_rank=None if a.q_rank == 0 else (6 if a.q_rank is None else a.q_rank),
         nope_dim=a.head_dim or 4, rope_dim=a.rope_dims or 2, v_dim=a.value_dim or 4, norm_eps=a.norm_eps,
     )  # fmt: skip
-    r = audit_mla_hf(cfg, seed=a.seed, check=False)
-    d = r.details
-    _print_audit({"hf_type": d.pop("hf_type"), "module": d.pop("module"), **r.as_dict(),
-                  "theory_unidentified": d["theory_unidentified"]}, a.json)  # fmt: skip
-    if r.sv_gap < MIN_GAP or r.unidentified != d["theory_unidentified"]:
-        print(
-            f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters (singular-value gap "
-            f"{r.sv_gap:.1e}), the closed form {d['theory_unidentified']}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return _report_hf_audit(audit_mla_hf(cfg, seed=a.seed, check=False), a.json)
 
 
 def cmd_audit(a) -> int:
