@@ -207,3 +207,12 @@ def test_cli_audits_deepseek_v3_with_its_own_size_flags(capsys):
     assert "is audited as one attention layer" in capsys.readouterr().err
     assert main(["audit", "--hf", "llama", "--kv-rank", "4"]) == 2
     assert "only multi-head latent attention" in capsys.readouterr().err
+
+
+def test_certify_is_refused_where_the_symmetries_are_not_the_papers():
+    """certify checks the paper's symmetry directions: for QK-norm or soft-capping it would reject them, so it is
+    refused in one line; "auto" audits such a layer densely."""
+    for changes in (dict(qk_norm="head"), dict(logit_softcap=1.0)):
+        cfg = AttentionConfig(64, 8, rope=True, causal=True, **changes)
+        with pytest.raises(ValueError, match="certify checks the paper's symmetries"):
+            audit(cfg, method="certify")

@@ -440,8 +440,14 @@ def audit(
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     check_rtol(rtol)
     n = total_params(cfg)  # from the shapes: nothing is allocated before the memory check
+    beyond = cfg.qk_norm or cfg.logit_softcap is not None  # chapter 9: symmetries certify's basis does not hold
     if method == "auto":
-        method = "certify" if (n > 3000 and cfg.D <= cfg.E and cfg.C <= cfg.E) else "dense"
+        method = "certify" if (n > 3000 and cfg.D <= cfg.E and cfg.C <= cfg.E and not beyond) else "dense"
+    if method == "certify" and beyond and directions is None:
+        raise ValueError(
+            "method: certify checks the paper's symmetries, which QK-norm and soft-capping change; audit this layer "
+            "with method 'dense' (--method dense) or give its null directions"
+        )
     B, L = default_data_size(cfg, n, ratio=ratio or (1.5 if method == "certify" else 3.0), seq_len=seq_len)
     B = batch or B
     informative = B * L * min(cfg.E, cfg.H * cfg.C)
