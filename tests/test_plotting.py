@@ -56,3 +56,15 @@ def test_point_labels_do_not_overlap():
         for j in range(i):
             assert not boxes[i].overlaps(boxes[j]), (i, j)
     plt.close(fig)
+
+
+def test_dot_rows_draws_a_row_per_name_on_a_log_axis():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from attnid.plotting import dot_rows
+
+    fig = dot_rows(["a", "b", "c"], {"x": ("o", [1, 10, 100]), "y": ("s", [2, 20, 200])}, xlabel="n", title="t")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+    assert len(ax.collections) == 2 and ax.get_ylim()[0] > ax.get_ylim()[1]  # first name on top

@@ -50,6 +50,28 @@ def panels(n: int, *, height: float = 3.6, **subplots_kw):
     return fig, axes
 
 
+def dot_rows(names, series: dict, *, xlabel: str, title: str, height: float = 3.6):
+    """One row per name, a marker per series on a log x axis (chapters 8 and 9): ``series`` maps a legend label
+    to ``(marker, values)``, values aligned with ``names``. Shows and returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import FormatStrFormatter
+
+    fig, axes = panels(1, height=height)
+    ax = axes[0, 0]
+    y = np.arange(len(names))
+    for label, (marker, values) in series.items():
+        ax.scatter(values, y, marker=marker, label=label, s=36)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.set_yticks(y, list(names))
+    ax.invert_yaxis()
+    ax.set(xlabel=xlabel, title=title)
+    fig.legend(loc="outside lower center", ncol=len(series))
+    plt.show()
+    return fig
+
+
 def label_points(ax, x, y, labels, *, fontsize: float = MIN_FONT_PT) -> list:
     """Label each point ``(x[i], y[i])`` beside it: to its right, else to its left, else nudged up or down
     (with a thin leader line), whichever first overlaps no marker and no label placed before it (points

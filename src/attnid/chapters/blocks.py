@@ -59,30 +59,18 @@ def table_presets(rows: pd.DataFrame) -> pd.DataFrame:
 
 def fig_three_scopes(rows: pd.DataFrame):
     """The unidentified share of each counted preset at the three scopes (log scale, percent)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
-
-    from ..plotting import panels
+    from ..plotting import dot_rows
 
     counted = rows[rows["model_unidentified"].notna()]
-    fig, axes = panels(1, height=4.2)
-    ax = axes[0, 0]
-    y = np.arange(len(counted))
     shares = {
-        "one attention layer": ("o", 1 - counted["identified_fraction"]),
-        "one decoder layer": ("s", counted["block_unidentified_share"]),
-        "whole model": ("D", counted["model_unidentified_share"]),
+        "one attention layer": ("o", 100 * (1 - counted["identified_fraction"])),
+        "one decoder layer": ("s", 100 * counted["block_unidentified_share"]),
+        "whole model": ("D", 100 * counted["model_unidentified_share"]),
     }
-    for label, (marker, share) in shares.items():
-        ax.scatter(100 * share, y, marker=marker, label=label, s=36)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ax.set_yticks(y, counted["name"])
-    ax.invert_yaxis()
-    ax.set(xlabel="unidentified share of the parameters (%, log scale)", title="Three scopes")
-    fig.legend(loc="outside lower center", ncol=3)
-    plt.show()
-    return fig
+    return dot_rows(
+        counted["name"], shares, xlabel="unidentified share of the parameters (%, log scale)", title="Three scopes",
+        height=4.2,
+    )  # fmt: skip
 
 
 def scopes_sentence(rows: pd.DataFrame) -> str:

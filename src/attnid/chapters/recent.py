@@ -150,23 +150,16 @@ def published_table() -> pd.DataFrame:
 def fig_published(df: pd.DataFrame):
     """The QK block's unidentified directions of each published model, as released and without its QK-norm
     or soft-capping (log scale)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
+    from ..plotting import dot_rows
 
-    from ..plotting import panels
-
-    fig, axes = panels(1, height=3.2)
-    ax = axes[0, 0]
-    y = np.arange(len(df))
-    ax.scatter(df["QK block without"], y, marker="s", s=40, label="without its QK-norm or soft-capping")
-    ax.scatter(df["QK block"], y, marker="o", s=40, label="as released")
-    ax.set_xscale("log")
-    ax.set_yticks(y, df["model"])
-    ax.invert_yaxis()
-    ax.set(xlabel="unidentified directions of the QK block, per layer (log scale)", title="Published models")
-    fig.legend(loc="outside lower center", ncol=2)
-    plt.show()
-    return fig
+    series = {
+        "without its QK-norm or soft-capping": ("s", df["QK block without"]),
+        "as released": ("o", df["QK block"]),
+    }
+    return dot_rows(
+        df["model"], series, xlabel="unidentified directions of the QK block, per layer (log scale)",
+        title="Published models", height=3.2,
+    )  # fmt: skip
 
 
 def conservation_table(seed: int = 0) -> pd.DataFrame:
