@@ -20,8 +20,9 @@
 # product (*QK-norm*); Gemma 2 caps the scores with $c \tanh(a/c)$ before the softmax
 # (*soft-capping*); DeepSeek-V2 and V3 compute keys and values from a shared low-rank latent
 # (*multi-head latent attention*). This chapter derives what each leaves unidentified, checks every
-# count against the Jacobian rank of our layer and of the real `transformers` module, and asks what
-# the paper's conserved quantity becomes.
+# count against the Jacobian rank of our layer and of the real `transformers` module, asks what
+# the paper's conserved quantity becomes, and counts the published models' whole decoder layers,
+# whose norms now also sit after the attention and the MLP.
 #
 # :::{admonition} In this chapter
 # :class: tip
@@ -33,7 +34,10 @@
 # at $\varepsilon = 0$, against at least {glue:text}`min_moved_scale_rate:.0e` for the norms'
 # scales once $\varepsilon > 0$. One attention layer of DeepSeek-V3 leaves
 # {glue:text}`v3_unidentified:,` directions unidentified ({glue:text}`v3_share:.1%`),
-# {glue:text}`v3_latents:,` of them maps of its two latents.
+# {glue:text}`v3_latents:,` of them maps of its two latents; the whole model,
+# {glue:text}`v3_model_unidentified:,`. Norms placed after the attention and the MLP (OLMo 2,
+# Gemma) take away the residual stream's rotations, {glue:text}`qwen_rotation_share:.0%` of
+# Qwen3-8B's whole count.
 # :::
 
 # %% tags=["parameters"]
@@ -103,8 +107,7 @@ table(variants)
 # and the same layer without its QK-norm or cap (`attnid count --preset NAME`); the published
 # configurations have $\varepsilon = 10^{-6}$, so the norms' scales are not counted. The attention
 # layer's unidentified share barely moves: the value–output block, which neither feature touches,
-# holds almost all of it. Block and model scopes are given where attnid counts that decoder layer
-# (OLMo 2 puts its norms after the attention and the MLP, Gemma 2 before and after both: not yet).
+# holds almost all of it. The next section counts their decoder layers and whole models.
 
 # %%
 published = ch.published_table()
@@ -155,6 +158,50 @@ table(conservation)
 mla = ch.mla_table(seed, real=not small)
 table(mla)
 
+# %% [markdown]
+# ## Whole layers and models
+#
+# Chapter 8 counted decoder layers whose norms sit before the attention and the MLP. OLMo 2 puts
+# them after each sub-layer, $h = x + N_1(\mathrm{attn}(x))$, and Gemma 2 and 3 on both sides,
+# $h = x + N_2(\mathrm{attn}(N_1 x))$. A norm after a sub-layer changes three terms of chapter 8's
+# count:
+#
+# * its weight writes to the residual stream, where nothing can undo it: no trade with the maps
+#   that read it (a norm *before* a sub-layer gives $E$ directions, its weight against the columns
+#   of its readers);
+# * at $\varepsilon = 0$ it ignores the scale of what it normalises, so the attention's output map
+#   and the MLP's down-projection each keep one free scale; with the released
+#   $\varepsilon = 10^{-6}$ these are only near-null directions, as the norms' scales of chapter 8;
+# * the whole model loses the stream's rotations: an orthogonal change of basis $Q$ of the stream
+#   would have to pass through $Q\,\mathrm{diag}(\gamma)$, which no norm's output is. Qwen3-8B,
+#   with its norms in front, keeps {glue:text}`qwen_rotations:,` of them; OLMo 2 and Gemma none.
+#
+# DeepSeek-V3 puts its norms in front, as Llama, and replaces the MLP of all but its first three
+# layers with a mixture of 256 routed experts and one shared expert. Each expert keeps its own
+# up/down rescaling ({glue:text}`v3_experts_rescaling:,` directions per layer); the router, whose
+# sigmoid scores of the chosen experts are normalised to sum to one, has no shift or scale to give
+# once two or more experts are chosen. The whole model leaves {glue:text}`v3_model_unidentified:,`
+# parameters unidentified, {glue:text}`v3_model_share:.3%` of them.
+#
+# Each structure is audited as a small decoder layer through its `transformers` class
+# ({glue:text}`n_layer_audits` audits, `attnid presets --verify`; DeepSeek-V3's with four experts,
+# two chosen per token): every Jacobian count equals its closed form, with a singular-value gap of at
+# least {glue:text}`min_layer_gap:.0e`. `attnid count --preset NAME --scope model` prints the terms.
+
 # %%
-for name, value in ch.facts(variants, published, conservation, mla).items():
+scopes = ch.scopes_table(seed, real=not small)
+table(scopes)
+
+# %% tags=["hide-input"] mystnb={"figure": {"name": "fig-recent-scopes", "caption": "Unidentified share of the parameters of each published model in one attention layer, one decoder layer and the whole model (log scale)."}}
+fig = ch.fig_scopes(scopes)
+
+# %% [markdown]
+# The stream's rotations are {glue:text}`qwen_rotation_share:.0%` of Qwen3-8B's unidentified
+# parameters. A model whose norms write to the stream leaves little beyond its layers: OLMo-2-7B
+# {glue:text}`olmo_beyond_layers:,` directions (its final norm against the untied head, and the
+# logit shift), Gemma-3-12B, whose head is its embedding, {glue:text}`gemma_beyond_layers:,`.
+
+# %%
+facts = ch.facts(variants, published, conservation, mla, scopes)
+for name, value in facts.items():
     glue(name, value, display=False)

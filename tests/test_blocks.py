@@ -32,12 +32,21 @@ BLOCK_SHAPES = {
             dict(heads=2, rope_dims=4, ffn=20), dict(embed=12, heads=2, groups=1, rope_dims=2)],
     "qwen3": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
               dict(heads=2, bias="all", ffn=30), dict(embed=12, heads=3, groups=1, bias="all")],
+    # norms after attention and MLP (OLMo 2) and on both sides (Gemma 2 and 3), all at ε = 0
+    "olmo2": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
+              dict(heads=2, bias="all", ffn=30), dict(embed=12, heads=3, groups=1, bias="all")],
+    "gemma2": [dict(heads=2, ffn=12), dict(heads=1, ffn=12), dict(heads=4, groups=2, ffn=12),
+               dict(heads=4, groups=1, head_dim=4, ffn=12), dict(heads=2, head_dim=6, bias="all", ffn=20),
+               dict(embed=12, heads=3, groups=1, bias="all", ffn=16)],
+    "gemma3": [dict(heads=2, ffn=12), dict(heads=1, ffn=12), dict(heads=4, groups=2, ffn=12),
+               dict(heads=4, groups=1, head_dim=4, ffn=12), dict(heads=2, head_dim=6, bias="all", ffn=20),
+               dict(embed=12, heads=3, groups=1, bias="all", ffn=16)],
 }  # fmt: skip
 BLOCK_CASES = [(t, i) for t in BLOCK_SHAPES for i in range(len(BLOCK_SHAPES[t]))]
 
 
 def test_every_model_type_has_block_shapes():
-    assert set(BLOCK_SHAPES) == {t for t, spec in HF_TYPES.items() if spec.layer}  # olmo2: attention only
+    assert set(BLOCK_SHAPES) == set(HF_TYPES) and all(spec.layer for spec in HF_TYPES.values())
     assert all(len(v) >= 6 for v in BLOCK_SHAPES.values())
 
 
@@ -86,6 +95,9 @@ MODEL_CASES = [
     ("qwen2", dict(heads=4, groups=2)),
     ("gpt_neox", dict(ffn=16)),
     ("phi", dict(ffn=16)),  # the LM head has a bias
+    ("olmo2", dict(ffn=12)),  # norms after each sub-layer: no stream rotation
+    ("gemma3", dict(ffn=12)),  # tied, norms on both sides, QK-norm
+    ("gemma2", dict(ffn=12, tied=False)),  # soft-capped; untied: the final norm and the logit shift
 ]
 
 
@@ -133,7 +145,7 @@ def test_scope_arguments_are_checked():
         audit_hf("gpt2", embed=8, heads=2, scope="model", norm_eps=-1.0)
     with pytest.raises(ValueError, match="no checked closed form"):
         count_block(BlockConfig(AttentionConfig(8, 2, bias="qkv"), 8))
-    with pytest.raises(ValueError, match="SwiGLU"):
+    with pytest.raises(ValueError, match=r"gated \(swiglu\) MLPs counted here have no biases"):
         BlockConfig(AttentionConfig(8, 2), 8, mlp="swiglu")
     with pytest.raises(ValueError, match="context"):
         ModelConfig(BlockConfig(AttentionConfig(8, 2), 8), 1, 10, positions="learned")
@@ -149,11 +161,21 @@ PUBLISHED_PARAMS = {
     "phi-2": 2_779_683_840,
     "opt-6.7b": 6_658_473_984,
 }
+# the cards give these to the stated digits only (Gemma 3 without its vision tower; DeepSeek-V3 without its
+# multi-token-prediction module): billions
+PUBLISHED_BILLIONS = {"olmo-2-7b": "7.30", "gemma-2-9b": "9.24", "gemma-3-12b": "11.77", "deepseek-v3": "671"}
 
 
 @pytest.mark.parametrize("name", list(PUBLISHED_PARAMS))
 def test_preset_models_have_their_published_parameter_counts(name):
     assert preset_count(name, "model").total_params == PUBLISHED_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED_BILLIONS))
+def test_recent_preset_models_have_their_published_sizes(name):
+    digits = PUBLISHED_BILLIONS[name]
+    decimals = len(digits.partition(".")[2])
+    assert f"{preset_count(name, 'model').total_params / 1e9:.{decimals}f}" == digits
 
 
 def test_presets_carry_three_scopes():

@@ -269,5 +269,14 @@ def test_recent_chapter_published_and_conservation_facts():
     v3 = mla.set_index("attention layer").loc["DeepSeek-V3"]
     assert v3["qk_nope"] == v3["vo"] == 128 * 128**2 and v3["qk_rope"] == 64
     assert v3["q_latent"] == 1536 * 1535 // 2 + 1536 and v3["kv_latent"] == 512 * 511 // 2 + 512  # ε > 0
-    facts = rc.facts(rc.variant_table(real=False), published, conservation, mla)
+    scopes = rc.scopes_table(real=False)
+    by_model = scopes.set_index("model")
+    assert by_model.loc["qwen3-8b", "stream rotations"] == 4096 * 4095 // 2
+    assert (by_model.loc[["olmo-2-7b", "gemma-3-12b", "gemma-2-9b"], "stream rotations"] == 0).all()
+    assert by_model.loc["olmo-2-7b", "norm weights"] == 0 and by_model.loc["gemma-2-9b", "norm weights"] == 2 * 3584
+    assert by_model.loc["deepseek-v3", "MLP rescaling"] == 256 * 2048 + 2048
+    assert (scopes["block"] < scopes["attention"]).all() and scopes["small layer audit"].isna().all()
+    facts = rc.facts(rc.variant_table(real=False), published, conservation, mla, scopes)
     assert facts["qwen_qk"] == 64 and facts["n_real"] == 0 and facts["v3_latents"] == v3["q_latent"] + v3["kv_latent"]
+    assert facts["n_layer_audits"] == 0 and facts["qwen_rotation_share"] > 0.5
+    assert facts["olmo_beyond_layers"] == 2 * 4096 and facts["gemma_beyond_layers"] == 0  # final norm + logit shift

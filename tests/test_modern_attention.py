@@ -122,9 +122,39 @@ def test_real_qwen3_decoder_layer_equals_the_closed_form():
     assert res.details["terms"]["qk"] == 2 + 1 + 2  # H + G + D/2
 
 
-def test_olmo2_layer_and_norm_eps_elsewhere_are_refused_in_one_line():
-    with pytest.raises(ValueError, match="olmo2's decoder layer has no closed form"):
-        hf.audit_hf("olmo2", scope="block", embed=8, heads=2)
+@pytest.mark.parametrize("hf_type", ["olmo2", "gemma3"])
+def test_a_norm_after_a_sublayer_frees_its_scale_at_eps_zero_only(hf_type):
+    """Chapter 9: a norm after the attention (or the MLP) ignores the scale of what it normalises at ε = 0, one
+    free direction per such norm; at ε = 0.05 the audit finds them (and the QK-norm scales) identified, and the
+    closed form, told ε, drops exactly them."""
+    pytest.importorskip("transformers")
+    kw = dict(embed=8, heads=2, groups=1, ffn=12, scope="block")
+    exact = hf.audit_hf(hf_type, **kw)
+    assert exact.details["terms"]["post_norm_scale"] == 2
+    moved = hf.audit_hf(hf_type, norm_eps=0.05, **kw)
+    assert moved.details["terms"]["post_norm_scale"] == 0 and moved.sv_gap >= hf.MIN_GAP
+    qk_scales = 2 + 1 if hf_type == "gemma3" else 2  # H + G per head, 2 over the projection
+    assert exact.unidentified - moved.unidentified == 2 + qk_scales
+    # no stream rotation in a model whose norms write to the stream
+    assert hf.audit_hf(hf_type, embed=8, heads=2, ffn=12, scope="model").details["terms"]["stream_rotation"] == 0
+
+
+def test_a_post_norm_block_refuses_what_it_was_not_derived_for():
+    from attnid.counting import BlockConfig, ModelConfig
+
+    with pytest.raises(ValueError, match="counted with RMSNorm and a sequential"):
+        BlockConfig(AttentionConfig(8, 2), 8, norm="layer", norm_position="post")
+    with pytest.raises(ValueError, match="norm_position: expected one of"):
+        BlockConfig(AttentionConfig(8, 2), 8, norm="rms", norm_position="middle")
+    with pytest.raises(ValueError, match="at least two experts"):
+        BlockConfig(AttentionConfig(8, 2), 8, norm="rms", mlp="swiglu", mlp_bias=False, experts=1)
+    with pytest.raises(ValueError, match="shared experts belong to a mixture"):
+        BlockConfig(AttentionConfig(8, 2), 8, norm="rms", mlp="swiglu", mlp_bias=False, shared_ffn=4)
+    post = BlockConfig(AttentionConfig(8, 2), 8, norm="rms", mlp="swiglu", mlp_bias=False, norm_position="post")
+    with pytest.raises(ValueError, match="the same ε"):
+        ModelConfig(post, 2, 16, norm_eps_zero=True)  # its blocks' norms have ε > 0
+    with pytest.raises(ValueError, match="dense layers replace a mixture"):
+        ModelConfig(post, 2, 16, dense_layers=1, dense_ffn=8)
 
 
 def _regression(cfg, seed: int = 1):
@@ -204,9 +234,71 @@ def test_cli_audits_deepseek_v3_with_its_own_size_flags(capsys):
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["unidentified"] == out["theory_unidentified"] == 88
     assert main(["audit", "--hf", "deepseek_v3", "--groups", "2"]) == 2
-    assert "is audited as one attention layer" in capsys.readouterr().err
+    assert "is audited as one attention layer or one decoder layer" in capsys.readouterr().err
+    assert main(["audit", "--hf", "deepseek_v3", "--experts", "4"]) == 2
+    assert "has no MLP; add --block" in capsys.readouterr().err
     assert main(["audit", "--hf", "llama", "--kv-rank", "4"]) == 2
-    assert "only multi-head latent attention" in capsys.readouterr().err
+    assert "only deepseek_v3 has latents" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("experts", [0, 4], ids=["dense", "experts"])
+def test_real_deepseek_v3_decoder_layer_equals_the_closed_form(experts):
+    """DeepseekV3DecoderLayer: latent attention behind an RMSNorm, then one SwiGLU MLP (its first layers) or a
+    mixture of routed experts and a shared one: each expert keeps its own rescaling, the router none."""
+    pytest.importorskip("transformers")
+    from attnid.counting import MLAConfig, count_mla
+
+    cfg = MLAConfig(12, 2, kv_rank=5, q_rank=None, nope_dim=3, rope_dim=2, v_dim=3)
+    res = hf.audit_mla_hf(cfg, scope="block", ffn=6, experts=experts)  # raises on a difference or a blurred gap
+    t = res.details["terms"]
+    assert res.unidentified == sum(t.values()) and res.sv_gap >= hf.MIN_GAP
+    assert t["norm_scale"] == 2 * 12 and t["mlp_rescaling"] == (6 * experts + 6 if experts else 6)
+    assert res.unidentified == count_mla(cfg).unidentified + t["norm_scale"] + t["mlp_rescaling"]
+
+
+def test_an_expert_the_audit_data_seldom_choose_is_refused(monkeypatch):
+    """Planted: ask every expert to take 60% of the tokens (two of four are chosen per token, so at most 50% on
+    average): the audit refuses instead of counting an under-excited expert's weights as unidentified."""
+    pytest.importorskip("transformers")
+    from attnid.counting import MLAConfig
+
+    monkeypatch.setattr(hf, "MIN_EXPERT_SHARE", 0.6)
+    cfg = MLAConfig(12, 2, kv_rank=5, q_rank=None, nope_dim=3, rope_dim=2, v_dim=3)
+    with pytest.raises(ValueError, match="chosen for only"):
+        hf.audit_mla_hf(cfg, scope="block", ffn=6, experts=4)
+    with pytest.raises(ValueError, match="at least 2"):
+        hf.audit_mla_hf(cfg, scope="block", experts=1)
+
+
+def test_deepseek_v3_preset_counts_at_three_scopes(capsys):
+    import json
+
+    from attnid.cli import main
+    from attnid.presets import MLA_PRESETS, preset_count
+
+    p = MLA_PRESETS["deepseek-v3"]
+    block, model = preset_count("deepseek-v3", "block"), preset_count("deepseek-v3", "model")
+    E, m = 7168, p.model
+    assert block.unidentified_by_block["mlp_rescaling"] == 256 * 2048 + 2048  # routed experts + the shared one
+    dense = preset_count("deepseek-v3").unidentified + 2 * E + 18432  # the first three layers: one MLP each
+    assert model.unidentified_by_block["blocks"] == 3 * dense + 58 * block.unidentified
+    assert model.unidentified_by_block["stream_rotation"] == E * (E - 1) // 2
+    assert main(["count", "--preset", "deepseek-v3", "--scope", "model", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["unidentified"] == model.unidentified and d["architecture"]["kv_rank"] == 512 and m.dense_layers == 3
+    assert main(["count", "--preset", "DeepSeek-V3"]) == 0
+    assert "kv_latent" in capsys.readouterr().out
+
+
+def test_deepseek_v3_preset_structure_is_verified():
+    pytest.importorskip("transformers")
+    from attnid.presets import MLA_PRESETS, preset_rows
+
+    names = list(MLA_PRESETS)
+    attention, block = hf.verify_presets(names), hf.verify_presets(names, scope="block")
+    assert block["deepseek-v3"].details["experts"] == 4  # its layers are mostly mixtures of experts
+    rows = preset_rows(attention, block, presets=MLA_PRESETS)
+    assert all(r["verified"] and r["verified_block"] for r in rows)
 
 
 def test_certify_is_refused_where_the_symmetries_are_not_the_papers():

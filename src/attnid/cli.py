@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .attention import AttentionConfig
 from .audit import METHODS as AUDIT_METHODS
-from .counting import BLOCKS, SCOPES, count
+from .counting import BLOCKS, SCOPES, MLAConfig, count
 from .families import HF_TYPES, MLA_TYPES
 from .lm.launch import LAUNCHERS, SlurmOptions
 from .lm.profiles import CASES, PRECISIONS
@@ -63,15 +63,19 @@ def _arch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _refuse_preset_flags(a: argparse.Namespace) -> None:
+    flags = [
+        f"--{k.replace('_', '-')}"
+        for k in ("embed", "heads", "groups", "head_dim", "value_dim", "rope_dims", "bias", "qk_norm")
+        if getattr(a, k) is not None
+    ] + (["--rope"] if a.rope else [])
+    if flags:
+        raise ValueError(f"preset: {', '.join(flags)} cannot be combined with --preset (the preset fixes them)")
+
+
 def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
     if a.preset:
-        flags = [
-            f"--{k.replace('_', '-')}"
-            for k in ("embed", "heads", "groups", "head_dim", "value_dim", "rope_dims", "bias", "qk_norm")
-            if getattr(a, k) is not None
-        ] + (["--rope"] if a.rope else [])
-        if flags:
-            raise ValueError(f"preset: {', '.join(flags)} cannot be combined with --preset (the preset fixes them)")
+        _refuse_preset_flags(a)
         cfg = preset(a.preset)
         return cfg.with_(causal=causal) if causal else cfg
     if a.embed is None or a.heads is None:
@@ -106,7 +110,9 @@ def _arch(cfg: AttentionConfig) -> dict:
 
 
 def cmd_count(a) -> int:
-    if a.scope != "attention":
+    from .presets import MLA_PRESETS
+
+    if a.scope != "attention" or (a.preset and a.preset.strip().lower() in MLA_PRESETS):
         return _count_scope(a)
     cfg = _config(a)
     c = count(cfg)
@@ -125,15 +131,17 @@ def cmd_count(a) -> int:
 
 
 def _count_scope(a) -> int:
-    """``attnid count --preset NAME --scope block|model``: the closed form term by term (chapter 8)."""
-    from .presets import PRESETS, preset_count
+    """``attnid count --preset NAME --scope block|model`` (and any scope of a latent-attention preset): the
+    closed form term by term (chapters 8 and 9)."""
+    from .presets import ALL_PRESETS, preset_count
 
     if not a.preset:
         raise ValueError(f"scope: --scope {a.scope} needs --preset (the MLP, norms and vocabulary come from it)")
-    cfg = _config(a)
+    _refuse_preset_flags(a)
     c = preset_count(a.preset, a.scope)
-    p = PRESETS[a.preset.strip().lower()]
-    out = {"architecture": _arch(cfg), "scope": a.scope, "model": asdict(p.model) if p.model else None, **c.as_dict()}
+    p = ALL_PRESETS[a.preset.strip().lower()]
+    arch = asdict(p.config) if isinstance(p.config, MLAConfig) else _arch(p.config)
+    out = {"architecture": arch, "scope": a.scope, "model": asdict(p.model) if p.model else None, **c.as_dict()}
     if a.json:
         print(strict_json(out))
         return 0
@@ -181,8 +189,8 @@ def _audit_hf(a) -> int:
         given = [
             f for f, v in (("--layers", a.layers), ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v is not None
         ]
-        qk_norm = scope == "attention" and a.hf in HF_TYPES and HF_TYPES[a.hf].qk_norm
-        if a.norm_eps != 0 and not qk_norm:
+        qk_norm = a.hf in HF_TYPES and HF_TYPES[a.hf].qk_norm
+        if a.norm_eps != 0 and scope == "attention" and not qk_norm:
             given.append("--norm-eps")
         if given:
             raise ValueError(f"{', '.join(given)}: only a whole-model audit (--model) has them")
@@ -217,10 +225,22 @@ def _report_hf_audit(r, as_json: bool) -> int:
     d = r.details
     out = {"hf_type": d.pop("hf_type"), "module": d.pop("module"), **r.as_dict()}
     _print_audit({**out, "theory_unidentified": d["theory_unidentified"]}, as_json)
-    if r.sv_gap < MIN_GAP or r.unidentified != d["theory_unidentified"]:
+    if r.unidentified != d["theory_unidentified"]:
         print(
             f"attnid: error: the Jacobian shows {r.unidentified} unidentified parameters (singular-value gap "
             f"{r.sv_gap:.1e}), the closed form {d['theory_unidentified']}",
+            file=sys.stderr,
+        )
+        return 1
+    if r.sv_gap < MIN_GAP:
+        print(
+            f"attnid: error: the rank has no clear gap ({r.sv_gap:.1e} < {MIN_GAP:.0e}; {d.get('near_null', '?')} "
+            "near-null singular values), so its count is not trusted"
+            + (
+                "; with ε > 0 a norm is only nearly scale-invariant: audit with --norm-eps 0"
+                if d.get("near_null")
+                else ""
+            ),
             file=sys.stderr,
         )
         return 1
@@ -228,23 +248,29 @@ def _report_hf_audit(r, as_json: bool) -> int:
 
 
 def _audit_mla(a) -> int:
-    """``attnid audit --hf deepseek_v3``: multi-head latent attention, with its own size flags."""
-    from .counting import MLAConfig
+    """``attnid audit --hf deepseek_v3 [--block [--ffn F] [--experts K]]``: multi-head latent attention, or its
+    decoder layer, with its own size flags."""
     from .hf import audit_mla_hf
 
-    refused = [f for f, v in (("--groups", a.groups), ("--bias", a.bias), ("--ffn", a.ffn), ("--layers", a.layers),
+    refused = [f for f, v in (("--groups", a.groups), ("--bias", a.bias), ("--layers", a.layers),
                               ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v is not None]  # fmt: skip
-    refused += [f for f, v in (("--block", a.block), ("--model", a.model), ("--rope", a.rope)) if v]
+    refused += [f for f, v in (("--model", a.model), ("--rope", a.rope)) if v]
     if refused:
-        raise ValueError(f"{', '.join(refused)}: {a.hf} is audited as one attention layer, sized by --embed, --heads, "
-                         "--kv-rank, --q-rank, --head-dim (position-free), --rope-dims and --value-dim")  # fmt: skip
+        raise ValueError(f"{', '.join(refused)}: {a.hf} is audited as one attention layer or one decoder layer "
+                         "(--block), sized by --embed, --heads, --kv-rank, --q-rank, --head-dim (position-free), "
+                         "--rope-dims, --value-dim, --ffn and --experts")  # fmt: skip
+    if not a.block and (a.ffn is not None or a.experts is not None):
+        raise ValueError("ffn/experts: the attention module has no MLP; add --block")
     E = 16 if a.embed is None else a.embed
     cfg = MLAConfig(
         E, 2 if a.heads is None else a.heads, kv_rank=6 if a.kv_rank is None else a.kv_rank,
         q_rank=None if a.q_rank == 0 else (6 if a.q_rank is None else a.q_rank),
         nope_dim=a.head_dim or 4, rope_dim=a.rope_dims or 2, v_dim=a.value_dim or 4, norm_eps=a.norm_eps,
     )  # fmt: skip
-    return _report_hf_audit(audit_mla_hf(cfg, seed=a.seed, check=False), a.json)
+    r = audit_mla_hf(
+        cfg, seed=a.seed, check=False, scope="block" if a.block else "attention", ffn=a.ffn, experts=a.experts or 0
+    )
+    return _report_hf_audit(r, a.json)
 
 
 def cmd_audit(a) -> int:
@@ -255,11 +281,12 @@ def cmd_audit(a) -> int:
         if a.hf.strip().lower() in MLA_TYPES:
             a.hf = a.hf.strip().lower()
             return _audit_mla(a)
-        if a.kv_rank is not None or a.q_rank is not None:
-            raise ValueError(f"kv-rank/q-rank: only multi-head latent attention ({', '.join(MLA_TYPES)}) has latents")
+        if a.kv_rank is not None or a.q_rank is not None or a.experts is not None:
+            raise ValueError(f"kv-rank/q-rank/experts: only {', '.join(MLA_TYPES)} has latents and experts")
         return _audit_hf(a)
     whole = [f for f, v in (("--block", a.block), ("--model", a.model), ("--ffn", a.ffn), ("--layers", a.layers),
-                            ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v not in (None, False)]  # fmt: skip
+                            ("--vocab", a.vocab), ("--tied/--untied", a.tied), ("--experts", a.experts))
+             if v not in (None, False)]  # fmt: skip
     if whole:
         raise ValueError(f"{', '.join(whole)}: whole blocks and models are audited through --hf TYPE")
     from .audit import audit  # torch.func is only needed here
@@ -295,16 +322,16 @@ def cmd_audit(a) -> int:
 
 
 def cmd_presets(a) -> int:
-    from .presets import preset_rows
+    from .presets import ALL_PRESETS, preset_rows
 
     verified = verified_block = None
     _set_threads(a)  # validates --threads with or without --verify
     if a.verify:
         from .hf import verify_presets
 
-        verified = verify_presets(progress=True)  # raises HFAuditError on any disagreement
-        verified_block = verify_presets(progress=True, scope="block")
-    rows = preset_rows(verified, verified_block)
+        verified = verify_presets(list(ALL_PRESETS), progress=True)  # raises HFAuditError on any disagreement
+        verified_block = verify_presets(list(ALL_PRESETS), progress=True, scope="block")
+    rows = preset_rows(verified, verified_block, presets=ALL_PRESETS)
     if a.json:
         print(strict_json(rows))
         return 0
@@ -314,7 +341,7 @@ def cmd_presets(a) -> int:
 
     print(
         f"{'name':<21}{'model type':<11}{'E':>6}{'H':>4}{'G':>4}{'D':>5}{'RoPE':>6}{'bias':>6}{'layers':>7}"
-        f"{'attention':>11}{'block':>9}{'model':>9}{'unidentified (model)':>22}{'verified':>10}"
+        f"{'attention':>11}{'block':>9}{'model':>9}{'unidentified (model)':>22}{'verified':>12}"
     )
     for r in rows:
         checked = "-" if r["verified"] is None else "attn+block" if r["verified_block"] else "attention"
@@ -323,13 +350,13 @@ def cmd_presets(a) -> int:
             f"{r['name']:<21}{r['hf_type'] or '-':<11}{r['embed']:>6}{r['heads']:>4}{r['groups']:>4}{r['head_dim']:>5}"
             f"{r['rope_dims'] or '-':>6}{r['bias']:>6}{r['layers'] or '-':>7}{share(1 - r['identified_fraction']):>11}"
             f"{share(r['block_unidentified_share']):>9}{share(r['model_unidentified_share']):>9}{model_unid:>22}"
-            f"{checked:>10}"
+            f"{checked:>12}"
         )
     print("(attention, block, model: the unidentified share at each scope; `attnid count --preset NAME --scope model`")
     print(" gives the terms)")
     if not a.verify:
         print("(--verify audits each structure, attention and whole decoder layer, through its transformers module, "
-              "about 20 s on 2 cores)")  # fmt: skip
+              "about 45 s on 2 cores)")  # fmt: skip
     return 0
 
 
@@ -552,10 +579,16 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (reason in the d
     g.add_argument("--kv-rank", type=int, help="deepseek_v3: rank of the key/value latent (default 6)")
     g.add_argument("--q-rank", type=int, help="deepseek_v3: rank of the query latent (default 6; 0: no query latent)")
     g.add_argument(
+        "--experts", type=int,
+        help="deepseek_v3 --block: a mixture of K routed experts of inner size --ffn (two chosen per token) and one "
+        "shared expert, in place of one MLP (default: one MLP, as DeepSeek-V3's first layers)",
+    )  # fmt: skip
+    g.add_argument(
         "--norm-eps",
         type=float,
         default=0.0,
-        help="--model, or the attention of a type with QK-norm: the norms' epsilon (default 0: exact scale symmetry)",
+        help="--block, --model, or the attention of a type with QK-norm: every norm's epsilon (default 0: exact scale "
+        "symmetry)",
     )
     _threads_arg(p)
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")

@@ -34,7 +34,7 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .attention import AttentionConfig
 
@@ -305,49 +305,101 @@ def layer_gauge_dims(cfg: AttentionConfig) -> int:
 
 
 NORMS = ("layer", "rms")  # LayerNorm with a shift; RMSNorm (a scale only)
-MLPS = ("gelu", "relu", "swiglu")  # GELU-like (no continuous symmetry), ReLU, SwiGLU
+MLPS = ("gelu", "relu", "swiglu", "geglu")  # GELU-like (no continuous symmetry), ReLU, gated (SiLU or GELU gate)
+GATED_MLPS = ("swiglu", "geglu")  # three maps, act(gate x) * (up x) read by down
 RESIDUALS = ("sequential", "parallel", "shared_norm")
+# where a block's norms sit: before each sub-layer (GPT-2, Llama), after it, before the residual sum (OLMo 2),
+# or both (Gemma 2 and 3)
+NORM_POSITIONS = ("pre", "post", "sandwich")
 SCOPES = ("attention", "block", "model")  # one attention layer, one decoder layer, a whole model
 
 
 @dataclass(frozen=True)
 class BlockConfig:
-    """One pre-norm decoder layer: ``attention``, an MLP of inner size ``ffn``, two norms.
+    """One decoder layer: ``attention`` (an :class:`~attnid.attention.AttentionConfig`, or an :class:`MLAConfig`
+    for latent attention), an MLP of inner size ``ffn``, its norms.
 
     ``residual``: ``"sequential"`` (``h = x + attn(N₁ x)``, ``y = h + mlp(N₂ h)``: GPT-2, OPT, Llama),
     ``"parallel"`` (``y = x + attn(N₁ x) + mlp(N₂ x)``: GPT-NeoX) or ``"shared_norm"`` (one norm for
     both: ``y = x + attn(N x) + mlp(N x)``: Phi). ``mlp_bias``: biases on both MLP maps.
+    ``norm_position`` (sequential RMSNorm blocks only for ``"post"`` and ``"sandwich"``): ``"pre"`` as above,
+    ``"post"`` (``h = x + N₁(attn(x))``, ``y = h + N₂(mlp(h))``: OLMo 2) or ``"sandwich"``
+    (``h = x + N₂(attn(N₁ x))``, ``y = h + N₄(mlp(N₃ h))``: Gemma 2 and 3). ``norm_eps_zero``: the norms' ε
+    is 0 (a norm after a sub-layer then ignores that sub-layer's scale). ``experts``: 0 for one MLP; ``k ≥ 2``
+    for a mixture of ``k`` routed gated experts of inner size ``ffn`` with a linear router (``k x E``), plus
+    shared experts of total inner size ``shared_ffn`` (DeepSeek-V3). The count takes at least two experts
+    chosen per token, their sigmoid scores normalised (DeepSeek-V3 chooses eight): with one, the router's
+    weight would be 1 whatever its scores, and its weights unidentified.
     """
 
-    attention: AttentionConfig
+    attention: AttentionConfig | MLAConfig
     ffn: int
     norm: str = "layer"
     mlp: str = "gelu"
     mlp_bias: bool = True
     residual: str = "sequential"
+    norm_position: str = "pre"
+    norm_eps_zero: bool = False
+    experts: int = 0
+    shared_ffn: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.attention, AttentionConfig):
-            raise TypeError(f"attention: expected an AttentionConfig, got {type(self.attention).__name__}")
-        if not isinstance(self.ffn, int) or isinstance(self.ffn, bool) or self.ffn < 1:
-            raise ValueError(f"ffn must be a positive integer, got {self.ffn!r}")
+        if not isinstance(self.attention, (AttentionConfig, MLAConfig)):
+            raise TypeError(f"attention: expected an AttentionConfig or MLAConfig, got {type(self.attention).__name__}")
+        for name, lo in (("ffn", 1), ("experts", 0), ("shared_ffn", 0)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
         for name, value, allowed in (("norm", self.norm, NORMS), ("mlp", self.mlp, MLPS),
-                                     ("residual", self.residual, RESIDUALS)):  # fmt: skip
+                                     ("residual", self.residual, RESIDUALS),
+                                     ("norm_position", self.norm_position, NORM_POSITIONS)):  # fmt: skip
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
-        if self.mlp == "swiglu" and self.mlp_bias:
-            raise ValueError("mlp_bias: the SwiGLU MLPs counted here have no biases")
-        if self.attention.rope and self.attention.D > self.attention.E:
+        self._check_structure()
+
+    def _check_structure(self) -> None:
+        """Refuse the combinations no closed form here was derived and checked for."""
+        if self.mlp in GATED_MLPS and self.mlp_bias:
+            raise ValueError(f"mlp_bias: the gated ({self.mlp}) MLPs counted here have no biases")
+        if self.norm_position != "pre" and (self.norm != "rms" or self.residual != "sequential"):
+            raise ValueError(
+                f"norm_position: a {self.norm_position}-norm block is counted with RMSNorm and a sequential "
+                "residual only"
+            )
+        if (self.experts or self.shared_ffn) and (self.mlp not in GATED_MLPS or self.norm_position != "pre"):
+            raise ValueError("experts: a mixture of experts is counted with gated experts in a pre-norm block only")
+        if self.experts == 1:
+            raise ValueError("experts: a mixture is counted with at least two experts (two or more chosen per token)")
+        if self.shared_ffn and not self.experts:
+            raise ValueError("shared_ffn: shared experts belong to a mixture of experts (experts >= 1)")
+        if isinstance(self.attention, MLAConfig):
+            if self.norm != "rms" or self.norm_position != "pre" or self.residual != "sequential":
+                raise ValueError("attention: latent attention is counted in a sequential pre-norm RMSNorm block only")
+        elif self.attention.rope and self.attention.D > self.attention.E:
             raise ValueError("head_dim: counting with RoPE assumes D <= E")
 
+    @property
+    def E(self) -> int:
+        return self.attention.embed if isinstance(self.attention, MLAConfig) else self.attention.E
+
     def mlp_params(self) -> int:
-        E, F = self.attention.E, self.ffn
-        maps = 3 if self.mlp == "swiglu" else 2
+        E, F = self.E, self.ffn
+        maps = 3 if self.mlp in GATED_MLPS else 2
+        if self.experts:  # routed experts, shared experts, router
+            return maps * E * (self.experts * F + self.shared_ffn) + self.experts * E
         return maps * E * F + ((F + E) if self.mlp_bias else 0)
 
+    def norms(self) -> tuple[int, int]:
+        """``(before, after)``: how many norms read a sub-layer's input, and how many normalise its output."""
+        if self.norm_position == "post":
+            return 0, 2
+        if self.norm_position == "sandwich":
+            return 2, 2
+        return (1 if self.residual == "shared_norm" else 2), 0
+
     def norm_params(self) -> int:
-        per_norm = 2 * self.attention.E if self.norm == "layer" else self.attention.E
-        return per_norm * (1 if self.residual == "shared_norm" else 2)
+        per_norm = 2 * self.E if self.norm == "layer" else self.E
+        return per_norm * sum(self.norms())
 
 
 def effective_attention(block: BlockConfig) -> AttentionConfig:
@@ -358,6 +410,8 @@ def effective_attention(block: BlockConfig) -> AttentionConfig:
     A constant added to the attention output is absorbed by the output bias, or, in a parallel block, by
     the MLP's output bias on the same stream: the value bias then counts as absorbed."""
     cfg = block.attention
+    if not isinstance(cfg, AttentionConfig):
+        raise TypeError("effective_attention: latent attention has no biases and sits behind RMSNorm: use it as is")
     letters = set(cfg.bias)
     if block.norm == "layer":
         letters |= set("qkv")
@@ -366,52 +420,73 @@ def effective_attention(block: BlockConfig) -> AttentionConfig:
     return cfg.with_(bias="".join(c for c in "qkvo" if c in letters))
 
 
-def count_block(block: BlockConfig) -> Count:
-    """Unidentified dimensions of a whole decoder layer, by term (chapter 8 derives each one):
-
-    * ``qk``, ``vo``, ``key_bias``, ``value_bias``: :func:`count` of :func:`effective_attention`;
-    * ``norm_scale``: ``E`` per norm, its weight ``γ_i`` against column ``i`` of every map that reads it;
-    * ``norm_shift``: ``E`` per LayerNorm, its shift ``β`` against the readers' (effective) biases;
-    * ``norm_mean``: per LayerNorm, one direction per row of a reader *with* a bias: ``x̂`` has zero mean,
-      so ``W + a (1/γ)ᵀ`` only moves ``W x̂ + b`` by the constant ``a Σ β_i/γ_i``, which the bias takes back;
-    * ``mlp_rescaling``: ``F`` for ReLU (``relu(c z) = c relu(z)``, ``c > 0``) and SwiGLU (up-projection
-      row ``j`` against down-projection column ``j``); none for GELU;
-    * ``output_bias``: in a parallel block the attention's and the MLP's output biases add to one stream
-      (``E``); in a sequential block with LayerNorm only their sum along ``1`` is free (``N₂`` removes the
-      mean of ``h``, so ``b_O + t·1``, ``b_MLP − t·1`` changes nothing): ``1``.
-    """
-    if not isinstance(block, BlockConfig):
-        raise TypeError(f"block: expected a BlockConfig, got {type(block).__name__}")
-    cfg, F = block.attention, block.ffn
-    E = cfg.E
+def _attention_terms(block: BlockConfig) -> tuple[dict[str, int], dict[str, int]]:
+    """``(unidentified, params)`` by term of a block's attention: :func:`count_mla`, or :func:`count` of
+    :func:`effective_attention` (its parameters those of the attention as built)."""
+    cfg = block.attention
+    if isinstance(cfg, MLAConfig):
+        attn = count_mla(cfg)
+        return dict(attn.unidentified_by_block), dict(attn.params_by_block)
     if block.norm == "layer" and block.residual == "sequential" and ("o" in cfg.bias) != block.mlp_bias:
         # only one output bias behind a mean-removing norm: part of the value bias's constant is absorbed
         # along 1 only; no model type attnid builds has this, so no closed form was checked against it
         raise ValueError("block: a sequential LayerNorm block with one output bias has no checked closed form")
-    attn = count(effective_attention(block))
-    norms = 1 if block.residual == "shared_norm" else 2
+    return dict(count(effective_attention(block)).unidentified_by_block), dict(count(cfg).params_by_block)
+
+
+def count_block(block: BlockConfig) -> Count:
+    """Unidentified dimensions of a whole decoder layer, by term (chapters 8 and 9 derive each one):
+
+    * ``qk``, ``vo``, ``key_bias``, ``value_bias``: :func:`count` of :func:`effective_attention` (for latent
+      attention the terms of :func:`count_mla`);
+    * ``norm_scale``: ``E`` per norm that reads a sub-layer's input, its weight ``γ_i`` against column ``i`` of
+      every map that reads it;
+    * ``norm_shift``: ``E`` per LayerNorm, its shift ``β`` against the readers' (effective) biases;
+    * ``norm_mean``: per LayerNorm, one direction per row of a reader *with* a bias: ``x̂`` has zero mean,
+      so ``W + a (1/γ)ᵀ`` only moves ``W x̂ + b`` by the constant ``a Σ β_i/γ_i``, which the bias takes back;
+    * ``mlp_rescaling``: ``F`` for ReLU (``relu(c z) = c relu(z)``, ``c > 0``) and gated MLPs (up-projection
+      row ``j`` against down-projection column ``j``), for each expert of a mixture; none for GELU. A
+      mixture's router is identified (its sigmoid scores have no shift or scale to give);
+    * ``output_bias``: in a parallel block the attention's and the MLP's output biases add to one stream
+      (``E``); in a sequential block with LayerNorm only their sum along ``1`` is free (``N₂`` removes the
+      mean of ``h``, so ``b_O + t·1``, ``b_MLP − t·1`` changes nothing): ``1``;
+    * ``post_norm_scale`` (norms after a sub-layer only): at ``ε = 0`` such a norm ignores the scale of what it
+      normalises, so the attention's output map (with its bias) and the MLP's down-projection each keep one
+      free scale: 1 per norm; none for ``ε > 0``. Its weight writes to the stream and trades with nothing.
+    """
+    if not isinstance(block, BlockConfig):
+        raise TypeError(f"block: expected a BlockConfig, got {type(block).__name__}")
+    cfg, F, E = block.attention, block.ffn, block.E
+    before, after = block.norms()
     layer = block.norm == "layer"
-    # rows of the maps reading each norm that carry their own bias
-    qkv_rows = (cfg.H * cfg.D if "q" in cfg.bias else 0) + (cfg.G * cfg.D if "k" in cfg.bias else 0)
-    qkv_rows += cfg.G * cfg.C if "v" in cfg.bias else 0
+    terms, params = _attention_terms(block)
+    bias = "" if isinstance(cfg, MLAConfig) else cfg.bias
+    # rows of the maps reading each norm that carry their own bias (LayerNorm only)
+    qkv_rows = 0
+    if layer:
+        assert isinstance(cfg, AttentionConfig)
+        qkv_rows = (cfg.H * cfg.D if "q" in bias else 0) + (cfg.G * cfg.D if "k" in bias else 0)
+        qkv_rows += cfg.G * cfg.C if "v" in bias else 0
     mlp_rows = F if block.mlp_bias else 0
-    out_biases = ("o" in cfg.bias) + block.mlp_bias
+    out_biases = ("o" in bias) + block.mlp_bias
     if out_biases < 2:
         output_bias = 0
     elif block.residual == "sequential":
         output_bias = 1 if layer else 0
     else:
         output_bias = E
-    terms = dict(attn.unidentified_by_block)
+    gated_or_relu = block.mlp in ("relu", *GATED_MLPS)
+    units = block.experts * F + block.shared_ffn if block.experts else F
     terms.update(
-        norm_scale=norms * E,
-        norm_shift=norms * E if layer else 0,
+        norm_scale=before * E,
+        norm_shift=before * E if layer else 0,
         norm_mean=(qkv_rows + mlp_rows) if layer else 0,
-        mlp_rescaling=F if block.mlp in ("relu", "swiglu") else 0,
+        mlp_rescaling=units if gated_or_relu else 0,
         output_bias=output_bias,
     )
-    a = count(cfg)
-    params = dict(a.params_by_block, norms=block.norm_params(), mlp=block.mlp_params())
+    if after:
+        terms["post_norm_scale"] = after if block.norm_eps_zero else 0
+    params.update(norms=block.norm_params(), mlp=block.mlp_params())
     return Count(sum(params.values()), params, terms)
 
 
@@ -424,7 +499,8 @@ class ModelConfig:
     (``positions = "learned"``: ``context`` rows used, ``unused_positions`` more never read, as OPT's
     offset of 2), ``layers`` blocks, a final norm of the blocks' kind, an LM head (``tied`` to the
     embedding or not, ``head_bias``), read through ``log_softmax``. ``norm_eps_zero``: the norms' ε is 0
-    (exact scale invariance)."""
+    (exact scale invariance). ``dense_layers``: of the ``layers``, the first ``dense_layers`` have one MLP of
+    inner size ``dense_ffn`` in place of ``block``'s mixture of experts (DeepSeek-V3's first three)."""
 
     block: BlockConfig
     layers: int
@@ -435,6 +511,8 @@ class ModelConfig:
     unused_positions: int = 0
     head_bias: bool = False
     norm_eps_zero: bool = False
+    dense_layers: int = 0
+    dense_ffn: int = 0
 
     def __post_init__(self) -> None:
         for name in ("layers", "vocab"):
@@ -449,11 +527,24 @@ class ModelConfig:
             raise ValueError("head_bias: the tied heads counted here have no bias")
         if self.tied and self.block.norm == "layer" and self.positions != "learned":
             raise ValueError("tied: a tied LayerNorm model is counted with learned positions only (GPT-2, OPT)")
+        if self.block.norms()[1] and self.block.norm_eps_zero != self.norm_eps_zero:
+            raise ValueError("norm_eps_zero: the model's and its blocks' norms must have the same ε")
+        d = self.dense_layers
+        if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= self.layers:
+            raise ValueError(f"dense_layers must be an integer in [0, layers], got {d!r}")
+        if d and (not self.block.experts or self.dense_ffn < 1):
+            raise ValueError("dense_layers: dense layers replace a mixture of experts, with dense_ffn >= 1")
+
+    def blocks(self) -> list[tuple[BlockConfig, int]]:
+        """``(block, how many)`` for each kind of layer the model stacks."""
+        dense = replace(self.block, ffn=self.dense_ffn, experts=0, shared_ffn=0) if self.dense_layers else None
+        kinds = [(dense, self.dense_layers), (self.block, self.layers - self.dense_layers)]
+        return [(b, n) for b, n in kinds if b is not None and n]
 
     def total_params(self) -> int:
-        E = self.block.attention.E
+        E = self.block.E
         final_norm = 2 * E if self.block.norm == "layer" else E
-        n = self.layers * count_block(self.block).total_params + self.vocab * E + final_norm
+        n = sum(k * count_block(b).total_params for b, k in self.blocks()) + self.vocab * E + final_norm
         n += 0 if self.tied else self.vocab * E + (self.vocab if self.head_bias else 0)
         if self.positions == "learned":
             n += (self.context + self.unused_positions) * E
@@ -463,11 +554,12 @@ class ModelConfig:
 def count_model(model: ModelConfig) -> Count:
     """Unidentified dimensions of a whole causal LM (chapter 8 derives each term):
 
-    * ``blocks``: ``layers x`` :func:`count_block`;
+    * ``blocks``: :func:`count_block` of each layer (dense and mixture-of-experts layers by kind);
     * ``stream_rotation``: an orthogonal change of basis ``Q`` of the residual stream, absorbed by every
       writer (``Q W``) and reader (``W Qᵀ``; the norms' ``γ`` first moved into the readers). RMSNorm keeps
       ``‖x‖``: ``E(E−1)/2``; LayerNorm needs ``Q 1 = 1``: ``(E−1)(E−2)/2``. Exact for any ε. None with a
-      tied head (the final norm's ``γ`` would have to commute with ``Q``).
+      tied head (the final norm's ``γ`` would have to commute with ``Q``), and none when a norm writes to the
+      stream (post- and sandwich-norm blocks: ``Q diag(γ)`` is no norm's output).
     * ``stream_scale``: ``x → c x`` with every writer, exact only when ε = 0: 1;
     * ``final_norm``: the final norm against the LM head (``E`` for γ; with LayerNorm ``E`` for the shift
       and, with a head bias, ``V`` mean directions), untied only;
@@ -485,11 +577,12 @@ def count_model(model: ModelConfig) -> Count:
     if not isinstance(model, ModelConfig):
         raise TypeError(f"model: expected a ModelConfig, got {type(model).__name__}")
     b = model.block
-    cfg, E, V = b.attention, b.attention.E, model.vocab
-    block = count_block(b)
+    cfg, E, V = b.attention, b.E, model.vocab
     layer = b.norm == "layer"
-    terms = {"blocks": model.layers * block.unidentified}
+    blocks = [(count_block(kind), k) for kind, k in model.blocks()]
+    terms = {"blocks": sum(c.unidentified * k for c, k in blocks)}
     if layer:
+        assert isinstance(cfg, AttentionConfig)
         out_biases = ("o" in cfg.bias) + b.mlp_bias
         per_layer = cfg.H * cfg.C + b.ffn + out_biases - (1 if out_biases == 2 else 0)
         terms["writer_mean"] = model.layers * per_layer
@@ -505,12 +598,11 @@ def count_model(model: ModelConfig) -> Count:
         terms["final_norm"] = 0
         terms["logit_shift"] = 0
     else:
-        terms["stream_rotation"] = (E - 1) * (E - 2) // 2 if layer else E * (E - 1) // 2
+        rotation = (E - 1) * (E - 2) // 2 if layer else E * (E - 1) // 2
+        terms["stream_rotation"] = rotation if b.norm_position == "pre" else 0
         terms["final_norm"] = (2 * E + (V if model.head_bias else 0)) if layer else E
         terms["logit_shift"] = E
     terms["stream_scale"] = 1 if model.norm_eps_zero else 0
-    params = {
-        "blocks": model.layers * block.total_params,
-        "embeddings": model.total_params() - model.layers * block.total_params,
-    }
+    in_blocks = sum(c.total_params * k for c, k in blocks)
+    params = {"blocks": in_blocks, "embeddings": model.total_params() - in_blocks}
     return Count(model.total_params(), params, terms)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .attention import AttentionConfig, parse_bias
-from .counting import BlockConfig, ModelConfig
+from .counting import GATED_MLPS, BlockConfig, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class HFType:
     norm: str = "layer"  # counting.NORMS
     mlp: str = "gelu"  # counting.MLPS
     residual: str = "sequential"  # counting.RESIDUALS
+    norm_position: str = "pre"  # counting.NORM_POSITIONS
     ffn_ratio: float = 4.0  # the type's usual MLP inner size over E
     positions: str = "rope"  # counting.POSITIONS
     unused_positions: int = 0  # position rows never read (OPT's offset of 2)
@@ -42,7 +43,7 @@ class HFType:
 
     def mlp_bias(self, bias: str) -> bool:
         """Whether the MLP maps carry biases when the attention has biases ``bias``."""
-        if self.mlp == "swiglu":
+        if self.mlp in GATED_MLPS:
             return False
         return bool(bias) if self.module == "opt" else True
 
@@ -137,15 +138,18 @@ HF_TYPES: dict[str, HFType] = {
     ),
     "gemma2": HFType(
         "gemma2", "Gemma2Config", "Gemma2Attention", "Gemma2RotaryEmbedding", biases=("", "qkvo"), groups=True,
-        head_dim=True, softcap=50.0,
+        head_dim=True, softcap=50.0, layer="Gemma2DecoderLayer", lm="Gemma2ForCausalLM", norm="rms", mlp="geglu",
+        norm_position="sandwich", tied=True,
     ),
     "gemma3": HFType(
         "gemma3", "Gemma3TextConfig", "Gemma3Attention", "Gemma3RotaryEmbedding", biases=("", "qkvo"), groups=True,
-        head_dim=True, qk_norm="head",
+        head_dim=True, qk_norm="head", layer="Gemma3DecoderLayer", lm="Gemma3ForCausalLM", norm="rms", mlp="geglu",
+        norm_position="sandwich", tied=True,
     ),
     "olmo2": HFType(
         "olmo2", "Olmo2Config", "Olmo2Attention", "Olmo2RotaryEmbedding", biases=("", "qkvo"), groups=True,
-        qk_norm="proj",
+        qk_norm="proj", layer="Olmo2DecoderLayer", lm="Olmo2ForCausalLM", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, norm_position="post",
     ),
 }  # fmt: skip
 
@@ -199,10 +203,14 @@ def default_ffn(hf_type: str, embed: int) -> int:
     return max(1, round(HF_TYPES[hf_type].ffn_ratio * embed))
 
 
-def block_config(hf_type: str, cfg: AttentionConfig, ffn: int) -> BlockConfig:
-    """The :class:`~attnid.counting.BlockConfig` of one ``hf_type`` decoder layer around ``cfg``."""
+def block_config(hf_type: str, cfg: AttentionConfig, ffn: int, norm_eps_zero: bool = False) -> BlockConfig:
+    """The :class:`~attnid.counting.BlockConfig` of one ``hf_type`` decoder layer around ``cfg``, its norms at
+    ``ε = 0`` if ``norm_eps_zero`` (released models have ``ε > 0``)."""
     t = HF_TYPES[hf_type]
-    return BlockConfig(cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual)
+    return BlockConfig(
+        cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual,
+        norm_position=t.norm_position, norm_eps_zero=norm_eps_zero,
+    )  # fmt: skip
 
 
 def default_vocab(hf_type: str, embed: int, ffn: int) -> int:
@@ -217,7 +225,7 @@ def model_config(
     """The :class:`~attnid.counting.ModelConfig` of a tiny ``hf_type`` causal LM read on ``seq_len`` tokens."""
     t = HF_TYPES[hf_type]
     return ModelConfig(
-        block_config(hf_type, cfg, ffn), layers, vocab, tied=tied, positions=t.positions,
+        block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps == 0), layers, vocab, tied=tied, positions=t.positions,
         context=seq_len if t.positions == "learned" else 0, unused_positions=t.unused_positions,
         head_bias=t.head_bias, norm_eps_zero=norm_eps == 0,
     )  # fmt: skip

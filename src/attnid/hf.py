@@ -36,7 +36,7 @@ from .audit import (
     default_seq_len,
     memory_estimate,
 )
-from .counting import SCOPES, MLAConfig, count, count_block, count_mla, count_model
+from .counting import SCOPES, BlockConfig, MLAConfig, count, count_block, count_mla, count_model
 from .families import (
     HF_TYPES,
     block_config,
@@ -186,18 +186,20 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     return attn, _hidden_forward(rotary, eager=t.softcap is not None)
 
 
-def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0):
+def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0, norm_eps: float = 0.0):
     """``(module, forward)``: one whole decoder layer of ``hf_type`` (norms, attention, MLP, residual
-    connections) in float64 with seeded random weights (:func:`_prepare`), run on hidden states."""
+    connections) in float64 with seeded random weights (:func:`_prepare`), every norm at ``ε = norm_eps``, run
+    on hidden states."""
     t = HF_TYPES[hf_type]
     mod = _modeling(hf_type)
-    config = _hf_config(hf_type, cfg, **t.ffn_kwargs(ffn))
-    layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed)
+    config = _hf_config(hf_type, cfg, "eager" if t.softcap is not None else "sdpa", **t.ffn_kwargs(ffn))
+    layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed, norm_eps=norm_eps)
     attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the layer was built with {built} rotary dims, not the {cfg.R} asked for")
-    return layer, _hidden_forward(getattr(mod, t.rotary)(config=config) if t.rotary else None)
+    rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
+    return layer, _hidden_forward(rotary, eager=t.softcap is not None)
 
 
 def build_model(
@@ -215,13 +217,16 @@ def build_model(
         changes["n_positions"] = seq_len
     if hf_type == "opt":
         changes.update(max_position_embeddings=seq_len, word_embed_proj_dim=cfg.E)
-    config = _hf_config(hf_type, cfg, **changes)
+    if hf_type == "gemma3":  # every layer a global one, as in the block audit
+        changes["layer_types"] = ["full_attention"] * layers
+    eager = t.softcap is not None
+    config = _hf_config(hf_type, cfg, "eager" if eager else "sdpa", **changes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps, exact_norms=exact_norms)
 
     def forward(call: Callable, ids: torch.Tensor) -> torch.Tensor:
-        with sdpa_kernel([SDPBackend.MATH]):
+        with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
             return torch.log_softmax(call(input_ids=ids, use_cache=False).logits, dim=-1)
 
     return model, forward
@@ -287,7 +292,8 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
     config), ``"block"`` (one whole decoder layer with MLP inner size ``ffn``, default
     :func:`default_ffn`; :func:`attnid.counting.count_block`) or ``"model"`` (a causal LM of ``layers``
     layers, ``vocab`` tokens (default :func:`default_vocab`), the type's head tying unless ``tied`` is
-    given, norms at ``ε = norm_eps``, read through ``log_softmax``; :func:`attnid.counting.count_model`).
+    given, read through ``log_softmax``; :func:`attnid.counting.count_model`). Every norm of the module (QK-norm,
+    the block's and the model's) computes at ``ε = norm_eps``.
     ``details["terms"]`` holds the closed form term by term, ``details["near_null"]`` the number of
     singular values in :data:`NEAR_NULL_BAND` below the largest (with ``ε > 0`` the stream's scale
     direction lands there).
@@ -314,13 +320,10 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
     if scope != "attention" and attn_implementation != "sdpa":
         raise ValueError("attn_implementation: blocks and models are audited through sdpa only")
     if scope != "attention" and not HF_TYPES[hf_type].layer:
-        raise ValueError(
-            f"scope: {hf_type}'s decoder layer has no closed form in attnid yet (its norms sit after the attention "
-            "and the MLP); audit its attention"
-        )
+        raise ValueError(f"scope: attnid has no closed form for {hf_type}'s decoder layer; audit its attention")
     cfg = equivalent_config(
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias,
-        norm_eps=norm_eps if scope == "attention" else 0.0,
+        norm_eps=norm_eps,
     )  # fmt: skip
     t = HF_TYPES[hf_type]
     gen = torch.Generator().manual_seed(10_000 + seed)
@@ -337,7 +340,7 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
             )
         ffn = ffn or default_ffn(hf_type, cfg.E)
         if scope == "block":
-            theory = count_block(block_config(hf_type, cfg, ffn))
+            theory = count_block(block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps == 0))
             described = f"transformers.models.{t.module}.{t.layer}"
         else:
             vocab = vocab or default_vocab(hf_type, cfg.E, ffn)
@@ -382,7 +385,7 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
         module, forward = build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation)
     elif scope == "block":
         assert ffn is not None
-        module, forward = build_block(hf_type, cfg, ffn=ffn, seed=seed)
+        module, forward = build_block(hf_type, cfg, ffn=ffn, seed=seed, norm_eps=norm_eps)
     else:
         assert ffn is not None and vocab is not None and tied is not None
         module, forward = build_model(
@@ -427,8 +430,8 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
             f"{res.sv_gap:.1e} < {MIN_GAP:.0e}, {res.details['near_null']} near-null): "
             + (
                 "the module probably computes part of the layer in float32; its count cannot be read off"
-                if scope == "attention" or norm_eps == 0
-                else f"with ε = {norm_eps:g} the stream's scale is only nearly a symmetry; audit with ε = 0"
+                if norm_eps == 0
+                else f"with ε = {norm_eps:g} a norm's scale is only nearly a symmetry; audit with ε = 0"
             )
         )
     if check and res.unidentified != theory.unidentified:
@@ -439,14 +442,45 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
     return res
 
 
-def audit_mla_hf(cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bool = True) -> AuditResult:
-    """Audit transformers' ``DeepseekV3Attention`` (multi-head latent attention, chapter 9) built for ``cfg`` in
-    float64 (its RMSNorms too, at ``ε = cfg.norm_eps``), with seeded random weights, on causal self-attention:
-    ``unidentified`` from the Jacobian rank, ``details["theory_unidentified"]`` and ``details["terms"]`` from
-    :func:`attnid.counting.count_mla`. With ``check`` a difference or a gap under ``MIN_GAP`` raises
-    :class:`HFAuditError`."""
-    check_seed(seed)
-    theory = count_mla(cfg)  # refuses shapes outside its assumptions before anything is built
+def _router_float64(original: Callable):
+    """transformers' DeepSeek-V3 router computes its scores in float32; this forward keeps its choice of experts
+    (a discrete one, made as transformers makes it) and recomputes the chosen experts' weights in the input's
+    float64."""
+
+    def forward(self, hidden_states: torch.Tensor):
+        _, _, chosen = original(hidden_states)
+        logits = torch.nn.functional.linear(hidden_states.view(-1, self.hidden_dim), self.weight)
+        weights = logits.sigmoid().gather(1, chosen)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return logits, weights * self.routed_scaling_factor, chosen
+
+    return forward
+
+
+MIN_EXPERT_SHARE = 0.05  # an expert chosen for fewer of the audit's tokens is refused as under-excited
+
+
+def _check_experts(layer: torch.nn.Module, x: torch.Tensor, experts: int) -> None:
+    """Refuse an audit whose tokens choose some expert too rarely to identify its weights (the count would then
+    describe the data, not the layer)."""
+    router = next(m for m in layer.modules() if type(m).__name__.endswith("TopkRouter"))
+    h = layer.get_submodule("post_attention_layernorm")(torch.randn_like(x))  # the router reads a normed stream
+    with torch.no_grad():
+        chosen = router(h)[2]
+    share = torch.bincount(chosen.reshape(-1), minlength=experts).double() / chosen.shape[0]
+    if share.min() < MIN_EXPERT_SHARE:
+        raise ValueError(
+            f"experts: expert {int(share.argmin())} is chosen for only {share.min():.1%} of the audit's tokens, too "
+            f"few to identify it; use fewer --experts"
+        )
+
+
+def build_mla(cfg: MLAConfig, *, scope: str, ffn: int, experts: int, seed: int = 0):
+    """``(module, forward)``: transformers' ``DeepseekV3Attention`` (``scope="attention"``) or
+    ``DeepseekV3DecoderLayer`` (one MLP of inner size ``ffn``, or ``experts`` routed experts of that size, two
+    chosen per token, and one shared) for ``cfg``, float64 with seeded random weights (:func:`_prepare`; the
+    router's weights in float64), run on hidden states."""
     tf = _transformers()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -455,11 +489,54 @@ def audit_mla_hf(cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bo
         vocab_size=16, hidden_size=cfg.embed, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
         q_lora_rank=cfg.q_rank, kv_lora_rank=cfg.kv_rank, qk_nope_head_dim=cfg.nope_dim,
         qk_rope_head_dim=cfg.rope_dim, v_head_dim=cfg.v_dim, rms_norm_eps=cfg.norm_eps, attention_bias=False,
-        num_hidden_layers=1, attention_dropout=0.0, attn_implementation="sdpa",
+        num_hidden_layers=1, attention_dropout=0.0, attn_implementation="sdpa", intermediate_size=ffn,
+        moe_intermediate_size=ffn, n_routed_experts=max(experts, 1), num_experts_per_tok=min(2, max(experts, 1)),
+        n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=0 if experts else 1,
     )  # fmt: skip
-    attn = _prepare(mod.DeepseekV3Attention(config, layer_idx=0), cfg.embed, seed, norm_eps=cfg.norm_eps)
+    config._experts_implementation = "eager"  # a model sets it; the layer alone runs the experts' own loop
+    built = (mod.DeepseekV3Attention if scope == "attention" else mod.DeepseekV3DecoderLayer)(config, 0)
+    module = _prepare(built, cfg.embed, seed, norm_eps=cfg.norm_eps)
+    for m in module.modules():
+        if type(m).__name__ == "DeepseekV3TopkRouter":
+            m.forward = types.MethodType(_router_float64(m.forward), m)
+    return module, _hidden_forward(mod.DeepseekV3RotaryEmbedding(config=config))
+
+
+def _mla_block_size(cfg: MLAConfig, scope: str, ffn: int | None, experts: int) -> int:
+    """Check the scope and MLP arguments of :func:`audit_mla_hf`; the MLP (or each expert's) inner size."""
+    if scope not in ("attention", "block"):
+        raise ValueError(f"scope: latent attention is audited at scope attention or block, not {scope!r}")
+    if scope == "attention" and (ffn is not None or experts):
+        raise ValueError("ffn/experts: the attention module has no MLP; audit a block")
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 0 or experts == 1:
+        raise ValueError(f"experts: 0 (one MLP) or at least 2 (two chosen per token), got {experts!r}")
+    ffn = ffn or (cfg.embed // 2 if experts else 2 * cfg.embed)
+    _positive_int("ffn", ffn)
+    return ffn
+
+
+def audit_mla_hf(
+    cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bool = True, scope: str = "attention",
+    ffn: int | None = None, experts: int = 0,
+) -> AuditResult:  # fmt: skip
+    """Audit transformers' DeepSeek-V3 multi-head latent attention (``scope="attention"``, chapter 9) or its
+    whole decoder layer (``scope="block"``: one MLP of inner size ``ffn``, or with ``experts >= 2`` a mixture of
+    that many routed experts of inner size ``ffn``, two chosen per token, and one shared expert) built for
+    ``cfg`` in float64 (its RMSNorms at ``ε = cfg.norm_eps``, its router's weights in float64), with seeded
+    random weights, on causal self-attention: ``unidentified`` from the Jacobian rank,
+    ``details["theory_unidentified"]`` and ``details["terms"]`` from :func:`attnid.counting.count_mla` or
+    :func:`attnid.counting.count_block`. With ``check`` a difference or a gap under ``MIN_GAP`` raises
+    :class:`HFAuditError`."""
+    check_seed(seed)
+    ffn = _mla_block_size(cfg, scope, ffn, experts)
+    block = BlockConfig(
+        cfg, ffn, norm="rms", mlp="swiglu", mlp_bias=False, experts=experts, shared_ffn=ffn if experts else 0
+    )
+    # the closed form first: it refuses shapes outside its assumptions before anything is built
+    theory = count_mla(cfg) if scope == "attention" else count_block(block)
+    module, forward = build_mla(cfg, scope=scope, ffn=ffn, experts=experts, seed=seed)
     n = theory.total_params
-    built = sum(p.numel() for p in attn.parameters())
+    built = sum(p.numel() for p in module.parameters())
     if built != n:
         raise HFAuditError(f"deepseek_v3: the module has {built} parameters, the closed form counts {n}")
     L = 8
@@ -468,15 +545,20 @@ def audit_mla_hf(cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bo
     if free is not None and need > free:
         raise ValueError(
             f"hf: auditing deepseek_v3 at E = {cfg.embed} needs about {need / 2**30:,.3g} GiB ({n:,} parameters), "
-            f"more than the {free / 2**30:.3g} GiB available; use smaller --embed, --heads or ranks"
+            f"more than the {free / 2**30:.3g} GiB available; use smaller --embed, --heads, ranks or --ffn"
         )
     x = torch.randn(B, L, cfg.embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
-    res = audit_module(attn, (x,), forward=_hidden_forward(mod.DeepseekV3RotaryEmbedding(config=config)), rtol=rtol)
+    if experts:
+        _check_experts(module, x, experts)
+    res = audit_module(module, (x,), forward=forward, rtol=rtol)
+    layer = "DeepseekV3Attention" if scope == "attention" else "DeepseekV3DecoderLayer"
     res.details.update(
-        hf_type="deepseek_v3", scope="attention", module="transformers.models.deepseek_v3.DeepseekV3Attention",
+        hf_type="deepseek_v3", scope=scope, module=f"transformers.models.deepseek_v3.{layer}",
         transformers=_transformers().__version__, theory_unidentified=theory.unidentified,
         terms=theory.unidentified_by_block, config=asdict(cfg), batch=B, seq_len=L, seed=seed,
     )  # fmt: skip
+    if scope == "block":
+        res.details.update(ffn=ffn, experts=experts, norms="float64 (transformers' RMSNorm float32 cast patched out)")
     if check and res.sv_gap < MIN_GAP:
         raise HFAuditError(
             f"deepseek_v3: the Jacobian's singular values have no clear gap at rank {res.rank} (gap {res.sv_gap:.1e}"
@@ -485,7 +567,7 @@ def audit_mla_hf(cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bo
     if check and res.unidentified != theory.unidentified:
         raise HFAuditError(
             f"deepseek_v3: the Jacobian gives {res.unidentified} unidentified parameters, the closed form "
-            f"{theory.unidentified} (config {asdict(cfg)})"
+            f"{theory.unidentified} (scope {scope}, config {asdict(cfg)})"
         )
     return res
 
@@ -520,6 +602,7 @@ def small_block_structure(name: str) -> dict:
 
     p = PRESETS[name]
     cfg = p.config
+    assert isinstance(cfg, AttentionConfig)  # latent attention: small_mla
     kw = small_structure(cfg)
     if 0 < cfg.R < cfg.D:  # partial RoPE: one head of 8 dims keeps the rotated share
         kw.update(embed=8, heads=1, groups=1)
@@ -534,35 +617,58 @@ def small_block_structure(name: str) -> dict:
     return kw
 
 
+def small_mla(cfg: MLAConfig) -> MLAConfig:
+    """Latent attention of ``cfg``'s structure at ``E = 12`` (two heads, latents of rank 5, a query latent only
+    where ``cfg`` has one), where a dense audit of it, or of its layer, takes seconds."""
+    return MLAConfig(12, 2, kv_rank=5, q_rank=None if cfg.q_rank is None else 5, nope_dim=3, rope_dim=2, v_dim=3)
+
+
+def _preset_audit(name: str, scope: str) -> tuple[tuple, Callable[[int], AuditResult]]:
+    """``(key, run)``: what audits preset ``name``'s structure at ``scope`` (presets with equal keys share one
+    audit) and ``run(seed)`` that does it."""
+    from .presets import ALL_PRESETS
+
+    p = ALL_PRESETS[name]
+    assert p.hf_type is not None
+    if isinstance(p.config, MLAConfig):
+        small = small_mla(p.config)
+        experts = 4 if scope == "block" and p.model is not None and p.model.experts else 0
+        return (p.hf_type, scope, small, experts), lambda seed: audit_mla_hf(
+            small, seed=seed, scope=scope, experts=experts
+        )
+    kw = small_structure(p.config) if scope == "attention" else small_block_structure(name)
+    if not HF_TYPES[p.hf_type].groups and kw["groups"] != kw["heads"]:
+        raise ValueError(f"preset: {name} shares keys across heads, which {p.hf_type} cannot express")
+    return (p.hf_type, scope, tuple(sorted(kw.items()))), lambda seed: audit_hf(p.hf_type, seed=seed, scope=scope, **kw)
+
+
 def verify_preset(name: str, *, seed: int = 0, scope: str = "attention") -> AuditResult:
     """Audit the structure of preset ``name`` through its real ``transformers`` module: its attention
-    (:func:`small_structure`) or, with ``scope="block"``, its whole decoder layer
-    (:func:`small_block_structure`); raises :class:`HFAuditError` unless the Jacobian count equals the
-    closed form."""
-    from .presets import PRESETS
+    (:func:`small_structure`, :func:`small_mla`) or, with ``scope="block"``, its whole decoder layer
+    (:func:`small_block_structure`; a mixture of four experts for a mixture-of-experts model); raises
+    :class:`HFAuditError` unless the Jacobian count equals the closed form."""
+    from .presets import ALL_PRESETS
 
-    if name not in PRESETS:
-        raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(PRESETS)}")
+    if name not in ALL_PRESETS:
+        raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(ALL_PRESETS)}")
     if scope not in ("attention", "block"):
         raise ValueError(f"scope: presets are verified at scope attention or block, not {scope!r}")
-    p = PRESETS[name]
+    p = ALL_PRESETS[name]
     if p.hf_type is None:
         raise ValueError(f"preset: {name} names no transformers model type that attnid can build")
     if scope == "block" and p.model is None:
         raise ValueError(f"preset: {name} has no block structure attnid counts")
-    kw = small_structure(p.config) if scope == "attention" else small_block_structure(name)
-    if not HF_TYPES[p.hf_type].groups and kw["groups"] != kw["heads"]:
-        raise ValueError(f"preset: {name} shares keys across heads, which {p.hf_type} cannot express")
-    return audit_hf(p.hf_type, seed=seed, scope=scope, **kw)
+    return _preset_audit(name, scope)[1](seed)
 
 
 def verify_presets(
     names: list[str] | None = None, *, seed: int = 0, progress: bool = False, scope: str = "attention"
 ) -> dict[str, AuditResult | None]:
-    """:func:`verify_preset` for every preset (or ``names``) at ``scope``; presets without a model type
-    (or, for blocks, without a counted block) map to ``None``. Presets that share a structure and a model
-    type share one audit. ``progress``: a bar on stderr (which leaves a JSON answer on stdout intact)."""
-    from .presets import PRESETS
+    """:func:`verify_preset` for every preset of :data:`attnid.presets.PRESETS` (or ``names``, which may name
+    latent-attention presets) at ``scope``; presets without a model type (or, for blocks, without a counted
+    block) map to ``None``. Presets that share a structure and a model type share one audit. ``progress``: a
+    bar on stderr (which leaves a JSON answer on stdout intact)."""
+    from .presets import ALL_PRESETS, PRESETS
 
     done: dict[tuple, AuditResult] = {}
     out: dict[str, AuditResult | None] = {}
@@ -572,13 +678,12 @@ def verify_presets(
 
         todo = tqdm(todo, desc=f"verifying presets ({scope})", unit="preset", file=sys.stderr)
     for name in todo:
-        p = PRESETS[name]
+        p = ALL_PRESETS[name]
         if p.hf_type is None or (scope == "block" and p.model is None):
             out[name] = None
             continue
-        kw = small_structure(p.config) if scope == "attention" else small_block_structure(name)
-        key = (p.hf_type, tuple(sorted(kw.items())))
+        key, run = _preset_audit(name, scope)
         if key not in done:
-            done[key] = verify_preset(name, seed=seed, scope=scope)
+            done[key] = run(seed)  # raises HFAuditError on a difference
         out[name] = done[key]
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .attention import AttentionConfig
-from .counting import SCOPES, Count
+from .counting import SCOPES, BlockConfig, Count, MLAConfig, ModelConfig, count, count_block, count_mla, count_model
 from .families import HF_TYPES, block_config
 
 
@@ -28,12 +28,18 @@ class Model:
     tied: bool
     source: str
     context: int = 0  # learned position rows (GPT-2, OPT); 0 with RoPE
+    # a mixture of experts (DeepSeek-V3): ``experts`` routed experts of inner size ``ffn`` and shared ones of
+    # ``shared_ffn`` in all but the first ``dense_layers``, which have one MLP of inner size ``dense_ffn``
+    experts: int = 0
+    shared_ffn: int = 0
+    dense_layers: int = 0
+    dense_ffn: int = 0
 
 
 @dataclass(frozen=True)
 class Preset:
     description: str
-    config: AttentionConfig
+    config: AttentionConfig | MLAConfig
     hf_type: str | None = None  # transformers model type of its code
     model: Model | None = None  # the whole model (None: its block is not one attnid counts)
 
@@ -139,13 +145,14 @@ PRESETS: dict[str, Preset] = {
         "qwen3",
         Model(36, 12288, 151936, False, "https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json"),
     ),
-    "olmo-2-7b": Preset(  # its decoder layer (norms after attention and MLP) is not one attnid counts yet
-        "OLMo-2-7B (QK-norm over the projection)",
+    "olmo-2-7b": Preset(
+        "OLMo-2-7B (QK-norm over the projection, norms after attention and MLP)",
         AttentionConfig(4096, 32, rope=True, causal=True, rope_base=500000.0, qk_norm="proj", qk_norm_eps=1e-6),
         "olmo2",
+        Model(32, 11008, 100352, False, "https://huggingface.co/allenai/OLMo-2-1124-7B/blob/main/config.json"),
     ),
-    "gemma-3-12b": Preset(  # its decoder layer (a norm before and after attention and MLP) is not counted yet
-        "Gemma-3-12B (GQA, D = 256, QK-norm per head)",
+    "gemma-3-12b": Preset(
+        "Gemma-3-12B (GQA, D = 256, QK-norm per head, norms before and after attention and MLP)",
         AttentionConfig(
             3840,
             16,
@@ -158,42 +165,76 @@ PRESETS: dict[str, Preset] = {
             qk_norm_eps=1e-6,
         ),
         "gemma3",
+        Model(48, 15360, 262208, True, "https://huggingface.co/google/gemma-3-12b-pt/blob/main/config.json"),
     ),
-    "gemma-2-9b": Preset(  # its decoder layer (a norm before and after attention and MLP) is not counted yet
-        "Gemma-2-9B (GQA, D = 256, logit soft-capping at 50)",
+    "gemma-2-9b": Preset(
+        "Gemma-2-9B (GQA, D = 256, logit soft-capping at 50, norms before and after attention and MLP)",
         AttentionConfig(3584, 16, groups=8, head_dim=256, rope=True, causal=True, logit_softcap=50.0),
         "gemma2",
+        Model(42, 14336, 256000, True, "https://huggingface.co/google/gemma-2-9b/blob/main/config.json"),
     ),
     "falcon-7b": Preset("Falcon-7B (multi-query, G = 1)", AttentionConfig(4544, 71, groups=1, rope=True, causal=True)),
     "gemma-7b": Preset("Gemma-7B (D = 256 > E/H)", AttentionConfig(3072, 16, head_dim=256, rope=True, causal=True)),
 }
 
+# multi-head latent attention (chapter 9): counted by counting.count_mla, audited by hf.audit_mla_hf
+MLA_PRESETS: dict[str, Preset] = {
+    "deepseek-v3": Preset(
+        "DeepSeek-V3 (latent attention, 256 routed experts + 1 shared, 8 chosen)",
+        MLAConfig(7168, 128, kv_rank=512, q_rank=1536, nope_dim=128, rope_dim=64, v_dim=128, norm_eps=1e-6),
+        "deepseek_v3",
+        Model(
+            61, 2048, 129280, False, "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json",
+            experts=256, shared_ffn=2048, dense_layers=3, dense_ffn=18432,
+        ),
+    ),
+}  # fmt: skip
+ALL_PRESETS: dict[str, Preset] = {**PRESETS, **MLA_PRESETS}
+
+
+def _lookup(name: str) -> tuple[str, Preset]:
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key not in ALL_PRESETS:
+        raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(ALL_PRESETS)}")
+    return key, ALL_PRESETS[key]
+
 
 def preset(name: str) -> AttentionConfig:
-    key = name.strip().lower()
-    if key not in PRESETS:
-        raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(PRESETS)}")
-    return PRESETS[key].config
+    """The attention config of preset ``name`` (latent-attention presets have an :class:`MLAConfig`: see
+    :data:`MLA_PRESETS` and :func:`preset_count`)."""
+    key, p = _lookup(name)
+    if isinstance(p.config, MLAConfig):
+        raise ValueError(f"preset: {key} has latent attention, which no AttentionConfig describes; count it by scope")
+    return p.config
 
 
-def preset_rows(verified: dict | None = None, verified_block: dict | None = None) -> list[dict]:
-    """One row per preset: its architecture, closed-form counts at the three scopes (``block_*`` and
-    ``model_*`` are ``None`` where attnid counts no block), model type, and, given ``verified`` /
-    ``verified_block`` (:func:`attnid.hf.verify_presets` at scope attention / block), whether that
-    structure was audited through the real module (``True``), or ``None`` where none was."""
+def architecture(cfg: AttentionConfig | MLAConfig) -> dict:
+    """A preset's attention in the columns of :func:`preset_rows`: for latent attention every head has its
+    own position-free key (``groups = heads``), ``head_dim`` counts both query/key parts, ``rope_dims`` the
+    rotary one."""
+    if isinstance(cfg, MLAConfig):
+        return {"embed": cfg.embed, "heads": cfg.heads, "groups": cfg.heads, "head_dim": cfg.nope_dim + cfg.rope_dim,
+                "rope_dims": cfg.rope_dim, "bias": "none"}  # fmt: skip
+    return {"embed": cfg.E, "heads": cfg.H, "groups": cfg.G, "head_dim": cfg.D, "rope_dims": cfg.R,
+            "bias": cfg.bias or "none"}  # fmt: skip
+
+
+def preset_rows(
+    verified: dict | None = None, verified_block: dict | None = None, presets: dict[str, Preset] = PRESETS
+) -> list[dict]:
+    """One row per preset of ``presets`` (default :data:`PRESETS`; :data:`MLA_PRESETS` for latent attention):
+    its architecture, closed-form counts at the three scopes (``block_*`` and ``model_*`` are ``None`` where
+    attnid counts no block), model type, and, given ``verified`` / ``verified_block``
+    (:func:`attnid.hf.verify_presets` at scope attention / block), whether that structure was audited through
+    the real module (``True``), or ``None`` where none was."""
     rows = []
-    for name, p in PRESETS.items():
-        cfg, c = p.config, preset_count(name)
+    for name, p in presets.items():
+        c = preset_count(name)
         row = {
             "name": name,
             "description": p.description,
             "hf_type": p.hf_type,
-            "embed": cfg.E,
-            "heads": cfg.H,
-            "groups": cfg.G,
-            "head_dim": cfg.D,
-            "rope_dims": cfg.R,
-            "bias": cfg.bias or "none",
+            **architecture(p.config),
             "total_params": c.total_params,
             "unidentified": c.unidentified,
             "identified_fraction": c.identified_fraction,
@@ -211,29 +252,39 @@ def preset_rows(verified: dict | None = None, verified_block: dict | None = None
     return rows
 
 
+def preset_block(name: str) -> BlockConfig:
+    """The :class:`~attnid.counting.BlockConfig` of one decoder layer of preset ``name`` (a mixture-of-experts
+    layer where the model has them)."""
+    key, p = _lookup(name)
+    if p.model is None or p.hf_type is None:
+        raise ValueError(f"scope: {key} has no block structure attnid counts (only its attention); use scope attention")
+    if isinstance(p.config, MLAConfig):
+        m = p.model
+        return BlockConfig(
+            p.config, m.ffn, norm="rms", mlp="swiglu", mlp_bias=False, experts=m.experts, shared_ffn=m.shared_ffn
+        )
+    return block_config(p.hf_type, p.config.with_(causal=True), p.model.ffn)
+
+
 def preset_count(name: str, scope: str = "attention") -> Count:
     """:class:`~attnid.counting.Count` of preset ``name``: one attention layer (``"attention"``), one whole
     decoder layer (``"block"``), or the whole model (``"model"``: every layer, embeddings, final norm and
-    head; chapter 8). Presets without a counted block structure raise ``ValueError`` at the last two."""
-    from .counting import ModelConfig, count, count_block, count_model
-
-    key = name.strip().lower() if isinstance(name, str) else name
-    if key not in PRESETS:
-        raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(PRESETS)}")
+    head; chapters 8 and 9). Presets without a counted block structure raise ``ValueError`` at the last two."""
+    key, p = _lookup(name)
     if scope not in SCOPES:
         raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
-    p = PRESETS[key]
     if scope == "attention":
-        return count(p.config)
-    if p.model is None or p.hf_type is None:
-        raise ValueError(f"scope: {key} has no block structure attnid counts (only its attention); use scope attention")
-    block = block_config(p.hf_type, p.config.with_(causal=True), p.model.ffn)
+        return count_mla(p.config) if isinstance(p.config, MLAConfig) else count(p.config)
+    block = preset_block(key)
     if scope == "block":
         return count_block(block)
-    t = HF_TYPES[p.hf_type]
+    assert p.hf_type is not None and p.model is not None
+    t = HF_TYPES.get(p.hf_type)
+    m = p.model
     return count_model(
         ModelConfig(
-            block, p.model.layers, p.model.vocab, tied=p.model.tied, positions=t.positions,
-            context=p.model.context, unused_positions=t.unused_positions, head_bias=t.head_bias,
+            block, m.layers, m.vocab, tied=m.tied, positions=t.positions if t else "rope", context=m.context,
+            unused_positions=t.unused_positions if t else 0, head_bias=t.head_bias if t else False,
+            dense_layers=m.dense_layers, dense_ffn=m.dense_ffn,
         )
     )  # fmt: skip

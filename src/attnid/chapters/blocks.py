@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..attention import AttentionConfig
 from ..audit import audit_module, default_seq_len, tolerance_window
 from ..counting import count_model, layer_gauge_dims
 from ..hf import MIN_GAP, NEAR_NULL_BAND, audit_hf, build_block, build_model, equivalent_config, model_config
@@ -332,7 +333,7 @@ def table_compare(names: tuple[str, ...] = COMPARED) -> pd.DataFrame:
     rows = []
     for name in names:
         p = PRESETS[name]
-        assert p.model is not None  # the compared presets are decoder models
+        assert p.model is not None and isinstance(p.config, AttentionConfig)  # decoder models, no latent attention
         m, block, attn = (preset_count(name, scope) for scope in ("model", "block", "attention"))
         L, groups = p.model.layers, layer_gauge_dims(p.config)
         rotations = m.unidentified_by_block["stream_rotation"]

@@ -1,6 +1,7 @@
-"""Chapter 9, the attention of recent models: QK-norm (Qwen3, Gemma 3, OLMo 2) and logit soft-capping
-(Gemma 2). Each variant's closed form beside the Jacobian rank of our layer and of the real module, the
-published models' counts, and what gradient flow still conserves.
+"""Chapter 9, the attention of recent models: QK-norm (Qwen3, Gemma 3, OLMo 2), logit soft-capping (Gemma 2)
+and multi-head latent attention (DeepSeek-V3). Each variant's closed form beside the Jacobian rank of our layer
+and of the real module, the published models' counts at three scopes (their decoder layers audited through
+transformers), and what gradient flow still conserves.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import torch
 
 from ..attention import AttentionConfig, attention, init_params
 from ..audit import audit
-from ..counting import MLAConfig, count, count_mla
+from ..counting import SCOPES, MLAConfig, count, count_mla
 from ..dynamics import qk_norm_flow_rates
-from ..presets import PRESETS, preset_rows
+from ..presets import ALL_PRESETS, MLA_PRESETS, PRESETS, preset_count, preset_rows
 from . import with_formats
 
 READS: tuple[str, ...] = ()  # no run records: everything here is computed from the math
@@ -89,8 +90,10 @@ MLA_SHAPES = {  # audited through transformers' DeepseekV3Attention
     "small, query latent, ε = 0.05": MLAConfig(16, 2, kv_rank=6, q_rank=6, nope_dim=4, rope_dim=2, v_dim=4,
                                               norm_eps=0.05),
 }  # fmt: skip
+_V3 = MLA_PRESETS["deepseek-v3"].config
+assert isinstance(_V3, MLAConfig)
 MLA_PUBLISHED = {  # from the released configs (rms_norm_eps 1e-6)
-    "DeepSeek-V3": MLAConfig(7168, 128, kv_rank=512, q_rank=1536, nope_dim=128, rope_dim=64, v_dim=128, norm_eps=1e-6),
+    "DeepSeek-V3": _V3,
     "DeepSeek-V2-Lite": MLAConfig(2048, 16, kv_rank=512, q_rank=None, nope_dim=128, rope_dim=64, v_dim=128,
                                   norm_eps=1e-6),
 }  # fmt: skip
@@ -129,6 +132,7 @@ def published_table() -> pd.DataFrame:
     rows = []
     for name, without in PUBLISHED.items():
         cfg = PRESETS[name].config
+        assert isinstance(cfg, AttentionConfig)  # PRESETS holds no latent attention (MLA_PRESETS does)
         c, plain = count(cfg), count(cfg.with_(**without))
         r = scopes[name]
         rows.append(
@@ -188,9 +192,86 @@ def conservation_table(seed: int = 0) -> pd.DataFrame:
     return with_formats(df, **{"scales": "{:.1e}", "norm-weight trade": "{:.1e}", "ε": "{:g}"})
 
 
-def facts(variants: pd.DataFrame, published: pd.DataFrame, conservation: pd.DataFrame, mla: pd.DataFrame) -> dict:
+SCOPE_MODELS = ("qwen3-8b", "olmo-2-7b", "gemma-3-12b", "gemma-2-9b", "deepseek-v3")
+NORM_PLACES = {"pre": "before", "post": "after", "sandwich": "before and after"}
+
+
+def scopes_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
+    """Each of :data:`SCOPE_MODELS` at the three scopes (:func:`attnid.presets.preset_count`): the unidentified
+    share of one attention layer, one decoder layer and the whole model, the model's unidentified count, its
+    stream rotations and the decoder-layer terms that norms after a sub-layer or a mixture of experts bring;
+    with ``real``, the Jacobian count of a small decoder layer of the same structure through its transformers
+    class (:func:`attnid.hf.verify_presets`, which raises on a difference)."""
+    from ..hf import verify_presets
+
+    audits = verify_presets(list(SCOPE_MODELS), seed=seed, scope="block") if real else {}
+    rows = []
+    for name in SCOPE_MODELS:
+        c = {scope: preset_count(name, scope) for scope in SCOPES}
+        block = c["block"].unidentified_by_block
+        p = ALL_PRESETS[name]
+        assert p.model is not None
+        r = audits.get(name)
+        rows.append(
+            {
+                "model": name,
+                "norms": NORM_PLACES[_norm_position(p.hf_type)],
+                "experts": p.model.experts or None,
+                "attention": c["attention"].unidentified / c["attention"].total_params,
+                "block": c["block"].unidentified / c["block"].total_params,
+                "model ": c["model"].unidentified / c["model"].total_params,
+                "model unidentified": c["model"].unidentified,
+                "beyond the layers": c["model"].unidentified - c["model"].unidentified_by_block["blocks"],
+                "stream rotations": c["model"].unidentified_by_block["stream_rotation"],
+                "norm weights": block["norm_scale"],
+                "MLP rescaling": block["mlp_rescaling"],
+                "small layer audit": None if r is None else r.unidentified,
+                "its closed form": None if r is None else r.details["theory_unidentified"],
+                "gap": None if r is None else r.sv_gap,
+            }
+        )
+    pct = "{:.4%}"
+    return with_formats(
+        pd.DataFrame(rows),
+        **{k: pct for k in ("attention", "block", "model ")},
+        **{
+            k: "{:,.0f}"
+            for k in ("model unidentified", "beyond the layers", "stream rotations", "norm weights", "MLP rescaling")
+        },
+        gap="{:.1e}",
+    )
+
+
+def _norm_position(hf_type: str | None) -> str:
+    """Where a model type's block norms sit (latent-attention models: before each sub-layer)."""
+    from ..families import HF_TYPES
+
+    return HF_TYPES[hf_type].norm_position if hf_type in HF_TYPES else "pre"
+
+
+def fig_scopes(df: pd.DataFrame):
+    """The unidentified share of each model of :func:`scopes_table` at the three scopes (log scale)."""
+    from ..plotting import dot_rows
+
+    series = {
+        "one attention layer": ("o", 100 * df["attention"]),
+        "one decoder layer": ("s", 100 * df["block"]),
+        "whole model": ("^", 100 * df["model "]),
+    }
+    return dot_rows(
+        df["model"], series, xlabel="unidentified share of the parameters (%, log scale)",
+        title="Published models at three scopes", height=3.2,
+    )  # fmt: skip
+
+
+def facts(
+    variants: pd.DataFrame, published: pd.DataFrame, conservation: pd.DataFrame, mla: pd.DataFrame,
+    scopes: pd.DataFrame,
+) -> dict:  # fmt: skip
     """The numbers the chapter's prose glues."""
     v3 = mla.set_index("attention layer").loc["DeepSeek-V3"]
+    by_model = scopes.set_index("model")
+    audited = scopes["small layer audit"].notna()
     qwen = published.set_index("model").loc["qwen3-8b"]
     exact = conservation[conservation["ε"] == 0]
     moved = conservation[conservation["ε"] > 0]
@@ -207,4 +288,15 @@ def facts(variants: pd.DataFrame, published: pd.DataFrame, conservation: pd.Data
         "v3_unidentified": int(v3["unidentified"]),
         "v3_latents": int(v3["q_latent"] + v3["kv_latent"]),
         "v3_share": float(v3["share"]),
+        "n_layer_audits": int(audited.sum()),
+        "min_layer_gap": float(scopes.loc[audited, "gap"].min()) if audited.any() else float("nan"),
+        "qwen_rotations": int(by_model.loc["qwen3-8b", "stream rotations"]),
+        "qwen_rotation_share": float(
+            by_model.loc["qwen3-8b", "stream rotations"] / by_model.loc["qwen3-8b", "model unidentified"]
+        ),
+        "olmo_beyond_layers": int(by_model.loc["olmo-2-7b", "beyond the layers"]),
+        "gemma_beyond_layers": int(by_model.loc["gemma-3-12b", "beyond the layers"]),
+        "v3_model_unidentified": int(by_model.loc["deepseek-v3", "model unidentified"]),
+        "v3_model_share": float(by_model.loc["deepseek-v3", "model "]),
+        "v3_experts_rescaling": int(by_model.loc["deepseek-v3", "MLP rescaling"]),
     }
