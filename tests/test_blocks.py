@@ -13,28 +13,28 @@ from attnid.counting import BlockConfig, ModelConfig, count, count_block, count_
 from attnid.hf import HF_TYPES, HFAuditError, audit_hf, verify_presets
 from attnid.presets import PRESETS, preset_count, preset_rows
 
-# six shapes per model type at E <= 12: GQA/MQA where the type has it, partial RoPE, F != 4E, H = 1,
-# and the bias settings the type can express
+# six shapes per model type at E <= 12 (three heads at E = 6 where the layer is large): GQA/MQA where the
+# type has it, partial RoPE, F != 4E, H = 1, and the bias settings the type can express
 BLOCK_SHAPES = {
     "gpt2": [dict(heads=2), dict(heads=1), dict(heads=4), dict(heads=2, ffn=12), dict(heads=2, ffn=40),
              dict(embed=12, heads=3, ffn=20)],
     "opt": [dict(heads=2), dict(heads=1), dict(heads=2, bias="none"), dict(heads=4, ffn=12),
-            dict(heads=2, bias="none", ffn=20), dict(embed=12, heads=3, ffn=30)],
+            dict(heads=2, bias="none", ffn=20), dict(embed=6, heads=3, ffn=15)],
     "llama": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
-              dict(heads=2, bias="all", ffn=30), dict(embed=12, heads=3, groups=1, bias="all")],
+              dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
     "mistral": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
-                dict(heads=2, head_dim=2, ffn=30), dict(embed=12, heads=6, groups=2)],
+                dict(heads=2, head_dim=2, ffn=30), dict(embed=6, heads=3, groups=1)],
     "qwen2": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
-              dict(heads=2, ffn=30), dict(embed=12, heads=6, groups=3)],
+              dict(heads=2, ffn=30), dict(embed=6, heads=3, groups=3)],
     "gpt_neox": [dict(heads=2), dict(heads=1, rope_dims=4), dict(heads=1, rope_dims=6), dict(heads=2, bias="none"),
                  dict(heads=2, rope_dims=4, ffn=12), dict(embed=12, heads=2, rope_dims=2, ffn=20)],
     "phi": [dict(heads=2), dict(heads=1, rope_dims=6), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
-            dict(heads=2, rope_dims=4, ffn=20), dict(embed=12, heads=2, groups=1, rope_dims=2)],
+            dict(heads=2, rope_dims=4, ffn=20), dict(embed=8, heads=2, groups=1, rope_dims=2)],
     "qwen3": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
-              dict(heads=2, bias="all", ffn=30), dict(embed=12, heads=3, groups=1, bias="all")],
+              dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
     # norms after attention and MLP (OLMo 2) and on both sides (Gemma 2 and 3), all at ε = 0
     "olmo2": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
-              dict(heads=2, bias="all", ffn=30), dict(embed=12, heads=3, groups=1, bias="all")],
+              dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
     "gemma2": [dict(heads=2, ffn=12), dict(heads=1, ffn=12), dict(heads=4, groups=2, ffn=12),
                dict(heads=4, groups=1, head_dim=4, ffn=12), dict(heads=2, head_dim=6, bias="all", ffn=20),
                dict(embed=12, heads=3, groups=1, bias="all", ffn=16)],
