@@ -139,6 +139,13 @@ def test_a_norm_after_a_sublayer_frees_its_scale_at_eps_zero_only(hf_type):
     assert hf.audit_hf(hf_type, embed=8, heads=2, ffn=12, scope="model").details["terms"]["stream_rotation"] == 0
 
 
+def test_cli_refuses_norm_eps_for_an_attention_without_norms(capsys):
+    from attnid.cli import main
+
+    assert main(["audit", "--hf", "llama", "--norm-eps", "0.1"]) == 2
+    assert "llama's attention has no norm; add --block or --model" in capsys.readouterr().err
+
+
 def test_a_post_norm_block_refuses_what_it_was_not_derived_for():
     from attnid.counting import BlockConfig, ModelConfig
 

@@ -189,11 +189,10 @@ def _audit_hf(a) -> int:
         given = [
             f for f, v in (("--layers", a.layers), ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v is not None
         ]
-        qk_norm = a.hf in HF_TYPES and HF_TYPES[a.hf].qk_norm
-        if a.norm_eps != 0 and scope == "attention" and not qk_norm:
-            given.append("--norm-eps")
         if given:
             raise ValueError(f"{', '.join(given)}: only a whole-model audit (--model) has them")
+        if a.norm_eps != 0 and scope == "attention" and not (a.hf in HF_TYPES and HF_TYPES[a.hf].qk_norm):
+            raise ValueError(f"norm-eps: {a.hf}'s attention has no norm; add --block or --model")
     if scope == "attention" and a.ffn is not None:
         raise ValueError("ffn: the attention module has no MLP; add --block or --model")
     E, H = (
