@@ -353,13 +353,21 @@ def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, job
         start_new_session=True,
     )  # fmt: skip
     started = pids if jobs == "2" else pids[:1]
-    _wait_for(lambda: all(p.exists() and p.read_text() for p in started))
-    kernels = [int(p.read_text()) for p in started]
-    if sig == "SIGTERM":
-        proc.send_signal(signal.SIGTERM)
-    else:
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    _stdout, stderr = proc.communicate(timeout=120)
+    kernels: list[int] = []
+    try:
+        _wait_for(lambda: all(p.exists() and p.read_text() for p in started))
+        kernels = [int(p.read_text()) for p in started]
+        if sig == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _stdout, stderr = proc.communicate(timeout=120)
+    finally:  # a build that did not stop must not outlive the test
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            for k in kernels:
+                if _alive(k):
+                    os.kill(k, signal.SIGKILL)
     assert proc.returncode == rc, stderr[-3000:]
     assert f"interrupted ({sig})" in stderr and "Traceback" not in stderr, stderr[-3000:]
     _wait_for(lambda: not any(_alive(k) for k in kernels), timeout=30)

@@ -23,6 +23,7 @@ import argparse
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
@@ -291,9 +292,18 @@ def _execute_job(
         signal.signal(signal.SIGTERM, _interrupt)  # a worker: the book tool forwards SIGTERM to it
     t = time.perf_counter()
     try:
-        return execute_one(nb, out_dir, params, src_digest, force=force), "", time.perf_counter() - t
+        try:
+            return execute_one(nb, out_dir, params, src_digest, force=force), "", time.perf_counter() - t
+        finally:
+            if threads is not None:  # an idle worker ends quietly on SIGTERM
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except ChapterFailed as e:
         return "failed", str(e), time.perf_counter() - t
+    except KeyboardInterrupt:
+        # the interrupted cell's asyncio task ends with its kernel ("Kernel died"); asyncio would print that
+        # task's traceback when it is collected, after the tool's one-line message
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        raise
 
 
 def _interrupt(signum, frame):
@@ -349,10 +359,7 @@ def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced
                     result = ("failed", f"chapter {shown(futures[f])} failed: its worker process died", 0.0)
                 report(futures[f], result)
         except KeyboardInterrupt as e:
-            for proc in list(getattr(pool, "_processes", {}).values()):  # forward to the workers and kernels
-                if proc.is_alive():
-                    proc.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
+            _stop_workers(pool, futures)
             unfinished = [futures[f] for f in futures if not f.done() or f.cancelled() or f.exception()]
             raise Interrupted([nb for nb in todo if nb in unfinished], str(e) or "SIGINT") from None
         pool.shutdown(wait=True)
@@ -360,6 +367,23 @@ def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced
         print("\n".join(["", "BUILD FAILED:"] + [failures[nb] for nb in todo if nb in failures]), file=sys.stderr)
         raise SystemExit(1)
     return status
+
+
+def _stop_workers(pool, futures: dict, grace_s: float = 60.0) -> None:
+    """Forward an interrupt to the pool's workers (each stops its kernel and returns the interrupt as its
+    chapter's result), wait up to ``grace_s`` for them, kill any worker still busy, and let the pool go
+    without waiting on it (a worker stopped mid-message could leave the pool's queues blocked)."""
+    from concurrent.futures import wait
+
+    procs = [p for p in getattr(pool, "_processes", {}).values() if p.is_alive()]
+    for proc in procs:
+        proc.terminate()
+    wait(futures, timeout=grace_s)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
 
 
 def build_html(out: Path) -> None:
