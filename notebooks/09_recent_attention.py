@@ -181,7 +181,7 @@ table(mla)
 # up/down rescaling ({glue:text}`v3_experts_rescaling:,` directions per layer); the router, whose
 # sigmoid scores of the chosen experts are normalised to sum to one, has no shift or scale to give
 # once two or more experts are chosen. The whole model leaves {glue:text}`v3_model_unidentified:,`
-# parameters unidentified, {glue:text}`v3_model_share:.3%` of them.
+# parameters unidentified, {glue:text}`v3_model_share:.3%` of its parameters.
 #
 # Each structure is audited as a small decoder layer through its `transformers` class
 # ({glue:text}`n_layer_audits` audits, `attnid presets --verify`; DeepSeek-V3's with four experts,
