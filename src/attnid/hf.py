@@ -461,13 +461,18 @@ def _router_float64(original: Callable):
 MIN_EXPERT_SHARE = 0.05  # an expert chosen for fewer of the audit's tokens is refused as under-excited
 
 
-def _check_experts(layer: torch.nn.Module, x: torch.Tensor, experts: int) -> None:
-    """Refuse an audit whose tokens choose some expert too rarely to identify its weights (the count would then
-    describe the data, not the layer)."""
+def _check_experts(layer: torch.nn.Module, forward: Callable, x: torch.Tensor, experts: int) -> None:
+    """Refuse an audit whose tokens ``x`` choose some expert too rarely to identify its weights (the count would
+    then describe the data, not the layer): the router's choices are read off one forward pass of the layer."""
     router = next(m for m in layer.modules() if type(m).__name__.endswith("TopkRouter"))
-    h = layer.get_submodule("post_attention_layernorm")(torch.randn_like(x))  # the router reads a normed stream
-    with torch.no_grad():
-        chosen = router(h)[2]
+    seen: list[torch.Tensor] = []
+    hook = router.register_forward_hook(lambda module, args, out: seen.append(out[2]))
+    try:
+        with torch.no_grad():
+            forward(layer, x)
+    finally:
+        hook.remove()
+    chosen = seen[0]
     share = torch.bincount(chosen.reshape(-1), minlength=experts).double() / chosen.shape[0]
     if share.min() < MIN_EXPERT_SHARE:
         raise ValueError(
@@ -549,7 +554,7 @@ def audit_mla_hf(
         )
     x = torch.randn(B, L, cfg.embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
     if experts:
-        _check_experts(module, x, experts)
+        _check_experts(module, forward, x, experts)
     res = audit_module(module, (x,), forward=forward, rtol=rtol)
     layer = "DeepseekV3Attention" if scope == "attention" else "DeepseekV3DecoderLayer"
     res.details.update(
