@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow  # the whole file: it executes and builds the smok
 RUNS = tempfile.mkdtemp(prefix="attnid-runs-")  # smoke training records stay out of data/runs
 
 
-def book(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ATTNID_RUNS": RUNS}
+def book(*args: str, timeout: int = 1200, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ATTNID_RUNS": RUNS, **extra_env}
     return subprocess.run(
         [sys.executable, str(ROOT / "tools" / "book.py"), *args],
         capture_output=True,
@@ -311,6 +311,46 @@ def test_a_dead_kernel_is_named_and_the_other_chapters_go_on(tmp_path):
     assert statuses(r.stdout) == {str(dead): "failed", str(good): "executed"}
     failed = [line for line in r.stderr.splitlines() if "zz_dead_kernel_for_test.py failed" in line]
     assert len(failed) == 1 and "kernel" in failed[0].lower() and "Traceback" not in r.stderr
+
+
+def _kernels_that_die_at_start(tmp_path: Path, times: int) -> str:
+    """An IPython directory whose startup file ends the first ``times`` kernels started with it before they
+    answer their first request (as a kernel that lost the race for a port does); returns its path."""
+    ipython = tmp_path / "ipython"
+    startup = ipython / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    count = tmp_path / "starts"
+    (startup / "00-die.py").write_text(
+        f"import os\np = {str(count)!r}\nn = len(open(p).read()) if os.path.exists(p) else 0\n"
+        f"open(p, 'a').write('x')\nif n < {times}:\n    os.write(2, b'planted: died at start\\n')\n"
+        "    os._exit(3)\n"
+    )
+    return str(ipython)
+
+
+def test_a_kernel_that_dies_at_start_is_started_again(tmp_path):
+    good = tmp_path / "zz_restarted_for_test.py"
+    good.write_text(HEAD + "\n# %%\nprint('ran', x)\n")
+    ipython = _kernels_that_die_at_start(tmp_path, times=1)
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(good), IPYTHONDIR=ipython)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert statuses(r.stdout) == {str(good): "executed"}
+    assert "kernel died at start: planted: died at start; starting it again" in r.stdout
+    assert (tmp_path / "starts").read_text() == "xx"  # died once, ran at the second start
+
+
+def test_a_kernel_that_always_dies_at_start_fails_its_chapter_with_the_reason(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import book as book_tool
+
+    good = tmp_path / "zz_never_starts_for_test.py"
+    good.write_text(HEAD)
+    ipython = _kernels_that_die_at_start(tmp_path, times=99)
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(good), IPYTHONDIR=ipython)
+    assert r.returncode == 1 and statuses(r.stdout) == {str(good): "failed"}
+    tries = book_tool.KERNEL_START_TRIES
+    assert f"at each of {tries} starts: planted: died at start" in r.stderr
+    assert len((tmp_path / "starts").read_text()) == tries
 
 
 def _wait_for(pred, timeout: float = 120.0) -> None:

@@ -13,8 +13,10 @@ record counts). The records' digest is taken before and after a chapter runs: a 
 changed while it ran (it trained them, or another process did) is executed once more at once, and is
 stamped only when the records it read are the ones there after it.
 
-A dead kernel fails its chapter (named) and the others go on. SIGTERM or Ctrl-C stops the workers and
-their kernels, stamps nothing unfinished and exits with one line.
+A dead kernel fails its chapter (named) and the others go on. A kernel that dies before it answers its
+first request has run none of the chapter; it is started again, up to ``KERNEL_START_TRIES`` times (kernels
+started side by side can race for the same free port, papermill issue 511). SIGTERM or Ctrl-C stops the
+workers and their kernels, stamps nothing unfinished and exits with one line.
 """
 
 from __future__ import annotations
@@ -174,27 +176,53 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
     return "executed"
 
 
+KERNEL_START_TRIES = 3  # starts of a kernel that dies before it runs anything, per chapter
+
+
 def _papermill(nb: Path, source_nb: Path, target: Path, params: dict) -> float:
     """Execute ``source_nb`` into ``target``; returns the seconds. A failing cell or a dead kernel raises
     :class:`ChapterFailed` naming the chapter; an interrupt propagates (papermill shuts its kernel down). The
-    kernel process's own log (its stderr, not the chapter's output) goes to ``<target>.kernel.log``."""
+    kernel process's own log (its stderr, not the chapter's output) goes to ``<target>.kernel.log``, every
+    start's one after the other. A kernel that dies at start is started again (module docstring)."""
     import papermill as pm
 
     t0 = time.perf_counter()
     log = target.with_suffix(".kernel.log")
+    log.write_text("")
+    for start in range(1, KERNEL_START_TRIES + 1):
+        try:
+            _with_stderr_to(log, lambda: _run_papermill(pm, nb, source_nb, target, params, log))
+            break
+        except KernelDiedAtStart as e:
+            if start == KERNEL_START_TRIES:
+                raise ChapterFailed(nb, None, f"{e.message}, at each of {start} starts{_last_line(log)}") from None
+            print(f"  (its kernel died at start{_last_line(log)}; starting it again)  {shown(nb)}", flush=True)
+    return time.perf_counter() - t0
+
+
+def _with_stderr_to(log: Path, run) -> None:
+    """Call ``run()`` with file descriptor 2 appended to ``log`` (the kernel inherits this process's stderr)."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
-        with open(log, "w") as f:
-            os.dup2(f.fileno(), 2)  # the kernel inherits this process's stderr
+        with open(log, "a") as f:
+            os.dup2(f.fileno(), 2)
             try:
-                _run_papermill(pm, nb, source_nb, target, params, log)
+                run()
             finally:
                 sys.stderr.flush()
                 os.dup2(saved, 2)
     finally:
         os.close(saved)
-    return time.perf_counter() - t0
+
+
+def _last_line(log: Path) -> str:
+    """``": <the kernel's last words in its log>"`` (what it printed as it died), or ``""`` when it printed
+    nothing; the kernel app's warnings and nbclient's own line about the death are not the kernel's words."""
+    noise = ("[IPKernelApp]", "Error occurred while starting new kernel client")
+    text = log.read_text(errors="replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(noise)]
+    return f": {lines[-1][:200]}" if lines else ""
 
 
 def _run_papermill(pm, nb: Path, source_nb: Path, target: Path, params: dict, log: Path) -> None:
@@ -213,6 +241,8 @@ def _run_papermill(pm, nb: Path, source_nb: Path, target: Path, params: dict, lo
     except Exception as e:
         lines = [line for line in str(e).strip().splitlines() if line.strip()]
         why = f"{type(e).__name__}: {lines[0] if lines else 'no message'} (kernel log: {shown(log)})"
+        if "before replying to kernel_info" in str(e):  # nbclient: the kernel died before it ran anything
+            raise KernelDiedAtStart(nb, None, why) from None
         raise ChapterFailed(nb, None, why) from None
 
 
@@ -221,6 +251,10 @@ class ChapterFailed(Exception):
         self.nb, self.exec_count, self.message, self.cell_index = nb, exec_count, message, cell_index
         where = f"cell {cell_index} (execution count {exec_count})" if cell_index is not None else "its kernel"
         super().__init__(f"chapter {shown(nb)} failed in {where}: {message}")
+
+
+class KernelDiedAtStart(ChapterFailed):
+    """The chapter's kernel died before it answered its first request: it ran none of the chapter."""
 
 
 def reproducibility_page(out: Path, order: list[Path]) -> None:
