@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker per core (make test): one thread each
+if os.environ.get("PYTEST_XDIST_WORKER"):  # about one worker per core (make test): one thread each
     import torch
 
     torch.set_num_threads(1)

@@ -19,9 +19,23 @@ def keep_torch_threads():
     torch.set_num_threads(n)
 
 
-def run(*args):
-    cmd = [EXE] if EXE else [sys.executable, "-m", "attnid"]
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=300)
+def run(*args: str) -> subprocess.CompletedProcess:
+    """``attnid ARGS`` run in this process, returned as a finished process (exit status, stdout, stderr): an
+    import of torch saved per command. An unexpected exception is not turned into a status: it fails the test,
+    as a traceback would. The tests that need a process of their own (signals, a closed pipe, two processes
+    at once, the installed entry point) start one."""
+    import contextlib
+    import io
+
+    from attnid.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse's own refusals
+            code = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess(["attnid", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_count_json():
@@ -84,7 +98,7 @@ def test_bad_input_is_one_line_exit_2(args, word, capsys):
 def test_data_and_training_commands_validate_first(tmp_path):
     bad = tmp_path / "x.txt"
     bad.write_text("not shakespeare")
-    r = subprocess.run([EXE, "data", "--path", str(bad)], capture_output=True, text=True)
+    r = run("data", "--path", str(bad))
     assert r.returncode == 2 and "sha256" in r.stderr
     r = run("train", "--profile", "cpu", "--case", "lion")
     assert r.returncode == 2 and "case" in r.stderr
@@ -92,20 +106,18 @@ def test_data_and_training_commands_validate_first(tmp_path):
     assert r.returncode == 2 and "profile" in r.stderr
 
 
-def test_train_reuses_records_and_names_damage(tmp_path):
-    import os
-
-    env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
-    cmd = [EXE, "train", "--profile", "smoke", "--case", "sgd", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+def test_train_reuses_records_and_names_damage(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path))
+    cmd = ["train", "--profile", "smoke", "--case", "sgd", "--json"]
+    r = run(*cmd)
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["precision"] == "fp32" and s["steps"] == 50 and "metrics.jsonl.gz" in s["files"]
     (tmp_path / "smoke" / "sgd" / "heads.json").write_text("{}")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = run(*cmd)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1 and "heads.json" in lines[0] and "--force" in lines[0]
-    r = subprocess.run([*cmd, "--force"], capture_output=True, text=True, env=env)
+    r = run(*cmd, "--force")
     assert r.returncode == 0, r.stderr
 
 

@@ -95,25 +95,23 @@ def test_every_preset_with_a_model_type_is_verified():
     assert [r["verified"] for r in rows] == [None if p.hf_type is None else True for p in PRESETS.values()]
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "attnid", *args], capture_output=True, text=True)
-
-
-def test_cli_audit_hf_json():
+def test_cli_audit_hf_json(capsys):
     import json
 
-    r = _cli("audit", "--hf", "qwen2", "--embed", "16", "--heads", "4", "--groups", "2", "--json")
-    assert r.returncode == 0, r.stderr
-    d = json.loads(r.stdout)
+    from attnid.cli import main
+
+    assert main(["audit", "--hf", "qwen2", "--embed", "16", "--heads", "4", "--groups", "2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
     assert d["hf_type"] == "qwen2" and d["module"].endswith("Qwen2Attention")
     assert d["unidentified"] == d["theory_unidentified"] == 40
     assert {"total_params", "rank", "sv_gap", "seconds", "details"} <= set(d)
 
 
-def test_cli_rejects_what_the_model_type_cannot_express():
-    r = _cli("audit", "--hf", "gpt2", "--embed", "16", "--heads", "4", "--groups", "2")
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [
+def test_cli_rejects_what_the_model_type_cannot_express(capsys):
+    from attnid.cli import main
+
+    assert main(["audit", "--hf", "gpt2", "--embed", "16", "--heads", "4", "--groups", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "attnid: error: groups: gpt2 has no grouped-query attention (groups must equal heads)"
     ]
 

@@ -1,0 +1,261 @@
+"""The book tool (tools/book.py, tools/check_pages.py) on tiny chapters and pages: a failing cell or a dead
+kernel is named and the other chapters go on, a stop stamps nothing, the cache reads the records a chapter
+reads, and the page check reports what it cannot check. The smoke book itself is tests/test_book.py's."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from booktool import CHROMIUM, HEAD, ROOT, RUNS, book, statuses
+
+pytestmark = pytest.mark.slow  # kernels and browsers: seconds each
+
+
+def test_failing_chapter_is_named_with_its_cell(tmp_path):
+    """Two chapters side by side (--jobs 2): the failing one is named with its cell, the other is executed."""
+    bad, good = tmp_path / "zz_failing_for_test.py", tmp_path / "zz_passing_for_test.py"
+    bad.write_text(HEAD + '\n# %%\nraise RuntimeError("deliberate failure")\n')
+    good.write_text(HEAD)
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), "--jobs", "2", str(bad), str(good))
+    assert r.returncode == 1
+    assert "zz_failing_for_test.py failed in cell" in r.stderr and "deliberate failure" in r.stderr
+    assert statuses(r.stdout) == {str(bad): "failed", str(good): "executed"}
+
+
+def test_bad_profile_is_refused():
+    r = book("execute", "--profile", "huge")
+    assert r.returncode == 2 and "profile" in r.stderr
+
+
+def test_a_fork_under_any_name_is_executed_by_make_chapter(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import book as book_tool
+
+    fork = (ROOT / "notebooks" / "my_fork.py").resolve()
+    todo, forced = book_tool.plan("build", [fork], force=False)
+    assert fork in todo and fork in forced and set(book_tool.chapters()) <= set(todo)
+    todo, forced = book_tool.plan("execute", None, force=False)
+    assert todo == book_tool.chapters() and not forced
+
+
+def test_cache_sees_the_records_a_chapter_reads(tmp_path):
+    """A chapter that reads run records re-executes when one is removed (or added, or remade), and only then."""
+    home = tmp_path / "home"
+    shutil.copytree(ROOT / "data" / "runs" / "paper", home / "data" / "runs" / "paper")
+    (home / "pyproject.toml").write_text("")
+    reader = tmp_path / "reads_records.py"
+    reader.write_text(
+        '# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n'
+        '# %%\nfrom attnid.lm.analysis import load_suite\n\nprint(sorted(load_suite("paper", "dynamics").runs))\n'
+    )
+    out = tmp_path / "b"
+
+    def run() -> str:
+        env = {**os.environ, "ATTNID_RUNS": RUNS, "ATTNID_HOME": str(home)}
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "book.py"), "execute", "--profile", "smoke", "--out", str(out),
+             str(reader)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        return statuses(r.stdout)[str(reader)]
+
+    assert run() == "executed"
+    assert run() == "cached"
+    shutil.rmtree(home / "data" / "runs" / "paper" / "sgd")
+    assert run() == "executed"
+    assert run() == "cached"
+
+
+def test_records_digest_changes_with_the_records(tmp_path):
+    from attnid.lm.records import records_digest
+
+    root = tmp_path / "runs"
+    shutil.copytree(ROOT / "data" / "runs" / "paper", root / "paper")
+    before = records_digest(["paper"], ["sgd", "adamw"], roots=[root])
+    assert before == records_digest(["paper"], ["sgd", "adamw"], roots=[root])
+    assert before != records_digest(["paper"], ["sgd"], roots=[root])
+    (root / "paper" / "adamw-s1").mkdir()
+    shutil.copy(root / "paper" / "adamw" / "summary.json", root / "paper" / "adamw-s1")
+    assert before != records_digest(["paper"], ["sgd", "adamw"], roots=[root])  # a seed added
+    assert records_digest(["paper"], ["sgd_wd"], roots=[root]) != records_digest(["paper"], [], roots=[root])
+    with gzip.open(root / "paper" / "sgd" / "metrics.jsonl.gz", "rb") as f:
+        rows = f.read()
+    added = records_digest(["paper"], ["sgd", "adamw"], roots=[root])
+    with gzip.open(root / "paper" / "sgd" / "metrics.jsonl.gz", "wb") as f:
+        f.write(rows[: len(rows) // 2])  # truncated rows: the summary is unchanged, the digest is not
+    assert records_digest(["paper"], ["sgd", "adamw"], roots=[root]) != added
+
+
+@pytest.mark.parametrize("what", ["missing", "empty", "file"])
+def test_a_page_check_that_would_check_nothing_fails(tmp_path, what):
+    target = tmp_path / "html"
+    if what == "empty":
+        target.mkdir()
+    elif what == "file":
+        target.write_text("not a book")
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "check_pages.py"), str(target)], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and str(target) in r.stderr and "no problems" not in r.stdout
+
+
+def test_book_tool_refuses_a_folder_as_chapter_and_a_file_as_out(tmp_path):
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(tmp_path))
+    assert r.returncode == 2 and "not a chapter source" in r.stderr
+    f = tmp_path / "file"
+    f.write_text("")
+    r = book("execute", "--profile", "smoke", "--out", str(f))
+    assert r.returncode == 2 and "not a folder" in r.stderr
+
+
+def test_a_dead_kernel_is_named_and_the_other_chapters_go_on(tmp_path):
+    dead, good = tmp_path / "zz_dead_kernel_for_test.py", tmp_path / "zz_after_it_for_test.py"
+    dead.write_text(HEAD + "\n# %%\nimport os\n\nos._exit(1)\n")
+    good.write_text(HEAD)
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(dead), str(good))
+    assert r.returncode == 1
+    assert statuses(r.stdout) == {str(dead): "failed", str(good): "executed"}
+    failed = [line for line in r.stderr.splitlines() if "zz_dead_kernel_for_test.py failed" in line]
+    assert len(failed) == 1 and "kernel" in failed[0].lower() and "Traceback" not in r.stderr
+
+
+def _kernels_that_die_at_start(tmp_path: Path, times: int) -> str:
+    """An IPython directory whose startup file ends the first ``times`` kernels started with it before they
+    answer their first request (as a kernel that lost the race for a port does); returns its path."""
+    ipython = tmp_path / "ipython"
+    startup = ipython / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    count = tmp_path / "starts"
+    (startup / "00-die.py").write_text(
+        f"import os\np = {str(count)!r}\nn = len(open(p).read()) if os.path.exists(p) else 0\n"
+        f"open(p, 'a').write('x')\nif n < {times}:\n    os.write(2, b'planted: died at start\\n')\n"
+        "    os._exit(3)\n"
+    )
+    return str(ipython)
+
+
+def test_a_kernel_that_dies_at_start_is_started_again(tmp_path):
+    good = tmp_path / "zz_restarted_for_test.py"
+    good.write_text(HEAD + "\n# %%\nprint('ran', x)\n")
+    ipython = _kernels_that_die_at_start(tmp_path, times=1)
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(good), IPYTHONDIR=ipython)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert statuses(r.stdout) == {str(good): "executed"}
+    assert "kernel died at start: planted: died at start; starting it again" in r.stdout
+    assert (tmp_path / "starts").read_text() == "xx"  # died once, ran at the second start
+
+
+def test_a_kernel_that_always_dies_at_start_fails_its_chapter_with_the_reason(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import book as book_tool
+
+    good = tmp_path / "zz_never_starts_for_test.py"
+    good.write_text(HEAD)
+    ipython = _kernels_that_die_at_start(tmp_path, times=99)
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(good), IPYTHONDIR=ipython)
+    assert r.returncode == 1 and statuses(r.stdout) == {str(good): "failed"}
+    tries = book_tool.KERNEL_START_TRIES
+    assert f"at each of {tries} starts: planted: died at start" in r.stderr
+    assert len((tmp_path / "starts").read_text()) == tries
+
+
+def _wait_for(pred, timeout: float = 120.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise TimeoutError("the event did not happen")
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig, jobs, rc", [("SIGTERM", "2", 143), ("SIGINT", "1", 130)])
+def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, jobs, rc):
+    """SIGTERM to the book tool (what timeout and a CI cancel send), or Ctrl-C to its process group: every kernel
+    stops, no chapter is stamped or left half-staged, and the tool says so in one line."""
+    import signal
+
+    pids = [tmp_path / f"kernel{i}.pid" for i in range(2)]
+    chapters = []
+    for i, pid in enumerate(pids):
+        nb = tmp_path / f"zz_sleeper{i}_for_test.py"
+        nb.write_text(
+            HEAD + f"\n# %%\nimport os, signal\n\nopen({str(pid)!r}, 'w').write(str(os.getpid()))\nsignal.pause()\n"
+        )
+        chapters.append(str(nb))
+    out = tmp_path / "b"
+    env = {**os.environ, "ATTNID_RUNS": RUNS}
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "book.py"), "execute", "--profile", "smoke", "--out", str(out),
+         "--jobs", jobs, *chapters], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    started = pids if jobs == "2" else pids[:1]
+    kernels: list[int] = []
+    try:
+        _wait_for(lambda: all(p.exists() and p.read_text() for p in started))
+        kernels = [int(p.read_text()) for p in started]
+        if sig == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _stdout, stderr = proc.communicate(timeout=120)
+    finally:  # a build that did not stop must not outlive the test
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            for k in kernels:
+                if _alive(k):
+                    os.kill(k, signal.SIGKILL)
+    assert proc.returncode == rc, stderr[-3000:]
+    assert f"interrupted ({sig})" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    _wait_for(lambda: not any(_alive(k) for k in kernels), timeout=30)
+    generated = out / "_generated"
+    assert not list(generated.glob("*.hash")) and not list(generated.glob(".*.source.ipynb"))
+
+
+def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from check_pages import check_book
+
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "a.html").write_text("<html><head><title>a</title></head><body><p>fine</p></body></html>")
+    (html / "b.html").write_text("<html><body><p>stuck</p><script>while (true) {}</script></body></html>")
+    problems = check_book(html, timeout_s=3)
+    assert [p for p in problems if p.startswith("b.html")] == [
+        "b.html: could not be checked (TimeoutError: Page.goto: Timeout 3000ms exceeded.)"
+    ]
+    assert any(p.startswith("a.html") for p in problems)  # the other page's findings are not lost
+
+
+def test_the_cache_knows_which_suites_each_chapter_reads():
+    """The thin chapters read records through their chapter module (``READS``); a fork that calls
+    ``load_suite`` names its suites itself; a chapter that reads none has no records digest."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import book as book_tool
+
+    def reads(name: str) -> set[str]:
+        return book_tool.suites_read((ROOT / "notebooks" / f"{name}.py").read_text())
+
+    assert reads("06_training_dynamics") == {"dynamics"}
+    assert reads("07_heads") == {"dynamics", "heads"}
+    assert reads("08_beyond_attention") == set() and reads("02_invariances") == set()
+    fork = 'from attnid.lm.analysis import load_suite\nload_suite("paper", "heads")\n'
+    assert book_tool.suites_read(fork) == {"heads"}
+    assert book_tool.records_read(ROOT / "notebooks" / "06_training_dynamics.py", "smoke") != ""
