@@ -57,11 +57,7 @@ def test_cache_sees_the_records_a_chapter_reads(tmp_path):
     out = tmp_path / "b"
 
     def run() -> str:
-        env = {**os.environ, "ATTNID_RUNS": RUNS, "ATTNID_HOME": str(home)}
-        r = subprocess.run(
-            [sys.executable, str(ROOT / "tools" / "book.py"), "execute", "--profile", "smoke", "--out", str(out),
-             str(reader)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
-        )  # fmt: skip
+        r = book("execute", "--profile", "smoke", "--out", str(out), str(reader), ATTNID_HOME=str(home))
         assert r.returncode == 0, r.stderr[-3000:]
         return statuses(r.stdout)[str(reader)]
 
