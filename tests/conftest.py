@@ -9,6 +9,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # about one worker per core (make tes
     import torch
 
     torch.set_num_threads(1)
+    # and in the processes the tests start (kernels, commands): threads beyond the cores spin and cost CPU
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from attnid.lm.metrics import Key
 from attnid.lm.profiles import make_config
 from attnid.lm.train import Interrupted, train
 
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1)  # a batch of two seeds: each equals its run alone (the interrupted batch below has three)
 # metrics that are real numbers of the run; the others are round-off (the key-bias gradient and, under
 # AdamW, the key bias it moves; every ρ of plain SGD) and only their size is reproducible
 MEASURED = (Key.TRAIN_LOSS, Key.VAL_LOSS, Key.BETA_DRIFT, Key.BETA_REL, Key.TAU, Key.QK_SV, Key.GRAD_BQ, Key.NORM_BQ)
@@ -29,7 +29,7 @@ def _rel_diff(a: list[dict], b: list[dict], key: Key) -> float:
 
 @pytest.fixture(scope="module", params=["adamw", "sgd", "adamw_rebalance"])
 def pair(request, corpus, tmp_path_factory):
-    """The same three seeds of one case trained alone and as one batched model."""
+    """The same seeds of one case trained alone and as one batched model."""
     out = tmp_path_factory.mktemp("runs")
     cfgs = [make_config("smoke", request.param, seed=s) for s in SEEDS]
     alone = [train(c, out=out / "alone", data=corpus, progress=False) for c in cfgs]
@@ -46,7 +46,7 @@ def test_batched_rows_equal_rows_trained_alone(pair):
         assert np.allclose(a["heads"]["importance"], b["heads"]["importance"], atol=1e-5)
         if case == "sgd":  # plain SGD: ρ is round-off either way
             assert max(v for r in b["rows"] if Key.RHO in r for layer in r[Key.RHO] for v in layer) < 1e-12
-    assert len({round(t["final_val_loss"], 4) for t in together}) == len(SEEDS)  # three different runs
+    assert len({round(t["final_val_loss"], 4) for t in together}) == len(SEEDS)  # different runs
 
 
 def test_batched_records_are_ordinary_records(pair):
@@ -62,7 +62,7 @@ def test_batched_records_are_ordinary_records(pair):
 def test_an_interrupted_batch_resumes_alone_or_batched(corpus, tmp_path):
     """The checkpoints a batch writes are each seed's own: a seed resumes from them alone, and the
     others as a batch, with the rows of an uninterrupted run (to round-off)."""
-    cfgs = [make_config("smoke", "adamw", seed=s) for s in SEEDS]
+    cfgs = [make_config("smoke", "adamw", seed=s) for s in (0, 1, 2)]
     whole = [train(c, out=tmp_path / "whole", data=corpus, progress=False) for c in cfgs]
     with pytest.raises(Interrupted):
         train_seeds(cfgs, out=tmp_path / "cut", data=corpus, progress=False, stop_after=30)

@@ -255,3 +255,52 @@ def test_the_cache_knows_which_suites_each_chapter_reads():
     fork = 'from attnid.lm.analysis import load_suite\nload_suite("paper", "heads")\n'
     assert book_tool.suites_read(fork) == {"heads"}
     assert book_tool.records_read(ROOT / "notebooks" / "06_training_dynamics.py", "smoke") != ""
+
+
+def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypatch, tmp_path):
+    """Chapters 6 and 7 train the runs they read (``ensure_suite``). The tool trains them first, so the records
+    do not change while the chapter runs (it would be executed a second time); at the paper profile without a
+    GPU, or for a fork that only reads records (``load_suite``), it trains nothing."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import attnid.chapters as chapters
+    import book as book_tool
+
+    calls: list[tuple[str, str, str]] = []
+
+    def run_suite(profile: str, suite: str, device: str = "auto", report=None) -> int:
+        calls.append((profile, suite, device))
+        return 0
+
+    monkeypatch.setattr(chapters, "run_suite", run_suite)
+    heads = ROOT / "notebooks" / "07_heads.py"
+    book_tool.train_before(heads, {"profile": "smoke", "seed": 0, "device": "cpu"})
+    assert calls == [("smoke", "dynamics", "cpu"), ("smoke", "heads", "cpu")]
+    calls.clear()
+    book_tool.train_before(heads, {"profile": "paper", "seed": 0, "device": "cpu"})
+    fork = tmp_path / "fork.py"
+    fork.write_text('from attnid.lm.analysis import load_suite\nload_suite("smoke", "heads")\n')
+    book_tool.train_before(fork, {"profile": "smoke", "seed": 0, "device": "cpu"})
+    book_tool.train_before(ROOT / "notebooks" / "02_invariances.py", {"profile": "smoke"})
+    assert calls == []
+
+
+def test_a_stop_while_the_tool_trains_a_chapters_runs_is_the_builds_stop(monkeypatch, tmp_path):
+    """A training loop turns Ctrl-C (or the worker's SIGTERM) into its own ``Interrupted`` (where to resume);
+    inside the book tool that is the build's stop, named by its signal, with nothing stamped."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import book as book_tool
+    from attnid.lm.train import Interrupted, interrupted
+
+    def training(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt("SIGTERM")
+        except KeyboardInterrupt:
+            raise interrupted(3, 2) from None
+
+    monkeypatch.setattr(book_tool, "execute_one", training)
+    with pytest.raises(Interrupted):
+        training()
+    chapter = ROOT / "notebooks" / "07_heads.py"
+    with pytest.raises(book_tool.Interrupted, match=r"interrupted \(SIGTERM\): 1 chapter") as e:
+        book_tool.execute_all(tmp_path, {"profile": "smoke"}, [chapter], ROOT / "src", set())
+    assert e.value.unfinished == [chapter] and not list(tmp_path.rglob("*.hash"))

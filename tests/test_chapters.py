@@ -226,12 +226,20 @@ def test_gpt2_block_moves_and_a_planted_audit_mismatch():
 
 
 # ------------------------------------------------------------------------------ chapter 9 (attnid.chapters.recent)
-def test_recent_chapter_counts_meet_the_jacobian_and_a_planted_error_raises(monkeypatch):
+@pytest.fixture(scope="module")
+def variants():
+    """Chapter 9's variant table against our layer's Jacobian (about 5 s: read by two tests)."""
+    from attnid.chapters import recent as rc
+
+    return rc.variant_table(real=False)
+
+
+def test_recent_chapter_counts_meet_the_jacobian_and_a_planted_error_raises(variants, monkeypatch):
     """Chapter 9's variant table: every closed form equals the Jacobian count of our layer (the real modules
     are tests/test_modern_attention.py's); a closed form that is off by one raises instead of being shown."""
     from attnid.chapters import recent as rc
 
-    df = rc.variant_table(real=False)
+    df = variants
     assert (df["unidentified"] == df["our layer"]).all() and (df["smallest gap"] > 1e6).all()
     qk = dict(zip(df["variant"], df["QK block"], strict=True))
     assert qk["RoPE (Llama)"] == 2 * 8 and qk["RoPE + QK-norm per head, ε = 0 (Qwen3)"] == 2 + 2 + 4
@@ -254,7 +262,7 @@ def test_recent_chapter_counts_meet_the_jacobian_and_a_planted_error_raises(monk
         rc.variant_table(real=False)
 
 
-def test_recent_chapter_published_and_conservation_facts():
+def test_recent_chapter_published_and_conservation_facts(variants):
     from attnid.chapters import recent as rc
 
     published = rc.published_table()
@@ -276,7 +284,7 @@ def test_recent_chapter_published_and_conservation_facts():
     assert by_model.loc["olmo-2-7b", "norm weights"] == 0 and by_model.loc["gemma-2-9b", "norm weights"] == 2 * 3584
     assert by_model.loc["deepseek-v3", "MLP rescaling"] == 256 * 2048 + 2048
     assert (scopes["block"] < scopes["attention"]).all() and scopes["small layer audit"].isna().all()
-    facts = rc.facts(rc.variant_table(real=False), published, conservation, mla, scopes)
+    facts = rc.facts(variants, published, conservation, mla, scopes)
     assert facts["qwen_qk"] == 64 and facts["n_real"] == 0 and facts["v3_latents"] == v3["q_latent"] + v3["kv_latent"]
     assert facts["n_layer_audits"] == 0 and facts["qwen_rotation_share"] > 0.5
     assert facts["olmo_beyond_layers"] == 2 * 4096 and facts["gemma_beyond_layers"] == 0  # final norm + logit shift

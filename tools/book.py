@@ -67,19 +67,39 @@ def tree_hash(src_dir: Path) -> str:
 
 def suites_read(text: str) -> set[str]:
     """The suites a chapter's source reads: those it names (``"dynamics"``, ``"heads"``) where it calls
-    ``load_suite``, and the ``READS`` of every chapter module it imports (``from attnid.chapters import
-    dynamics as ch``)."""
+    ``load_suite``, and those of :func:`suites_trained`."""
+    from attnid.lm.profiles import SUITES
+
+    return {name for name in SUITES if "load_suite(" in text and f'"{name}"' in text} | suites_trained(text)
+
+
+def suites_trained(text: str) -> set[str]:
+    """The ``READS`` of every chapter module a chapter's source imports (``from attnid.chapters import
+    dynamics as ch``): the suites that module's loader trains where it can, then reads (``ensure_suite``)."""
     import importlib
     import importlib.util
 
-    from attnid.lm.profiles import SUITES
-
-    read = {name for name in SUITES if "load_suite(" in text and f'"{name}"' in text}
+    read = set()
     for line in re.findall(r"^from attnid\.chapters import (.+)$", text, flags=re.M):
         for name in (part.split(" as ")[0].strip() for part in line.strip("()").split(",")):
             if importlib.util.find_spec(f"attnid.chapters.{name}") is not None:
                 read |= set(getattr(importlib.import_module(f"attnid.chapters.{name}"), "READS", ()))
     return read
+
+
+def train_before(nb: Path, params: dict) -> None:
+    """Train the runs the chapter's loader would train (:func:`suites_trained`, by the rule of
+    ``attnid.chapters.train_suites``) before its kernel starts: the chapter then reads records that do not
+    change while it runs, and is executed once, not once more for records it made itself."""
+    trained = sorted(suites_trained(nb.read_text()))
+    if not trained:
+        return
+    from attnid.chapters import train_suites
+
+    def report(message: str) -> None:
+        print(f"    trained {message}  (read by {shown(nb)})", flush=True)
+
+    train_suites(params.get("profile", "cpu"), trained, params.get("device", "auto"), report=report)
 
 
 def records_read(nb: Path, profile: str) -> str:
@@ -133,6 +153,7 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
     target = out_dir / f"{nb.stem}.ipynb"
     stamp = out_dir / f"{nb.stem}.hash"
     profile = params.get("profile", "cpu")
+    train_before(nb, params)
     digest = chapter_hash(nb, params, src_digest, records_read(nb, profile))
     if not force and target.exists() and stamp.exists() and stamp.read_text() == digest:
         return "cached"
@@ -150,6 +171,7 @@ def execute_one(nb: Path, out_dir: Path, params: dict, src_digest: str, force: b
             after = records_read(nb, profile)
             if after == before:
                 break
+            print(f"    (the records {shown(nb)} reads changed while it ran: executing it again)", flush=True)
     finally:
         source_nb.unlink(missing_ok=True)
     import torch
@@ -323,7 +345,12 @@ def _execute_job(
     if threads is not None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(threads)
+        import torch  # already imported with this module: its threads for the runs trained here (train_before)
+
+        torch.set_num_threads(threads)
         signal.signal(signal.SIGTERM, _interrupt)  # a worker: the book tool forwards SIGTERM to it
+    from attnid.lm.train import Interrupted as TrainingInterrupted
+
     t = time.perf_counter()
     try:
         try:
@@ -333,7 +360,9 @@ def _execute_job(
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except ChapterFailed as e:
         return "failed", str(e), time.perf_counter() - t
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, TrainingInterrupted) as e:
+        if isinstance(e, TrainingInterrupted):  # stopped while it trained a chapter's runs (train_before):
+            raise KeyboardInterrupt(str(e.__context__ or "")) from None  # the signal's own interrupt
         # the interrupted cell's asyncio task ends with its kernel ("Kernel died"); asyncio would print that
         # task's traceback when it is collected, after the tool's one-line message
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)

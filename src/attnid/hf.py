@@ -419,27 +419,37 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
         seed=seed,
         attn_implementation=attn_implementation,
         near_null=int(((rel > lo) & (rel <= hi)).sum()),
+        norm_eps=norm_eps,
     )
     if scope != "attention":
         res.details.update(ffn=ffn, norms="float64 (transformers' RMSNorm float32 cast patched out)")
     if scope == "model":
-        res.details.update(layers=layers, vocab=vocab, tied=tied, norm_eps=norm_eps)
-    if check and res.sv_gap < MIN_GAP:
+        res.details.update(layers=layers, vocab=vocab, tied=tied)
+    if check:
+        check_hf_audit(res)
+    return res
+
+
+def check_hf_audit(res: AuditResult) -> None:
+    """Raise :class:`HFAuditError` unless the audit of a real module (:func:`audit_hf`) shows a clear gap and
+    its Jacobian count equals the closed form in ``res.details``."""
+    d = res.details
+    norm_eps = d["norm_eps"]
+    if res.sv_gap < MIN_GAP:
         raise HFAuditError(
-            f"{hf_type}: the Jacobian's singular values have no clear gap at rank {res.rank} (gap "
-            f"{res.sv_gap:.1e} < {MIN_GAP:.0e}, {res.details['near_null']} near-null): "
+            f"{d['hf_type']}: the Jacobian's singular values have no clear gap at rank {res.rank} (gap "
+            f"{res.sv_gap:.1e} < {MIN_GAP:.0e}, {d['near_null']} near-null): "
             + (
                 "the module probably computes part of the layer in float32; its count cannot be read off"
                 if norm_eps == 0
                 else f"with ε = {norm_eps:g} a norm's scale is only nearly a symmetry; audit with ε = 0"
             )
         )
-    if check and res.unidentified != theory.unidentified:
+    if res.unidentified != d["theory_unidentified"]:
         raise HFAuditError(
-            f"{hf_type}: the Jacobian gives {res.unidentified} unidentified parameters, the closed form "
-            f"{theory.unidentified} (scope {scope}, config {res.details['config']})"
+            f"{d['hf_type']}: the Jacobian gives {res.unidentified} unidentified parameters, the closed form "
+            f"{d['theory_unidentified']} (scope {d['scope']}, config {d['config']})"
         )
-    return res
 
 
 def _router_float64(original: Callable):

@@ -7,7 +7,7 @@ It builds on :mod:`attnid` and :mod:`attnid.lm`; nothing below it imports it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..lm import analysis as an
 from ..lm.analysis import SuiteRuns
@@ -43,6 +43,23 @@ def labelled(df, col: str = "case"):
     return df.assign(**{col: df[col].map(CASE_LABELS)})
 
 
+def trains_here(profile: str, device: str = "auto") -> bool:
+    """Whether a chapter trains the runs it reads at ``profile`` on ``device``: always, except at the paper
+    profile without a GPU, where it reads the committed records alone."""
+    return profile != "paper" or resolve_device(device).startswith("cuda")
+
+
+def train_suites(
+    profile: str, suites: Iterable[str], device: str = "auto", report: Callable[[str], None] = lambda _: None
+) -> int:
+    """Train the runs of ``suites`` that :func:`ensure_suite` would train (none at the paper profile without
+    a GPU); returns how many. The book tool calls it before it executes a chapter, so that the chapter reads
+    records it does not change and executes once."""
+    if not trains_here(profile, device):
+        return 0
+    return sum(run_suite(profile, suite, device=device, report=report) for suite in suites)
+
+
 def ensure_suite(
     profile: str,
     suite: str,
@@ -57,7 +74,7 @@ def ensure_suite(
     :class:`~attnid.lm.analysis.RecordError` naming every case that is missing, lacks one of the profile's
     seeds (``every_seed``) or whose first record fails ``current`` (made by an older probe), and ``hint``,
     the command that makes them."""
-    if profile != "paper" or resolve_device(device).startswith("cuda"):
+    if trains_here(profile, device):
         run_suite(profile, suite, device=device)
     spec = SUITES[suite]
     seeds = list(spec.seeds[profile])
