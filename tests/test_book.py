@@ -164,9 +164,9 @@ SCREENSHOTS = Path(os.environ.get("ATTNID_SCREENSHOTS", ROOT / "build" / "screen
 
 
 def test_every_page_reads_well_in_chromium(smoke_book):
-    """tools/check_pages.py on the smoke book: at 1300 px in light and dark mode, code fits its box,
-    images load and show at least 500 px wide, no console errors, no request leaves the machine, math
-    is typeset, every chapter opens with a glued number; at 390 px the navigation opens, images fit
+    """tools/check_pages.py on the smoke book: at 1300 px in light mode and (through the theme's switch) dark
+    mode, code fits its box, images load and show at least 500 px wide, no console errors, no request leaves
+    the machine, math is typeset, every chapter opens with a glued number; at 390 px the navigation opens, images fit
     and the page does not scroll sideways. Screenshots of every page go to build/screenshots/."""
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):

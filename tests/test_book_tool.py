@@ -233,11 +233,20 @@ def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
     html.mkdir()
     (html / "a.html").write_text("<html><head><title>a</title></head><body><p>fine</p></body></html>")
     (html / "b.html").write_text("<html><body><p>stuck</p><script>while (true) {}</script></body></html>")
-    problems = check_book(html, timeout_s=3)
+    switch = '<button class="theme-switch-button" onclick="document.documentElement.dataset.theme = \'{}\'">'
+    for name, turns in (("c", "dark"), ("d", "light")):  # a theme switch that works, and one that does not
+        (html / f"{name}.html").write_text(
+            f'<html data-theme="light"><body>{switch.format(turns)}mode</button><p>fine</p></body></html>'
+        )
+    problems = check_book(html, tmp_path / "shots", timeout_s=3)
     assert [p for p in problems if p.startswith("b.html")] == [
         "b.html: could not be checked (TimeoutError: Page.goto: Timeout 3000ms exceeded.)"
     ]
-    assert any(p.startswith("a.html") for p in problems)  # the other page's findings are not lost
+    assert "a.html (1300 px): no theme switch" in problems  # the other pages' findings are not lost
+    assert not [p for p in problems if p.startswith("c.html") and "mode" in p]
+    assert "d.html (dark, 1300 px): the page is in 'light' mode, not 'dark'" in problems
+    shots = {p.name for p in (tmp_path / "shots").iterdir()}
+    assert {"c-light.png", "c-dark.png", "c-phone.png", "a-light.png"} <= shots and "b-light.png" not in shots
 
 
 def test_the_cache_knows_which_suites_each_chapter_reads():

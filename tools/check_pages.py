@@ -2,7 +2,7 @@
 
     python tools/check_pages.py build/cpu/_build/html [--screenshots build/cpu/screenshots] [--jobs 2]
 
-For every page, at 1300 px in light and in dark mode:
+For every page, at 1300 px in light mode and, after a click on the theme's switch, in dark mode:
 
 * no code block (``div.highlight pre``) is wider than its box;
 * every image in the page body is loaded and at least 500 px wide as displayed, unless it sits in an
@@ -71,7 +71,7 @@ MEASURE = (
   }
   return {pre, broken, narrow, tiny, untypeset, rawMath: ['$$', '\\\\[', '\\\\('].some(t => text.includes(t)),
           glued: glued.filter(t => /[0-9]/.test(t)),
-          mode: document.documentElement.dataset.mode || document.documentElement.dataset.theme || '',
+          mode: document.documentElement.dataset.theme || document.documentElement.dataset.mode || '',
           docWidth: document.documentElement.scrollWidth,
           imgTooWide: imgs.filter(i => i.getBoundingClientRect().right > window.innerWidth + 1).length};
 }""".replace("MIN", str(MIN_IMAGE_PX))
@@ -147,8 +147,7 @@ def _check_pages(
         browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
         for rel, chapter in pages:
             try:
-                found[rel] = [line for mode in ("light", "dark") for line in
-                              _check_page(browser, base, rel, mode, screenshots, chapter, timeout_s)]  # fmt: skip
+                found[rel] = _check_page(browser, base, rel, screenshots, chapter, timeout_s)
                 found[rel] += _check_phone(browser, base, rel, screenshots, timeout_s)
             except PlaywrightError as e:  # a page that never loads (a TimeoutError) or a crashed tab
                 first = str(e).strip().splitlines()[0] if str(e).strip() else "no message"
@@ -187,10 +186,32 @@ def _shot_name(rel: str, what: str) -> str:
     return rel.replace("/", "_").removesuffix(".html") + f"-{what}.png"
 
 
-def _check_page(
-    browser, base: str, rel: str, mode: str, screenshots: Path | None, chapter: bool, timeout_s: float
-) -> list[str]:
-    ctx, page, errors, outside = _open(browser, base, rel, WIDE, mode, timeout_s)
+def _check_page(browser, base: str, rel: str, screenshots: Path | None, chapter: bool, timeout_s: float) -> list[str]:
+    """The page at 1300 px as it opens (light mode, as set), then in dark mode after a click on the theme's
+    switch: the same checks in both, the console errors and outside requests of each."""
+    ctx, page, errors, outside = _open(browser, base, rel, WIDE, "light", timeout_s)
+    out = _measured(page, rel, "light", errors, outside, chapter)
+    if screenshots:
+        page.screenshot(path=str(screenshots / _shot_name(rel, "light")), full_page=True)
+    switch = page.locator(".theme-switch-button:visible").first
+    if switch.count() == 0:
+        out.append(f"{rel} ({WIDE} px): no theme switch")
+    else:
+        errors.clear()
+        outside.clear()
+        for _ in range(3):  # the switch cycles through light, dark and auto, in an order set by the system's
+            switch.click(timeout=5000)
+            if page.evaluate("document.documentElement.dataset.theme") == "dark":
+                break  # (if it never turns dark, _measured says which mode it is in)
+        out += _measured(page, rel, "dark", errors, outside, chapter)
+        if screenshots:
+            page.screenshot(path=str(screenshots / _shot_name(rel, "dark")), full_page=True)
+    ctx.close()
+    return out
+
+
+def _measured(page, rel: str, mode: str, errors: list[str], outside: list[str], chapter: bool) -> list[str]:
+    """What is wrong with the page as it is now, shown at 1300 px in ``mode``."""
     m = page.evaluate(MEASURE)
     out = []
     where = f"{rel} ({mode}, {WIDE} px)"
@@ -210,9 +231,6 @@ def _check_page(
         out.append(f"{where}: raw math left ({m['untypeset']} untypeset elements)")
     if chapter and not m["glued"] and mode == "light":
         out.append(f"{rel}: the first section has no glued number (an 'In this chapter' box)")
-    if screenshots:
-        page.screenshot(path=str(screenshots / _shot_name(rel, mode)), full_page=True)
-    ctx.close()
     return out
 
 
