@@ -134,15 +134,11 @@ def test_icon_css_keeps_the_icons_named_and_those_the_theme_draws():
 
 
 def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path):
-    r = book("execute", "--profile", "smoke", "--out", str(smoke_book))
-    assert r.returncode == 0, r.stderr
-    st = statuses(r.stdout)
-    assert st and set(st.values()) == {"cached"}
     # `make chapter NB=...`: the named chapter re-executes, the others stay cached, the book rebuilds
     r = book("build", "--profile", "smoke", "--out", str(smoke_book), "notebooks/01_definitions.py")
     assert r.returncode == 0, r.stderr[-3000:]
     st = statuses(r.stdout)
-    assert st.pop("notebooks/01_definitions.py") == "executed" and set(st.values()) == {"cached"}
+    assert st.pop("notebooks/01_definitions.py") == "executed" and len(st) >= 10 and set(st.values()) == {"cached"}
     # a change under src/ re-executes a chapter (one small notebook stands for them all)
     tiny = tmp_path / "tiny_chapter.py"
     tiny.write_text('# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n# %%\nx = 1\n')
