@@ -9,9 +9,11 @@ Chapter sources are jupytext percent files ``notebooks/*.py``. Each is converted
 ``.ipynb`` and executed into ``<out>/_generated/``; a chapter is re-executed only when the hash
 of its source, its parameters, every file under ``src/`` or the run records it reads changes
 (each record's ``summary.json`` and the files it lists, so adding, removing, remaking or damaging a
-record counts). The records' digest is taken before and after a chapter runs: a chapter whose records
-changed while it ran (it trained them, or another process did) is executed once more at once, and is
-stamped only when the records it read are the ones there after it.
+record counts). The runs a chapter's module trains and reads (its ``READS``) are trained here first
+(:func:`train_before`), so a chapter reads records that it does not change. The records' digest is taken
+before and after a chapter runs: a chapter whose records changed while it ran (another process trained
+them) is executed once more at once, and is stamped only when the records it read are the ones there
+after it.
 
 A dead kernel fails its chapter (named) and the others go on. A kernel that dies before it answers its
 first request has run none of the chapter; it is started again, up to ``KERNEL_START_TRIES`` times (kernels
