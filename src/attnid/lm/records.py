@@ -54,6 +54,25 @@ def runs_root() -> Path:
     return project_root() / "data" / "runs"
 
 
+def code_commit() -> str | None:
+    """The commit of the source checkout this package runs from (``"<short sha>+changes"`` when ``src/`` differs
+    from it), or ``None`` outside a git checkout: a summary's provenance."""
+    import subprocess
+
+    checkout = Path(__file__).resolve().parents[3]
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30
+        )
+        if sha.returncode:
+            return None
+        status = ["git", "-C", str(checkout), "status", "--porcelain", "--", "src"]
+        dirty = subprocess.run(status, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def run_name(case: str, seed: int = 0) -> str:
     return case if seed == 0 else f"{case}-s{seed}"
 

@@ -472,8 +472,26 @@ def summarize(run: Run, *, metrics: bool, train_seconds: float, heads_seconds: f
         "python": platform.python_version(),
         "rebalances": run.rebalances,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine_description(device),
+        "code_commit": records.code_commit(),
         **provenance_of(run.history_to(cfg.max_iters)),
     }
+
+
+def machine_description(device: str) -> str:
+    """E.g. ``"x86_64, 2 cores, AMD EPYC 7B13"``: the machine a run trained on (a summary's provenance)."""
+    import os
+
+    name = platform.processor()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    text = f"{platform.machine()}, {os.cpu_count()} cores" + (f", {name}" if name else "")
+    if device.startswith("cuda"):
+        text += f"; {torch.cuda.get_device_name(device)}"
+    return text
 
 
 def provenance_of(history: list) -> dict:
