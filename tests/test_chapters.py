@@ -51,7 +51,7 @@ def test_drift_by_layer_reads_the_deep_case_where_there_is_one(scales):
 def test_key_bias_step_recovers_a_planted_step():
     """A key bias that starts at zero and takes steps of s·η_t per coordinate: all aligned, the coherent share
     reads s; independent ±s·η_t, the random-walk share reads s within its sampling error."""
-    cfg = make_config("smoke", "adamw", max_iters=4000)
+    cfg = make_config("smoke", "adamw", max_iters=4000, metric_interval=4000)  # metric steps 1 and 4000
     c = RunConfig.from_dict(cfg.as_dict())
     D, H, L, s = cfg.gpt_config().head_dim, cfg.n_head, cfg.n_layer, 0.02
     eta = np.array([lr_at(c, t) for t in range(c.max_iters)])
@@ -59,7 +59,9 @@ def test_key_bias_step_recovers_a_planted_step():
     rng = np.random.default_rng(0)
     walk = np.linalg.norm(s * (rng.choice([-1, 1], size=(L, H, D, len(eta))) * eta).sum(-1), axis=-1)
     for norms, which in ((aligned, 0), (walk, 1)):
-        rec = Record(None, cfg.as_dict(), {}, [{Key.STEP: c.max_iters, Key.NORM_BK: norms.tolist()}])
+        first = {Key.STEP: 1, Key.NORM_BK: np.zeros((L, H)).tolist()}
+        rows = [first, {Key.STEP: c.max_iters, Key.NORM_BK: norms.tolist()}]
+        rec = Record(Path("/synthetic/adamw"), cfg.as_dict(), {}, rows)
         assert ch.key_bias_step(rec)[which] == pytest.approx(s, rel=0.1 if which else 1e-12)
 
 
@@ -135,7 +137,7 @@ def _heads_runs(corr: float = 1.0, rho_power: float = -1.0, seeds=(0, 1)):
     sweep = SuiteRuns("smoke", "heads")
     for case in SUITES["heads"].cases:
         for s in seeds:
-            cfg = make_config("smoke", case, seed=s)
+            cfg = make_config("smoke", case, seed=s, metric_interval=49, eval_interval=50)  # rows at steps 1, 50
             g = cfg.gpt_config()
             L, H, D = cfg.n_layer, cfg.n_head, g.head_dim
             imp = rng.uniform(0.0, 0.1, (L, H))

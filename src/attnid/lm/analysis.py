@@ -4,7 +4,8 @@ Everything here reads finished records (:mod:`attnid.lm.records`) and trains not
 
 * :func:`load_suite`: the records of a suite at one profile, by case and seed (:class:`SuiteRuns`);
 * per-run numbers: :func:`rho_key` (how the record measured ρ), :func:`isotropic_rho`, :func:`mean_rho`,
-  :func:`late_ratio`, :func:`final_drift`, :func:`tau_spread_growth`, :func:`layer_trend`, :func:`min_sv_ratio`;
+  :func:`late_ratio`, :func:`final_drift`, :func:`tau_spread_growth`, :func:`layer_trend`, :func:`layer_order`,
+  :func:`min_sv_ratio`;
 * across runs: :func:`drift_slope` (the SGD learning-rate sweep), :func:`over_seeds` (mean and range),
   :func:`band` (a metric over training, mean and range over seeds).
 
@@ -23,9 +24,9 @@ import numpy as np
 
 from . import records
 from .ablation import effective_rank
-from .metrics import RHO_METHODS, Key
+from .metrics import RHO_METHODS, SCHEMA, Key
 from .profiles import LR_SWEEP, SUITES, RunConfig
-from .records import Record, RecordError, series
+from .records import MissingValues, Record, RecordError, series
 
 Cases = dict[str, Record]  # case -> record, all of one seed
 
@@ -33,11 +34,13 @@ Cases = dict[str, Record]  # case -> record, all of one seed
 # ------------------------------------------------------------------------------ loading
 @dataclass
 class SuiteRuns:
-    """The finished records of one suite at one profile: ``runs[case][seed]``."""
+    """The finished records of one suite at one profile: ``runs[case][seed]``; ``requested``: the seeds the caller
+    named (``None``: every seed found), so that a named seed without a record can be reported, not skipped."""
 
     profile: str
     suite: str
     runs: dict[str, dict[int, Record]] = field(default_factory=dict)
+    requested: list[int] | None = None
 
     def seeds(self, cases: tuple[str, ...] | list[str] | None = None) -> list[int]:
         """The seeds for which every case of ``cases`` (default: every case found) has a record."""
@@ -94,7 +97,7 @@ def load_suite(
     if suite not in SUITES:
         raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
     roots = list(dict.fromkeys([Path(base or records.runs_root()), records.committed_root()]))
-    out = SuiteRuns(profile, suite)
+    out = SuiteRuns(profile, suite, requested=None if seeds is None else sorted(seeds))
     for case in SUITES[suite].cases:
         for s in seeds if seeds is not None else found_seeds(profile, case, roots):
             rec = records.find_runs(profile, [case], seed=s, base=base).get(case)
@@ -146,31 +149,57 @@ def isotropic_rho(config: dict) -> float:
     return cfg.head_dim / (2 * (cfg.n_embd + (1 if cfg.bias else 0)))
 
 
+def schema_steps(config: dict, key: Key, metrics: bool = True) -> list[int]:
+    """The steps whose rows hold ``key`` (:data:`attnid.lm.metrics.SCHEMA`): every recorded step, the metric
+    steps (every ``metric_interval``-th and the last) or the evaluation steps (every ``eval_interval``-th, the
+    first and the last)."""
+    n, mi, ei = config["max_iters"], config["metric_interval"], config["eval_interval"]
+    rows = SCHEMA[key].rows
+    if rows.startswith("evaluation"):
+        return [it + 1 for it in range(n) if (it + 1) % ei == 0 or it in (0, n - 1)]
+    if rows.startswith("metric"):
+        return [it + 1 for it in range(n) if it % mi == 0 or it == n - 1]
+    return records.expected_steps(config, metrics)
+
+
 def values(rec: Record, key: Key) -> np.ndarray:
-    """The values of ``key`` over the rows that hold it, ``(n_rows, *shape)``."""
-    return series(rec.rows, key)[1]
+    """The values of ``key`` over the rows that hold it, ``(n_rows, *shape)``. A record that holds ``key`` but
+    not at every step the schema says it does (a null where a value belongs) raises
+    :class:`~attnid.lm.records.MissingValues` naming the record, the key and the first such step: a mean over
+    the values left would silently be another number."""
+    steps, v = series(rec.rows, key)
+    if len(steps):
+        want = schema_steps(rec.config, key, bool(rec.summary.get("metrics", True)))
+        have = set(steps.tolist())
+        missing = [s for s in want if s not in have]
+        if missing:
+            raise MissingValues(
+                f"{rec.name}: {key} is missing (null) at {len(missing)} of the {len(want)} steps that record it, "
+                f"first at step {missing[0]}"
+            )
+    return v
 
 
 def mean_rho(rec: Record, key: Key | None = None) -> float:
-    """Mean ρ over training, layers and heads."""
-    return float(np.nanmean(values(rec, key or rho_key(rec))))
+    """Mean ρ over training, layers and heads (``nan`` if any value is not finite)."""
+    return float(np.mean(values(rec, key or rho_key(rec))))
 
 
 def max_rho(rec: Record, key: Key | None = None) -> float:
-    """Largest per-head ρ of any recorded step."""
-    return float(np.nanmax(values(rec, key or rho_key(rec))))
+    """Largest per-head ρ of any recorded step (``nan`` if any value is not finite)."""
+    return float(np.max(values(rec, key or rho_key(rec))))
 
 
 def head_rho(rec: Record) -> np.ndarray:
     """Mean ρ of each head over training, ``(L, H)``."""
-    return np.nanmean(values(rec, rho_key(rec)), axis=0)
+    return np.mean(values(rec, rho_key(rec)), axis=0)
 
 
 def late_ratio(rec: Record, key: Key = Key.RHO_DIFF) -> float:
     """Mean ρ over the last tenth of the recorded steps / over the middle fifth (40–60 %)."""
-    r = np.nanmean(values(rec, key), axis=(1, 2))
+    r = np.mean(values(rec, key), axis=(1, 2))
     n = len(r)
-    return float(np.nanmean(r[int(0.9 * n) :]) / np.nanmean(r[int(0.4 * n) : int(0.6 * n)]))
+    return float(np.mean(r[int(0.9 * n) :]) / np.mean(r[int(0.4 * n) : int(0.6 * n)]))
 
 
 def final_drift(rec: Record) -> np.ndarray:
@@ -190,6 +219,16 @@ def layer_trend(rec: Record) -> float:
     if not (d > 0).all():
         return float("nan")  # a layer whose β did not move: no logarithm
     return float(np.polyfit(np.arange(len(d)), np.log(d), 1)[0])
+
+
+def layer_order(rec: Record) -> float:
+    """Kendall's τ of the final β drift over the layers, signed so that 1 means every earlier layer drifts more
+    than every later one and −1 the reverse: (pairs ordered that way − pairs ordered the other) / all pairs."""
+    d = final_drift(rec)
+    if not np.isfinite(d).all():
+        return float("nan")
+    pairs = [(i, j) for i in range(len(d)) for j in range(i + 1, len(d))]
+    return float(sum(np.sign(d[i] - d[j]) for i, j in pairs) / len(pairs))
 
 
 def min_sv_ratio(rec: Record) -> float:

@@ -6,8 +6,13 @@ turns it into one row with a verdict:
 
 * ``yes`` / ``no``: every seed agrees that the claim holds / fails;
 * ``inconclusive``: the seeds' range crosses the threshold, there are too few seeds or layers (the reason
-  then says on which side the seeds lie: "1 seed, against the paper"), or a value is not finite;
-* ``pending``: records are missing.
+  then says on which side the seeds lie: "1 seed, against the paper"), a value is not finite, or a value the
+  records should hold is missing (null);
+* ``pending``: records are missing, or a seed the caller named has no record.
+
+A claim is of one of two kinds (:data:`KINDS`): a *theorem check* (an exact property of the model, such as a
+zero gradient: one seed decides) or a *statistic of training* (a number that varies from seed to seed: three
+seeds, :data:`MIN_SEEDS`).
 
 Every claim has a test that plants a violation in synthetic records and watches its verdict turn to
 ``no`` (``tests/test_claims.py``, ``pytest -k planted``).
@@ -17,7 +22,9 @@ conserves β = [W_Q | b_Q][W_Q | b_Q]ᵀ − [W_K | b_K][W_K | b_K]ᵀ to first 
 (1 − η_t λ)², so ``β_T = c_T β_0 + R_T`` with ``c_T = Π_t (1 − η_t λ)²`` and ``R_T`` the second-order
 remainder. The law is tested on its own residual ``‖β_T − c_T β_0‖ / ‖c_T β_0‖`` (the row key
 ``beta_law_residual``; on older records, on τ = tr β per head), in the layers where plain SGD's own drift,
-the same remainder without decay, is smaller than ``c_T``.
+the same remainder without decay, is smaller than ``c_T`` (mean over the seeds, so every seed tests the same
+layers; :data:`LAW_CUT`). The remainder varies with training like any other metric, so the law is a statistic
+of training (three seeds), and its row says which cut of the remainder would change its verdict.
 
 Shapes: ``L`` layers, ``H`` heads (:data:`attnid.lm.metrics.SCHEMA`).
 """
@@ -39,7 +46,7 @@ from .analysis import (
     final_drift,
     isotropic_rho,
     late_ratio,
-    layer_trend,
+    layer_order,
     max_rho,
     mean_rho,
     min_sv_ratio,
@@ -49,11 +56,16 @@ from .analysis import (
 )
 from .metrics import Key
 from .profiles import DEEP_SGD, LR_SWEEP, SUITES, RunConfig, beta_law_factor
-from .records import Record, series
+from .records import MissingValues, Record, series
 
-MIN_SEEDS = 3  # seeds a claim about training (not an exact law) needs before it is decided
+MIN_SEEDS = 3  # seeds a statistic of training needs before it is decided
+KINDS = {"theorem": 1, "training": MIN_SEEDS}  # a claim's kind -> the seeds it needs
 LAW_TOLERANCE = 1e-2  # the weight-decay law "holds" in a layer when its residual is below 1 %
+LAW_CUT = 1.0  # a layer tests the law where plain SGD's remainder (mean over seeds) is below LAW_CUT × c_T
 EPS32 = float(np.finfo(np.float32).eps)  # 1.2e-7: float32's relative resolution
+# A bias gradient below this share of its run's typical query-bias gradient (the median over heads and steps) is
+# round-off: 840 ε₃₂. The key-bias gradients of the records reach 1.6e-5 of it (paper scale, TF32)
+BIAS_FLOOR = 1e-4
 
 
 class Undecidable(ValueError):
@@ -139,19 +151,84 @@ def _layers(idx: list[int]) -> str:
     return ", ".join(str(i + 1) for i in idx) or "none"
 
 
-def _law_value(c: Cases) -> float:
-    law = wd_beta_law(c["sgd_wd"], c["sgd"])
-    if not law.tested:
-        raise Undecidable("in every layer plain SGD's remainder exceeds c_T: the first-order law has no say there")
-    return law.worst_tested
+def _laws(per_seed: list[Cases]) -> list[WdLaw]:
+    return [wd_beta_law(c["sgd_wd"], c["sgd"]) for c in per_seed]
+
+
+def law_remainder(laws: list[WdLaw]) -> np.ndarray:
+    """Plain SGD's remainder / c_T per layer, mean over the seeds, ``(L,)``."""
+    rem = [w.remainder for w in laws]
+    if any(r is None for r in rem):
+        raise Undecidable("the law needs plain SGD of the same seed as its control")
+    return np.mean(rem, axis=0)
+
+
+def law_tested(laws: list[WdLaw], cut: float = LAW_CUT) -> list[int]:
+    """The layers that test the law in every seed: those whose remainder, mean over the seeds, is below ``cut``
+    (one set for all seeds, so that one seed's fluctuation cannot move a layer in or out for that seed alone)."""
+    rem = law_remainder(laws)
+    return [i for i in range(len(rem)) if rem[i] < cut]
+
+
+def law_values(laws: list[WdLaw], cut: float = LAW_CUT) -> list[float]:
+    """Per seed, the largest residual over the layers tested at ``cut``."""
+    tested = law_tested(laws, cut)
+    if not tested:
+        raise Undecidable(
+            "in every layer plain SGD's remainder (mean over the seeds) exceeds c_T: the first-order law has no say"
+        )
+    return [float(w.residual[tested].max()) for w in laws]
+
+
+def law_verdict(laws: list[WdLaw], cut: float = LAW_CUT) -> str:
+    """The law's verdict at ``cut`` from these seeds' laws (too few seeds: the side they lie on)."""
+    try:
+        holds = [v < LAW_TOLERANCE for v in law_values(laws, cut)]
+    except Undecidable:
+        return "undecidable"
+    side = seed_side(holds)
+    if len(laws) < KINDS["training"]:
+        return f"inconclusive ({side})"
+    return {"with the paper": "yes", "against the paper": "no"}.get(side, "inconclusive")
+
+
+def law_cut_changes(laws: list[WdLaw]) -> list[dict]:
+    """The cuts nearest to :data:`LAW_CUT`, above and below, at which the law's verdict changes: ``[{"cut",
+    "verdict"}]``. The tested set changes only where the cut passes a layer's remainder: above a layer's
+    remainder that layer is tested, at or below it it is not."""
+    rem = law_remainder(laws)
+    base = law_verdict(laws)
+    out = []
+    above = sorted(r for r in rem if r >= LAW_CUT)
+    for r in above:  # raising the cut just past r adds that layer
+        cut = float(np.nextafter(r, np.inf))
+        if (v := law_verdict(laws, cut)) != base:
+            out.append({"cut": cut, "verdict": v})
+            break
+    for r in sorted((r for r in rem if r < LAW_CUT), reverse=True):  # lowering it to r removes that layer
+        if (v := law_verdict(laws, float(r))) != base:
+            out.append({"cut": float(r), "verdict": v})
+            break
+    return out
+
+
+def _cut_text(changes: list[dict]) -> str:
+    if not changes:
+        return "no cut of the remainder changes the verdict"
+    return "; ".join(
+        (f"a cut above {c['cut']:.3g} × c_T" if c["cut"] > LAW_CUT else f"a cut at or below {c['cut']:.3g} × c_T")
+        + f" makes it {c['verdict']}"
+        for c in changes
+    )
 
 
 def _law_detail(per_seed: list[Cases]) -> dict:
-    laws = [wd_beta_law(c["sgd_wd"], c["sgd"]) for c in per_seed]
+    laws = _laws(per_seed)
     law = laws[0]
     residual = np.mean([w.residual for w in laws], axis=0)
-    remainder = np.mean([w.remainder for w in laws if w.remainder is not None], axis=0)
-    tested = sorted(set.intersection(*(set(w.tested) for w in laws)))
+    remainder = law_remainder(laws)
+    tested = law_tested(laws)
+    changes = law_cut_changes(laws)
     passing = [i for i in range(len(residual)) if residual[i] < LAW_TOLERANCE]
     failing = [i for i in range(len(residual)) if i not in passing]
     fail_text = ""
@@ -165,13 +242,18 @@ def _law_detail(per_seed: list[Cases]) -> dict:
         "predicted_factor": law.factor,
         "law_measure": law.measure,
         "per_layer": residual.tolist(),
+        "per_layer_by_seed": [w.residual.tolist() for w in laws],
         "remainder_per_layer": remainder.tolist(),
         "tested_layers": tested,
         "passing_layers": passing,
         "failing_layers": failing,
+        "cut": LAW_CUT,
+        "cut_changes": changes,
         "depends_on": (
-            f"c_T = {law.factor:.4g}; tested in layer(s) {_layers(tested)} of {len(residual)}, where plain SGD's "
-            f"remainder is below c_T; the law holds to {LAW_TOLERANCE:.0%} in layer(s) {_layers(passing)}" + fail_text
+            f"c_T = {law.factor:.4g}; {len(laws)} seed{'s' * (len(laws) > 1)} ({law.measure.split(' ')[0]}), tested "
+            f"in layer(s) {_layers(tested)} of {len(residual)} in every seed, where plain SGD's remainder (mean over "
+            f"the seeds) is below {LAW_CUT:g} × c_T; the law holds to {LAW_TOLERANCE:.0%} (mean over the seeds) in "
+            f"layer(s) {_layers(passing)}" + fail_text + f"; {_cut_text(changes)}"
         ),
     }
 
@@ -192,17 +274,24 @@ def _sgd_wd_setting(c: Cases) -> str:
 BIAS_CASES = ("sgd", "sgd_wd", "adamw")
 
 
+def bias_scale(rec: Record) -> float:
+    """A run's typical query-bias gradient: the median ‖∇b_Q‖ over its heads and recorded steps. One dead head
+    (or a few) does not move it, so it is a scale for both bias claims that neither claim's violation shifts."""
+    scale = float(np.median(need(rec, Key.GRAD_BQ)))
+    if not scale > 0:
+        raise Undecidable(f"{rec.name}: the query-bias gradients are zero in most heads and steps (no scale)")
+    return scale
+
+
 def key_bias_ratio(c: Cases) -> float:
-    """Largest ‖∇b_K‖ / ‖∇b_Q‖ (same head, same step) over training, heads and the optimizer cases."""
-    return max(float(np.max(need(c[k], Key.GRAD_BK) / need(c[k], Key.GRAD_BQ))) for k in BIAS_CASES)
+    """Largest ‖∇b_K‖ over training and heads / the run's :func:`bias_scale`, over the optimizer cases."""
+    return max(float(np.max(need(c[k], Key.GRAD_BK))) / bias_scale(c[k]) for k in BIAS_CASES)
 
 
 def query_bias_margin(c: Cases) -> float:
-    """Smallest per-head median ‖∇b_Q‖ over training / the largest ‖∇b_K‖ of the same run (its round-off
-    level), over the optimizer cases."""
-    return min(
-        float(np.median(need(c[k], Key.GRAD_BQ), axis=0).min() / np.max(need(c[k], Key.GRAD_BK))) for k in BIAS_CASES
-    )
+    """Smallest per-head median ‖∇b_Q‖ over training / the run's :func:`bias_scale`, over the optimizer cases: how
+    far the weakest head's query-bias gradient sits above zero on the run's own scale."""
+    return min(float(np.median(need(c[k], Key.GRAD_BQ), axis=0).min()) / bias_scale(c[k]) for k in BIAS_CASES)
 
 
 def rebalance_loss_change(rec: Record) -> float:
@@ -228,8 +317,11 @@ class Claim:
     """One reading of the paper's §5 and how it is tested.
 
     ``value`` computes the tested number from one seed's records (``cases``); the claim holds for that seed
-    when ``value op threshold``. ``control`` is the number it is compared against (same seed), in words in
-    ``control_text``. A verdict needs ``min_seeds`` seeds and models of ``min_layers`` layers. ``setting``
+    when ``value op threshold``. ``values``, where given, computes every seed's number at once instead (a claim
+    whose test reads all seeds, such as the law's tested layers). ``control`` is the number it is compared against
+    (same seed), in words in ``control_text``. ``kind`` is ``"theorem"`` (a check of an exact property: one seed
+    decides) or ``"training"`` (a statistic of training: :data:`MIN_SEEDS` seeds); a verdict also needs models
+    of ``min_layers`` layers. ``setting``
     says what the verdict depends on, computed from the records; ``rho`` names the ρ measure the value uses;
     ``detail`` adds keys to the row from every seed's records. ``stand_in`` maps a case to the one whose records
     stand in for it at profiles whose suite does not run it (``sgd_deep`` at paper scale, where ``sgd`` has 6
@@ -246,12 +338,22 @@ class Claim:
     cases: tuple[str, ...]
     control_text: str = ""
     control: Callable[[Cases], float] | None = None
-    min_seeds: int = MIN_SEEDS
+    kind: str = "training"
     min_layers: int = 1
     setting: Callable[[Cases], str] | None = None
     rho: Callable[[Cases], str] | None = None
     detail: Callable[[list[Cases]], dict] | None = None
     stand_in: tuple[tuple[str, str], ...] = ()
+    values: Callable[[list[Cases]], list[float]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {self.kind!r}")
+
+    @property
+    def min_seeds(self) -> int:
+        """Seeds a verdict needs: one for a theorem check, :data:`MIN_SEEDS` for a statistic of training."""
+        return KINDS[self.kind]
 
     def holds(self, v: float) -> bool:
         return v < self.threshold if self.op == "<" else v > self.threshold
@@ -273,7 +375,7 @@ CLAIMS: tuple[Claim, ...] = (
         cases=("sgd", "adamw"),
         control_text="AdamW's mean ρ / isotropic share",
         control=lambda c: mean_rho(c["adamw"]) / _iso(c),
-        min_seeds=1,
+        kind="theorem",
         rho=_rho_of("sgd"),
     ),
     Claim(
@@ -356,12 +458,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="drift_earlier_layers",
         claim="SGD's β drift is larger in earlier layers",
-        metric="slope of log(final SGD drift) against the layer index, plain SGD of ≥ 4 layers",
-        value=lambda c: layer_trend(c[DEEP_SGD]),
-        op="<",
-        threshold=0.0,
-        why="a trend over the layers, which needs at least 3 of them (with 2 it is a coin flip); where the "
-        "profile's model has fewer, a 4-layer SGD case is trained for it",
+        metric="order of the final SGD drift over the layers, per seed: Kendall's τ of (earlier layer, larger drift) "
+        "over every pair of layers (1: every earlier layer drifts more), plain SGD of ≥ 4 layers",
+        value=lambda c: layer_order(c[DEEP_SGD]),
+        op=">",
+        threshold=0.5,
+        why="three quarters of the pairs of layers ordered the paper's way, in every seed: a slope over the layers "
+        "would let one layer's large drift stand for all. A trend needs at least 3 layers (with 2 it is a coin flip); "
+        "where the profile's model has fewer, a 4-layer SGD case is trained for it",
         cases=(DEEP_SGD,),
         min_layers=3,
         stand_in=((DEEP_SGD, "sgd"),),
@@ -406,45 +510,49 @@ CLAIMS: tuple[Claim, ...] = (
         claim="under SGD + weight decay, β_T = Π_t (1 − η_t λ)² β_0 to within 1 % wherever plain SGD's "
         "second-order remainder is smaller than that factor",
         metric="largest ‖β_T − c_T β_0‖ / ‖c_T β_0‖ over the tested layers (τ per head on older records)",
-        value=_law_value,
+        value=lambda c: law_values(_laws([c]))[0],  # one seed alone; the row reads `values` (all seeds)
         op="<",
         threshold=LAW_TOLERANCE,
-        why="the gradient part conserves β to first order and the decay scales it by c_T, an exact first-order law "
-        "(one seed decides). Its residual is the second-order remainder, so the law is tested in the layers where "
-        "plain SGD's own drift, that remainder without decay, is below c_T; the row lists every layer's residual",
+        why="the gradient part conserves β to first order and the decay scales it by c_T. Its residual is the "
+        "second-order remainder, which varies with training like any other statistic (three seeds), so the law is "
+        "tested in the layers where plain SGD's own drift, that remainder without decay, is below c_T (mean over the "
+        "seeds: the same layers in every seed); the row lists every layer's residual and the cuts that would change "
+        "the verdict",
         cases=("sgd", "sgd_wd"),
-        control_text="plain SGD's final drift / c_T, largest over the tested layers",
+        control_text="plain SGD's final drift / c_T, largest over the layers where it is below c_T (mean over seeds)",
         control=lambda c: float(np.nanmax(_tested_remainder(c))),
-        min_seeds=1,
+        values=lambda per_seed: law_values(_laws(per_seed)),
         detail=_law_detail,
     ),
     Claim(
         id="key_bias_grad_zero",
         claim="key-bias gradients are numerically zero under every optimizer",
-        metric="largest ‖∇b_K‖ / ‖∇b_Q‖ (same head and step) over training, heads, SGD, SGD + wd and AdamW",
+        metric="largest ‖∇b_K‖ over training and heads / the run's median ‖∇b_Q‖ over heads and steps, SGD, SGD + "
+        "wd and AdamW",
         value=key_bias_ratio,
         op="<",
-        threshold=1e-3,
-        why="the key bias shifts every score of a query by the same amount, so its exact gradient is 0 (one seed "
-        "decides); float32 (and TF32) round-off of the cancelling sum gives 1e-6 to 3e-5 of the query-bias "
-        "gradient, and a real gradient would be of its order",
+        threshold=BIAS_FLOOR,
+        why="the key bias shifts every score of a query by the same amount, so its exact gradient is 0 (a theorem: "
+        "one seed decides); float32 (and TF32) round-off of the cancelling sum reaches about 1e-5 of the run's "
+        "typical query-bias gradient, and 1e-4 (840 ε₃₂) is the largest share round-off is granted. The scale is "
+        "the median over every head, so a dead head's query bias does not move it",
         cases=BIAS_CASES,
-        control_text="the same ratio's median",
-        control=lambda c: float(
-            np.median(np.concatenate([(need(c[k], Key.GRAD_BK) / need(c[k], Key.GRAD_BQ)).ravel() for k in BIAS_CASES]))
-        ),
-        min_seeds=1,
+        control_text="the median ‖∇b_K‖ on the same scale",
+        control=lambda c: max(float(np.median(need(c[k], Key.GRAD_BK))) / bias_scale(c[k]) for k in BIAS_CASES),
+        kind="theorem",
     ),
     Claim(
         id="query_bias_grad_nonzero",
         claim="query-bias gradients are small but nonzero",
-        metric="smallest per-head median ‖∇b_Q‖ over training / largest ‖∇b_K‖ of the run (its round-off level)",
+        metric="smallest per-head median ‖∇b_Q‖ over training / the run's median ‖∇b_Q‖ over heads and steps",
         value=query_bias_margin,
         op=">",
-        threshold=1e2,
-        why="the query bias is identified (chapter 3): every head's query bias must receive a gradient a hundred "
-        "times the round-off that the key bias shows",
+        threshold=10 * BIAS_FLOOR,
+        why="the query bias is identified (chapter 3, a theorem: one seed decides): every head's query bias must "
+        "receive a gradient ten times above the round-off share that the key-bias row grants (1e-4 of the run's "
+        "typical query-bias gradient); a dead head's would be at round-off",
         cases=BIAS_CASES,
+        kind="theorem",
         control_text="median ‖∇b_Q‖ over training, heads and cases (nats/char per unit)",
         control=lambda c: float(np.median(np.concatenate([need(c[k], Key.GRAD_BQ).ravel() for k in BIAS_CASES]))),
     ),
@@ -461,7 +569,7 @@ CLAIMS: tuple[Claim, ...] = (
         control_text="final validation loss, AdamW + rebalancing − AdamW (nats/char; the optimizer's moments are not "
         "transformed, so the runs part)",
         control=lambda c: float(values(c["adamw_rebalance"], Key.VAL_LOSS)[-1] - values(c["adamw"], Key.VAL_LOSS)[-1]),
-        min_seeds=1,
+        kind="theorem",
     ),
     Claim(
         id="rebalance_changes_beta",
@@ -527,6 +635,7 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:  # noqa: C901 (reason
     """
     cases = resolve_cases(claim, runs)
     seeds = runs.seeds(tuple(cases.values()))
+    named_missing = missing_named_seeds(runs, list(cases.values()))
     row: dict = {
         "id": claim.id,
         "claim": claim.claim,
@@ -541,6 +650,7 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:  # noqa: C901 (reason
         "why": claim.why,
         "control": claim.control_text or None,
         "control_value": None,
+        "kind": claim.kind,
         "seeds": len(seeds),
         "seed_list": seeds,
         "side": None,
@@ -552,20 +662,20 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:  # noqa: C901 (reason
     }
     if not seeds:
         missing = [v for v in cases.values() if v not in runs]
-        row["reason"] = f"no records of {', '.join(missing)} at this profile"
+        row["reason"] = named_missing or f"no records of {', '.join(missing)} at this profile"
         return row
     per_seed = [_seed_cases(runs, s, cases) for s in seeds]
     try:
-        vals = [float(claim.value(c)) for c in per_seed]
+        vals = [float(v) for v in claim.values(per_seed)] if claim.values else [float(claim.value(c)) for c in per_seed]
     except KeyError as e:  # a record without the metric (an older format)
         row["verdict"], row["reason"] = "inconclusive", f"the records lack {e}"
         return row
-    except Undecidable as e:
+    except (Undecidable, MissingValues) as e:
         row["verdict"], row["reason"] = "inconclusive", str(e)
         return row
     row.update(values=vals, value=float(np.mean(vals)), low=float(np.min(vals)), high=float(np.max(vals)))
     if claim.control is not None:
-        with contextlib.suppress(KeyError, Undecidable):  # no control where its records lack the key
+        with contextlib.suppress(KeyError, Undecidable, MissingValues):  # no control where its records lack it
             row["control_value"] = float(np.mean([claim.control(c) for c in per_seed]))
     if claim.setting is not None:
         row["depends_on"] = claim.setting(per_seed[0])
@@ -593,7 +703,19 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:  # noqa: C901 (reason
     else:
         row["verdict"] = "inconclusive"
         row["reason"] = f"the seeds' range {row['low']:.3g} to {row['high']:.3g} crosses the threshold"
+    if named_missing:  # what the seeds found say, but no verdict without the seeds the caller named
+        found = row["verdict"] + (f" ({row['reason']})" if row["reason"] else "")
+        row["verdict"], row["reason"] = "pending", f"{named_missing}; seed(s) {', '.join(map(str, seeds))} read {found}"
     return {k: _finite(v) for k, v in row.items()}
+
+
+def missing_named_seeds(runs: SuiteRuns, cases: list[str]) -> str:
+    """The seeds the caller named (``runs.requested``) that some case lacks, in words (``""`` if none)."""
+    if runs.requested is None:
+        return ""
+    missing = {c: [s for s in runs.requested if s not in runs.runs.get(c, {})] for c in dict.fromkeys(cases)}
+    parts = [f"{c} (seed {', '.join(map(str, m))})" for c, m in missing.items() if m]
+    return "named seed(s) without a record: " + "; ".join(parts) if parts else ""
 
 
 def evaluate_claims(runs: SuiteRuns) -> list[dict]:

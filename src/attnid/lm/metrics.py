@@ -33,6 +33,9 @@ class Key(StrEnum):
     QK_SV = "qk_sv"
 
 
+EVERY_ROW = "every recorded step"
+
+
 @dataclass(frozen=True)
 class Metric:
     """One row key: the shape of its value, its unit and what it measures (and which rows hold it)."""
@@ -41,15 +44,15 @@ class Metric:
     shape: tuple[str, ...]
     unit: str
     meaning: str
-    rows: str = "every recorded step"
+    rows: str = "metric steps"  # or "every recorded step", "evaluation steps" (attnid.lm.analysis.schema_steps)
 
 
 SCHEMA: dict[Key, Metric] = {
     m.key: m
     for m in (
-        Metric(Key.STEP, (), "steps", "optimizer steps taken when the row was recorded (1-based)"),
-        Metric(Key.LR, (), "1", "learning rate of that step (warmup, then cosine decay)"),
-        Metric(Key.TRAIN_LOSS, (), "nats/char", "training cross-entropy of that step's batch"),
+        Metric(Key.STEP, (), "steps", "optimizer steps taken when the row was recorded (1-based)", EVERY_ROW),
+        Metric(Key.LR, (), "1", "learning rate of that step (warmup, then cosine decay)", EVERY_ROW),
+        Metric(Key.TRAIN_LOSS, (), "nats/char", "training cross-entropy of that step's batch", EVERY_ROW),
         Metric(Key.VAL_LOSS, (), "nats/char", "mean validation cross-entropy", rows="evaluation steps"),
         Metric(
             Key.RHO,

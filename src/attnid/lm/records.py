@@ -37,6 +37,10 @@ class RecordError(RuntimeError):
     """A run record is damaged or does not match; the message names the file and the fix."""
 
 
+class MissingValues(RecordError):
+    """A record's rows lack (hold null for) a value the metrics schema says they hold."""
+
+
 def project_root() -> Path:
     """``$ATTNID_HOME``, else the source checkout this package runs from, else the working directory."""
     if os.environ.get("ATTNID_HOME"):
