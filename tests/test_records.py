@@ -74,11 +74,17 @@ def _rewrite_rows(d, keep):
     (d / "metrics.jsonl.gz").write_bytes(gzip.compress(keep(text).encode()))
 
 
+def _reseal(summary: dict) -> dict:
+    """A summary with its seal made to match (a tampering that hides itself)."""
+    return {**summary, "seal": records.seal_of(summary)}
+
+
 def _relist(d):
-    """Make summary.json's file list match the files as they are now (a tampering that hides itself)."""
+    """Make summary.json's file list match the files as they are now, and reseal it (a tampering that hides
+    itself)."""
     summary = json.loads((d / "summary.json").read_text())
     summary["files"] = {n: records.file_entry(d / n) for n in summary["files"]}
-    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "summary.json").write_text(json.dumps(_reseal(summary)))
 
 
 @pytest.mark.parametrize("cut", ["line", "within", "gzip"])
@@ -100,10 +106,10 @@ def test_truncated_rows_are_refused_even_with_a_matching_file_list(run, cut):
         records.load(d)
 
 
-def _edit_summary(d, change):
+def _edit_summary(d, change, reseal: bool = True):
     summary = json.loads((d / "summary.json").read_text())
     change(summary)
-    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "summary.json").write_text(json.dumps(_reseal(summary) if reseal else summary))
 
 
 @pytest.mark.parametrize(
@@ -128,6 +134,63 @@ def test_a_tampered_summary_is_refused_in_one_line(run, change, word):
         with pytest.raises(RecordError, match=word) as e:
             call()
         assert "--force" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s.update(rho_method="float32 weight difference"),  # moved sgd_orthogonal by 8 orders
+        lambda s: s.update(rebalances=[{"step": 20, "loss_before": 2.0, "loss_after": 2.05}]),
+        lambda s: s.update(seed=7),
+        lambda s: s.update(metrics=False),
+        lambda s: s.pop("seal"),
+    ],
+)
+def test_a_hand_edited_summary_breaks_its_seal(run, change):
+    """Any value of summary.json is sealed, not only the numbers it repeats from the rows."""
+    base, d, cfg, corpus = run
+    _edit_summary(d, change, reseal=False)
+    for call in (lambda: records.load(d), lambda: train(cfg, out=base, data=corpus, progress=False)):
+        with pytest.raises(RecordError, match="summary.json: changed since the run finished") as e:
+            call()
+        assert "--force" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key, value", [("seed", 7), ("case", "adamw"), ("profile", "paper")])
+def test_a_summary_naming_another_run_is_refused_even_resealed(run, key, value):
+    _base, d, _cfg, _corpus = run
+    _edit_summary(d, lambda s: s.update({key: value}))
+    with pytest.raises(RecordError, match=f"summary.json: names {key} {value!r}, its config.json"):
+        records.load(d)
+
+
+def test_an_unsealed_record_is_refused_and_sealed_once_it_verifies(run):
+    """A record of format 2 (before the seal) is refused with the way to seal it; sealing checks it whole first."""
+    _base, d, _cfg, _corpus = run
+    _edit_summary(d, lambda s: (s.pop("seal"), s.update(format=2)), reseal=False)
+    with pytest.raises(RecordError, match=r"not sealed \(record format 2, now 3\); `python tools/import_records.py"):
+        records.load(d)
+    (d / "heads.json").write_text("{}")
+    with pytest.raises(RecordError, match="heads.json: changed"):
+        records.seal(d)  # a damaged record is never sealed
+    assert "seal" not in json.loads((d / "summary.json").read_text())
+
+
+def test_sealing_an_intact_unsealed_record(run):
+    _base, d, _cfg, _corpus = run
+    before = records.load(d).summary
+    _edit_summary(d, lambda s: (s.pop("seal"), s.update(format=2)), reseal=False)
+    assert records.seal(d) == before and records.load(d).summary == before
+
+
+def test_a_fifo_in_place_of_a_file_is_refused_at_once(run):
+    import os
+
+    _base, d, _cfg, _corpus = run
+    (d / "summary.json").unlink()
+    os.mkfifo(d / "summary.json")
+    with pytest.raises(RecordError, match="summary.json: not a regular file"):
+        records.load(d)
 
 
 def test_rows_that_are_not_rows_are_refused(run):

@@ -1,7 +1,9 @@
-"""Convert run records of format 1 (attnid at commit 360a5c8 and before) into the current format.
+"""Convert run records of format 1 (attnid at commit 360a5c8 and before) into the current format, or seal
+records of format 2 (made before summaries were sealed) in place.
 
     python tools/import_records.py SRC DEST --device "NVIDIA H200" --precision tf32 \
         --torch 2.11.0+cu130 --commit 360a5c8 --note "..."
+    python tools/import_records.py --seal data/runs/paper/sgd data/runs/paper/adamw ...
 
 ``SRC`` holds one folder per case (``config.json``, ``metrics.jsonl``, ``summary.json``); each is
 written to ``DEST/<case>`` through :func:`attnid.lm.records.finish`: rows gzip'd with float32-precision
@@ -44,6 +46,13 @@ def convert(src: Path, dest: Path, provenance: dict) -> dict:
 
 
 def main() -> None:
+    import sys
+
+    if sys.argv[1:2] == ["--seal"]:
+        for d in sys.argv[2:]:
+            records.seal(Path(d))
+            print(f"{d}: sealed")
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src", type=Path)
     ap.add_argument("dest", type=Path)

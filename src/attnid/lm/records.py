@@ -5,12 +5,13 @@ A run lives in ``<runs>/<profile>/<case>`` (seed 0) or ``<runs>/<profile>/<case>
     config.json       the run's configuration (written once the run's checks have passed)
     metrics.jsonl.gz  one JSON row per recorded step, numbers rounded to float32 precision
     heads.json        end-of-run head analysis: importance, pruning curve, effective ranks
-    summary.json      written last; marks a finished run, lists every file with size and sha256
+    summary.json      written last; marks a finished run, lists every file with size and sha256, and is
+                      sealed: ``seal`` is the sha256 of the rest of it (:func:`seal_of`)
     checkpoint.pt     resume point of an unfinished run (removed when the run finishes)
     model.pt          trained weights, only when asked for (never needed by the book)
 
-A finished run is reused only when every file its summary lists is present and unchanged and
-its rows reach ``max_iters``. Anything else fails with a :class:`RecordError` that names the file
+A finished run is reused only when its summary is sealed and unchanged, names the profile, case and seed
+of its config, every file it lists is present and unchanged, and its rows reach ``max_iters``. Anything else fails with a :class:`RecordError` that names the file
 and says ``--force``. ``<runs>`` is ``$ATTNID_RUNS``, else ``data/runs`` under the project root
 (``$ATTNID_HOME``, else the source checkout, else the working directory).
 """
@@ -28,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = 2  # 1: metrics.jsonl with 17-digit floats, no file list (commit 360a5c8 and before)
+# 1: metrics.jsonl with 17-digit floats, no file list (commit 360a5c8 and before); 2: no seal on summary.json;
+# 3: summary.json sealed (a record of format 2 that verifies is sealed by `python tools/import_records.py --seal DIR`)
+FORMAT = 3
 ROWS_FILE = "metrics.jsonl.gz"
 LEGACY_ROWS_FILE = "metrics.jsonl"
 
@@ -146,12 +149,29 @@ def replace_record(new: Path, d: Path) -> None:
 
 
 def file_entry(path: Path) -> dict:
+    _regular(path)
     data = path.read_bytes()
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+def seal_of(summary: dict) -> str:
+    """The seal of a summary: the sha256 of its canonical JSON without the ``seal`` key. A hand edit of any value
+    of ``summary.json`` (a rebalance's loss, ``rho_method``, the seed) breaks it."""
+    body = {k: v for k, v in summary.items() if k != "seal"}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_summary(d: Path, summary: dict) -> dict:
+    """Seal ``summary`` (format :data:`FORMAT`) and write it as ``d/summary.json``; returns what was written."""
+    summary = {**summary, "format": FORMAT}
+    summary["seal"] = seal_of(summary)
+    write_json(d / "summary.json", summary)
+    return summary
+
+
 def finish(d: Path, rows: list[dict], summary: dict, heads: dict | None = None) -> dict:
-    """Write the rows, the head analysis and, last, the summary (with its file list) of a run."""
+    """Write the rows, the head analysis and, last, the sealed summary (with its file list) of a run."""
     write_rows(d, rows)
     names = ["config.json", ROWS_FILE]
     if heads is not None:
@@ -159,8 +179,7 @@ def finish(d: Path, rows: list[dict], summary: dict, heads: dict | None = None) 
         names.append("heads.json")
     if (d / "model.pt").exists():
         names.append("model.pt")
-    summary = {**summary, "format": FORMAT, "files": {n: file_entry(d / n) for n in names}}
-    write_json(d / "summary.json", summary)
+    summary = write_summary(d, {**summary, "files": {n: file_entry(d / n) for n in names}})
     (d / "checkpoint.pt").unlink(missing_ok=True)
     return summary
 
@@ -185,7 +204,14 @@ def _fail(path: Path, what: str) -> RecordError:
     return RecordError(f"{path}: {what}; rerun with --force to discard and redo the run")
 
 
+def _regular(path: Path) -> None:
+    """Refuse a path that exists but is no regular file (a FIFO would block a read for ever)."""
+    if path.exists() and not path.is_file():
+        raise _fail(path, "not a regular file")
+
+
 def read_json(path: Path):
+    _regular(path)
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -197,6 +223,7 @@ def read_json(path: Path):
 def read_rows(d: Path) -> list[dict]:
     """The rows of ``d``: ``metrics.jsonl.gz``, or a format-1 ``metrics.jsonl``."""
     path = d / ROWS_FILE if (d / ROWS_FILE).exists() or not (d / LEGACY_ROWS_FILE).exists() else d / LEGACY_ROWS_FILE
+    _regular(path)
     try:
         raw = path.read_bytes()
         text = gzip.decompress(raw).decode() if path.suffix == ".gz" else raw.decode()
@@ -218,8 +245,9 @@ def is_finished(d: Path) -> bool:
     return (d / "summary.json").exists()
 
 
-def _check_summary(d: Path, summary: dict) -> dict:
-    """The summary's format and file list, validated; returns the file list."""
+def _check_summary(d: Path, summary: dict, config: dict, sealed: bool = True) -> dict:
+    """The summary's format, seal, identity and file list, validated; returns the file list. ``sealed=False``
+    accepts a record of format 2 without a seal (only :func:`seal` does, to seal it)."""
     f = d / "summary.json"
     fmt = summary.get("format")
     if not isinstance(fmt, int) or isinstance(fmt, bool) or not 1 <= fmt <= FORMAT:
@@ -229,6 +257,16 @@ def _check_summary(d: Path, summary: dict) -> dict:
         raise RecordError(
             f"{f}: made by an older attnid (record format {fmt}, now {FORMAT}); rerun with --force to redo the run"
         )
+    if fmt == FORMAT and summary.get("seal") != seal_of(summary):
+        raise _fail(f, "changed since the run finished (its seal does not match its contents)")
+    if fmt < FORMAT and sealed:
+        raise RecordError(
+            f"{f}: not sealed (record format {fmt}, now {FORMAT}); `python tools/import_records.py --seal {d}` seals "
+            "a record that verifies, or rerun with --force to redo the run"
+        )
+    for key in ("profile", "case", "seed"):
+        if key in summary and summary[key] != config.get(key):
+            raise _fail(f, f"names {key} {summary[key]!r}, its config.json {config.get(key)!r}")
     if not isinstance(files, dict) or not files:
         raise _fail(f, "has no file list (a record's summary lists every file with its size and sha256)")
     for name in ("config.json", ROWS_FILE if fmt >= 2 else LEGACY_ROWS_FILE):
@@ -298,7 +336,7 @@ def check_place(d: Path, config: dict) -> None:
         )
 
 
-def load(d: Path, *, verify: bool = True) -> Record:
+def load(d: Path, *, verify: bool = True, sealed: bool = True) -> Record:
     """Read and check a finished run in ``d``; raise :class:`RecordError` naming what is wrong.
 
     Checked: the folder is the one its config names (:func:`check_place`), the summary's format is one this
@@ -316,7 +354,7 @@ def load(d: Path, *, verify: bool = True) -> Record:
         raise _fail(d / "config.json", "not a run config (a JSON object)")
     if verify:
         check_place(d, config)
-        for name, entry in _check_summary(d, summary).items():
+        for name, entry in _check_summary(d, summary, config, sealed).items():
             p = d / name
             if not p.exists():
                 raise _fail(p, "missing (listed in summary.json)")
@@ -395,3 +433,12 @@ def series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, values)`` of one metric over the rows that hold it; values ``(n_rows, *shape)`` float."""
     have = [r for r in rows if r.get(key) is not None and r.get(key) != []]
     return (np.array([r["step"] for r in have], dtype=int), np.array([r[key] for r in have], dtype=float))
+
+
+def seal(d: Path) -> dict:
+    """Seal the record in ``d`` (format 2, made before summaries were sealed) once it verifies whole: its files
+    against the list, its rows against the config; returns the sealed summary. A sealed record is left as it is."""
+    rec = load(Path(d), sealed=False)
+    if rec.summary.get("format") == FORMAT:
+        return rec.summary
+    return write_summary(Path(d), rec.summary)
