@@ -151,7 +151,7 @@ def test_a_hand_edited_summary_breaks_its_seal(run, change):
     base, d, cfg, corpus = run
     _edit_summary(d, change, reseal=False)
     for call in (lambda: records.load(d), lambda: train(cfg, out=base, data=corpus, progress=False)):
-        with pytest.raises(RecordError, match="summary.json: changed since the run finished") as e:
+        with pytest.raises(RecordError, match=r"summary\.json: changed since the run finished") as e:
             call()
         assert "--force" in str(e.value) and "\n" not in str(e.value)
 
@@ -171,7 +171,7 @@ def test_an_unsealed_record_is_refused_and_sealed_once_it_verifies(run):
     with pytest.raises(RecordError, match=r"not sealed \(record format 2, now 3\); `python tools/import_records.py"):
         records.load(d)
     (d / "heads.json").write_text("{}")
-    with pytest.raises(RecordError, match="heads.json: changed"):
+    with pytest.raises(RecordError, match=r"heads\.json: changed"):
         records.seal(d)  # a damaged record is never sealed
     assert "seal" not in json.loads((d / "summary.json").read_text())
 
@@ -189,7 +189,7 @@ def test_a_fifo_in_place_of_a_file_is_refused_at_once(run):
     _base, d, _cfg, _corpus = run
     (d / "summary.json").unlink()
     os.mkfifo(d / "summary.json")
-    with pytest.raises(RecordError, match="summary.json: not a regular file"):
+    with pytest.raises(RecordError, match=r"summary\.json: not a regular file"):
         records.load(d)
 
 

@@ -11,9 +11,10 @@ A run lives in ``<runs>/<profile>/<case>`` (seed 0) or ``<runs>/<profile>/<case>
     model.pt          trained weights, only when asked for (never needed by the book)
 
 A finished run is reused only when its summary is sealed and unchanged, names the profile, case and seed
-of its config, every file it lists is present and unchanged, and its rows reach ``max_iters``. Anything else fails with a :class:`RecordError` that names the file
-and says ``--force``. ``<runs>`` is ``$ATTNID_RUNS``, else ``data/runs`` under the project root
-(``$ATTNID_HOME``, else the source checkout, else the working directory).
+of its config, every file it lists is present and unchanged, and its rows reach ``max_iters``. Anything
+else fails with a :class:`RecordError` that names the file and says ``--force``. ``<runs>`` is
+``$ATTNID_RUNS``, else ``data/runs`` under the project root (``$ATTNID_HOME``, else the source checkout,
+else the working directory).
 """
 
 from __future__ import annotations
