@@ -64,6 +64,7 @@ def test_paper_scale_numbers(paper):
     assert analysis.best_val_loss(adamw) == pytest.approx(1.473, abs=1e-3)
     assert np.allclose(analysis.final_drift(sgd)[[0, -1]], [0.47, 0.007], atol=0.005)
     assert analysis.layer_trend(sgd) < 0  # six layers: the drift falls with depth
+    assert analysis.layer_order(sgd) == 1.0  # every earlier layer drifts more than every later one
 
 
 def test_claims_cli_json_is_strict(paper, capsys):

@@ -34,18 +34,72 @@ def test_wd_law_table_and_sentence(scales):
     assert list(paper["holds (< 1 %)"]) == [False, False, False, True, True, True]
     text = ch.law_sentence(t, "paper scale")
     assert "holds to 1 % in layer(s) 4, 5, 6" in text and "fails in layer(s) 1, 2, 3" in text
-    assert "residual 0.02 to 1.4" in text
-    assert ch.law_remainder_reading(t).startswith("In every layer")  # 0.2 of the remainder at most
+    assert "residual 0.02 to 1.4" in text and "read on τ per head" in text
+    reading = ch.law_remainder_reading(t)  # 0.0046 to 0.2 of the remainder: a bound of about 0.2, not 1 %
+    assert "a remainder below c_T bounds the residual by about 0.2, not by the 1 % tolerance" in reading
+    assert reading.startswith("The residual is 0.0") and "in every layer, scale and seed" in reading
+    paper_only = t[t["scale"] == "paper scale"]
+    assert "below 1 % in 3 of 3 (layer, seed) pairs" in ch.law_remainder_reading(paper_only)
     worse = t.assign(**{"law residual": t["law residual"] * 10})
-    assert ch.law_remainder_reading(worse).startswith("In some layers")
+    assert "in some layers something beyond" in ch.law_remainder_reading(worse)
     fig = ch.fig_wd_law(scales, {k: k for k in scales})
     assert len(fig.axes) == 2 and fig.axes[1].get_xlabel().startswith("plain SGD")
 
 
 def test_drift_by_layer_reads_the_deep_case_where_there_is_one(scales):
-    t = ch.table_drift_by_layer(scales).set_index("scale")
-    assert t.loc["paper scale", "case"] == "sgd" and t.loc["paper scale", "layers"] == 6
-    assert t.loc["smoke rerun", "case"] == "sgd_deep" and t.loc["smoke rerun", "slope of log drift per layer"] < 0
+    t = ch.table_drift_by_layer(scales)
+    order = "order (Kendall's τ; 1: every earlier layer drifts more)"
+    paper = t[t["scale"] == "paper scale"]
+    assert list(paper["case"]) == ["sgd"] and len(paper.iloc[0]["final drift per layer, first to last"].split(",")) == 6
+    rerun = t[t["scale"] == "smoke rerun"]
+    assert list(rerun["case"]) == ["sgd_deep"] * 3 and list(rerun["seed"]) == [0, 1, 2]  # one row per seed
+    assert (rerun[order] == 1.0).all() and paper[order].iloc[0] == 1.0
+
+
+# ------------------------------------------------------------------------------ the ladder of scales
+def test_ladder_table_and_sentence_follow_the_rows(scales):
+    import copy
+
+    from test_claims import PLANTS
+
+    from attnid.chapters import ladder
+
+    rows = ch.claim_rows(scales)
+    t = ladder.table_ladder(rows, scales)
+    assert list(t.columns) == ["claim", "smoke (4 × 4 × 64)", "paper (6 × 6 × 384)"]  # smallest model first
+    cells = t.set_index("claim")
+    assert cells.loc["adamw_covers", "paper (6 × 6 × 384)"] == "inconclusive (1 seed, against the paper)"
+    assert cells.loc["adamw_covers", "smoke (4 × 4 × 64)"] == "yes (3 seeds)"
+    assert cells.loc["rebalance_keeps_loss", "paper (6 × 6 × 384)"] == "pending"
+    read = ladder.ladder_readings(rows, scales)
+    assert "adamw_covers" in read["changes"] and "key_bias_grad_zero" in read["with"]
+    assert "rebalance_keeps_loss" in read["with"]  # read at the one scale that has it
+    text = ladder.ladder_sentence(rows, scales, middle="smoke rerun")
+    assert "*adamw_covers* (smoke yes (3 seeds); paper inconclusive (1 seed, against the paper))" in text
+    assert "the smoke rerun reads: " in text and "*adamw_covers* yes (3 seeds)" in text
+    # a plant at the small scale turns a claim against the paper at both: the sentence moves it
+    planted = copy.copy(scales)
+    planted["smoke rerun"] = PLANTS["adamw_covers"](scales["smoke rerun"])
+    moved = ladder.ladder_readings(ch.claim_rows(planted), planted)
+    assert "adamw_covers" in moved["against"] and "adamw_covers" not in moved["changes"]
+    facts = ladder.ladder_facts(rows, scales)
+    assert facts["ladder_scales"] == 2 and facts["ladder_changes"] == len(read["changes"])
+
+
+def test_ladder_quantities_against_scale(scales):
+    from attnid.chapters import ladder
+
+    q = ladder.scale_quantities(scales).set_index("scale")
+    assert list(q.index) == ["smoke (4 × 4 × 64)", "paper (6 × 6 × 384)"]
+    assert q.loc["paper (6 × 6 × 384)", "isotropic ρ"] == pytest.approx(64 / 770)
+    assert q.loc["paper (6 × 6 × 384)", "c_T"] == pytest.approx(0.064187, rel=1e-5)
+    assert q.loc["paper (6 × 6 × 384)", "law residual, tested layers"] == pytest.approx(0.0048487, rel=1e-3)
+    assert q.loc["paper (6 × 6 × 384)", "remainder / c_T, tested layers"] == pytest.approx(0.5566, rel=1e-3)
+    profiles = ladder.drift_profiles(scales)
+    depth, d = profiles["paper (6 × 6 × 384)"]
+    assert d.shape == (1, 6) and depth[0] == pytest.approx(1 / 12)
+    fig = ladder.fig_ladder(scales)
+    assert len(fig.axes) == 3 and all(ax.get_title() for ax in fig.axes)
 
 
 def test_key_bias_step_recovers_a_planted_step():
@@ -290,3 +344,14 @@ def test_recent_chapter_published_and_conservation_facts(variants):
     assert facts["qwen_qk"] == 64 and facts["n_real"] == 0 and facts["v3_latents"] == v3["q_latent"] + v3["kv_latent"]
     assert facts["n_layer_audits"] == 0 and facts["qwen_rotation_share"] > 0.5
     assert facts["olmo_beyond_layers"] == 2 * 4096 and facts["gemma_beyond_layers"] == 0  # final norm + logit shift
+
+
+def test_records_sentence_names_each_scales_provenance(scales):
+    from attnid.chapters import ladder
+
+    text = ladder.records_sentence(scales)
+    assert (
+        "*paper scale*: 3 records, trained on NVIDIA H200 (tf32, torch 2.11.0+cu130) by the code of commit 360a5c8"
+        in text
+    )
+    assert text.index("smoke rerun") < text.index("paper scale")  # smallest model first

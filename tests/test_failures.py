@@ -52,6 +52,17 @@ def refused(capsys, *args: str, words: tuple[str, ...] = (), absent: tuple[str, 
 
 
 # ------------------------------------------------------------------------------ inputs refused in one line
+MLA_REFUSED = (  # flags the latent-attention audit cannot use: refused by name, never dropped
+    ["--preset", "llama-2-7b"],
+    ["--batch", "4"],
+    ["--seq-len", "4"],
+    ["--causal"],
+    ["--method", "dense"],
+    ["--max-memory", "1"],
+    ["--qk-norm", "head"],
+)
+
+
 @pytest.mark.parametrize(
     "args, words, absent",
     [
@@ -64,6 +75,19 @@ def refused(capsys, *args: str, words: tuple[str, ...] = (), absent: tuple[str, 
         (["audit", "--embed", "8", "--heads", "2", "--seq-len", "0"], (), ()),
         (["presets", "--threads", "-3"], ("threads",), ()),
         (["audit", "--hf", "llama", "--embed", "8", "--heads", "2", "--head-dim", "3"], ("head_dim",), ("rope_dims",)),
+        # a flag the audited module does not have is refused, not dropped (the fifth review)
+        (["audit", "--hf", "llama", "--qk-norm", "head"], ("qk-norm", "llama", "no QK-norm"), ()),
+        (["audit", "--hf", "olmo2", "--qk-norm", "head"], ("qk-norm", "per projection"), ()),
+        (["audit", "-E", "8", "-H", "2", "--kv-rank", "4", "--q-rank", "3"], ("--kv-rank, --q-rank",), ()),
+        (["audit", "-E", "8", "-H", "2", "--norm-eps", "0.05"], ("norm-eps", "--qk-norm"), ()),
+        (["audit", "--hf", "deepseek_v3", "--value-dim", "0"], ("v_dim",), ()),
+        (["audit", "--hf", "deepseek_v3", "--head-dim", "0"], ("nope_dim",), ()),
+        (["audit", "--hf", "deepseek_v3", "--block", "--ffn", "0"], ("ffn",), ()),
+        # the latent-attention audit is sized before anything is allocated
+        (["audit", "--hf", "deepseek_v3", "-H", "100000000"], ("GiB", "parameters"), ()),
+        (["audit", "--hf", "deepseek_v3", "--block", "--ffn", "1000000000"], ("GiB",), ()),
+        (["audit", "--hf", "deepseek_v3", "--block", "--experts", "100000000"], ("GiB",), ()),
+        *((["audit", "--hf", "deepseek_v3", *flag], (flag[0],), ()) for flag in MLA_REFUSED),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -106,6 +130,12 @@ def count_or_refusal(capsys, truth: int, *args: str) -> None:
         one_error_line(rc, err)
     else:
         assert json.loads(out)["unidentified"] == truth
+
+
+def test_norm_eps_reaches_the_qk_norm_of_our_layer(capsys):
+    """At ε = 0.05 the norm scales are no longer symmetries: 36 unidentified, not the ε = 0 count of 40."""
+    count_or_refusal(capsys, 36, "audit", "-E", "8", "-H", "2", "--qk-norm", "head", "--norm-eps", "0.05")
+    count_or_refusal(capsys, 40, "audit", "-E", "8", "-H", "2", "--qk-norm", "head")
 
 
 def test_rope_audit_with_head_dim_above_embed_and_two_positions(capsys):

@@ -105,15 +105,16 @@ def train_before(nb: Path, params: dict) -> None:
 
 
 def records_read(nb: Path, profile: str) -> str:
-    """The digest of the run records a chapter reads (:func:`suites_read`), at its profile and at paper
-    scale; empty for a chapter that reads none."""
+    """The digest of the run records a chapter reads (:func:`suites_read`), at its profile and at the committed
+    mid and paper scales; empty for a chapter that reads none."""
     read = suites_read(nb.read_text())
     if not read:
         return ""
     from attnid.lm.profiles import SUITES
     from attnid.lm.records import records_digest
 
-    return records_digest([profile, "paper"], [c for name in sorted(read) for c in SUITES[name].cases])
+    profiles = list(dict.fromkeys([profile, "mid", "paper"]))
+    return records_digest(profiles, [c for name in sorted(read) for c in SUITES[name].cases])
 
 
 def chapter_hash(nb: Path, params: dict, src_digest: str, records_digest: str = "") -> str:

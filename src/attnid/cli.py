@@ -193,6 +193,12 @@ def _audit_hf(a) -> int:
             raise ValueError(f"{', '.join(given)}: only a whole-model audit (--model) has them")
         if a.norm_eps != 0 and scope == "attention" and not (a.hf in HF_TYPES and HF_TYPES[a.hf].qk_norm):
             raise ValueError(f"norm-eps: {a.hf}'s attention has no norm; add --block or --model")
+    if a.qk_norm is not None and a.hf in HF_TYPES and a.qk_norm != HF_TYPES[a.hf].qk_norm:
+        has = HF_TYPES[a.hf].qk_norm
+        with_norm = ", ".join(t for t, f in HF_TYPES.items() if f.qk_norm == a.qk_norm)
+        per = "head" if has == "head" else "projection"
+        what = f"normalises queries and keys per {per}" if has else "has no QK-norm"
+        raise ValueError(f"qk-norm: {a.hf}'s attention {what}; --qk-norm {a.qk_norm} is the module of {with_norm}")
     if scope == "attention" and a.ffn is not None:
         raise ValueError("ffn: the attention module has no MLP; add --block or --model")
     E, H = (
@@ -252,8 +258,11 @@ def _audit_mla(a) -> int:
     from .hf import audit_mla_hf
 
     refused = [f for f, v in (("--groups", a.groups), ("--bias", a.bias), ("--layers", a.layers),
-                              ("--vocab", a.vocab), ("--tied/--untied", a.tied)) if v is not None]  # fmt: skip
-    refused += [f for f, v in (("--model", a.model), ("--rope", a.rope)) if v]
+                              ("--vocab", a.vocab), ("--tied/--untied", a.tied), ("--preset", a.preset),
+                              ("--batch", a.batch), ("--seq-len", a.seq_len), ("--qk-norm", a.qk_norm),
+                              ("--max-memory", a.max_memory)) if v is not None]  # fmt: skip
+    refused += [f for f, v in (("--model", a.model), ("--rope", a.rope), ("--causal", a.causal),
+                               ("--method", a.method != "auto")) if v]  # fmt: skip
     if refused:
         raise ValueError(f"{', '.join(refused)}: {a.hf} is audited as one attention layer or one decoder layer "
                          "(--block), sized by --embed, --heads, --kv-rank, --q-rank, --head-dim (position-free), "
@@ -264,10 +273,17 @@ def _audit_mla(a) -> int:
     cfg = MLAConfig(
         E, 2 if a.heads is None else a.heads, kv_rank=6 if a.kv_rank is None else a.kv_rank,
         q_rank=None if a.q_rank == 0 else (6 if a.q_rank is None else a.q_rank),
-        nope_dim=a.head_dim or 4, rope_dim=a.rope_dims or 2, v_dim=a.value_dim or 4, norm_eps=a.norm_eps,
+        nope_dim=4 if a.head_dim is None else a.head_dim, rope_dim=2 if a.rope_dims is None else a.rope_dims,
+        v_dim=4 if a.value_dim is None else a.value_dim, norm_eps=a.norm_eps,
     )  # fmt: skip
     r = audit_mla_hf(
-        cfg, seed=a.seed, check=False, scope="block" if a.block else "attention", ffn=a.ffn, experts=a.experts or 0
+        cfg,
+        seed=a.seed,
+        check=False,
+        scope="block" if a.block else "attention",
+        ffn=a.ffn,
+        experts=0 if a.experts is None else a.experts,
+        progress=not a.json,
     )
     return _report_hf_audit(r, a.json)
 
@@ -288,9 +304,16 @@ def cmd_audit(a) -> int:
              if v not in (None, False)]  # fmt: skip
     if whole:
         raise ValueError(f"{', '.join(whole)}: whole blocks and models are audited through --hf TYPE")
+    latent = [f for f, v in (("--kv-rank", a.kv_rank), ("--q-rank", a.q_rank)) if v is not None]
+    if latent:
+        raise ValueError(f"{', '.join(latent)}: latents are audited through --hf {' | '.join(MLA_TYPES)}")
     from .audit import audit  # torch.func is only needed here
 
     cfg = _config(a, causal=a.causal)
+    if a.norm_eps != 0:
+        if not cfg.qk_norm:
+            raise ValueError("norm-eps: this attention has no norm; add --qk-norm head|proj")
+        cfg = cfg.with_(qk_norm_eps=a.norm_eps)
     r = audit(
         cfg,
         batch=a.batch,

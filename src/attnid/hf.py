@@ -338,12 +338,12 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
                 f"embed: a LayerNorm over {cfg.E} feature(s) leaves too little to tell directions apart (E = 1 is "
                 "constant, E = 2 a sign, E = 3 gives no clear gap); use --embed 4 or more"
             )
-        ffn = ffn or default_ffn(hf_type, cfg.E)
+        ffn = default_ffn(hf_type, cfg.E) if ffn is None else ffn
         if scope == "block":
             theory = count_block(block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps == 0))
             described = f"transformers.models.{t.module}.{t.layer}"
         else:
-            vocab = vocab or default_vocab(hf_type, cfg.E, ffn)
+            vocab = default_vocab(hf_type, cfg.E, ffn) if vocab is None else vocab
             if vocab <= cfg.E:
                 raise ValueError(
                     f"vocab: {vocab} tokens show the {cfg.E}-dimensional stream through only {vocab - 1} "
@@ -525,14 +525,14 @@ def _mla_block_size(cfg: MLAConfig, scope: str, ffn: int | None, experts: int) -
         raise ValueError("ffn/experts: the attention module has no MLP; audit a block")
     if isinstance(experts, bool) or not isinstance(experts, int) or experts < 0 or experts == 1:
         raise ValueError(f"experts: 0 (one MLP) or at least 2 (two chosen per token), got {experts!r}")
-    ffn = ffn or (cfg.embed // 2 if experts else 2 * cfg.embed)
+    ffn = (cfg.embed // 2 if experts else 2 * cfg.embed) if ffn is None else ffn
     _positive_int("ffn", ffn)
     return ffn
 
 
 def audit_mla_hf(
     cfg: MLAConfig, *, seed: int = 0, rtol: float = RTOL, check: bool = True, scope: str = "attention",
-    ffn: int | None = None, experts: int = 0,
+    ffn: int | None = None, experts: int = 0, progress: bool = False,
 ) -> AuditResult:  # fmt: skip
     """Audit transformers' DeepSeek-V3 multi-head latent attention (``scope="attention"``, chapter 9) or its
     whole decoder layer (``scope="block"``: one MLP of inner size ``ffn``, or with ``experts >= 2`` a mixture of
@@ -541,7 +541,7 @@ def audit_mla_hf(
     random weights, on causal self-attention: ``unidentified`` from the Jacobian rank,
     ``details["theory_unidentified"]`` and ``details["terms"]`` from :func:`attnid.counting.count_mla` or
     :func:`attnid.counting.count_block`. With ``check`` a difference or a gap under ``MIN_GAP`` raises
-    :class:`HFAuditError`."""
+    :class:`HFAuditError`. ``progress``: a progress bar on stderr while the Jacobian is built."""
     check_seed(seed)
     ffn = _mla_block_size(cfg, scope, ffn, experts)
     block = BlockConfig(
@@ -549,23 +549,24 @@ def audit_mla_hf(
     )
     # the closed form first: it refuses shapes outside its assumptions before anything is built
     theory = count_mla(cfg) if scope == "attention" else count_block(block)
-    module, forward = build_mla(cfg, scope=scope, ffn=ffn, experts=experts, seed=seed)
     n = theory.total_params
-    built = sum(p.numel() for p in module.parameters())
-    if built != n:
-        raise HFAuditError(f"deepseek_v3: the module has {built} parameters, the closed form counts {n}")
     L = 8
     B = max(2, -(-3 * n // (cfg.embed * L)))  # three outputs per parameter
+    # the memory guard before anything is built: the closed form knows the size of the module and its Jacobian
     need, free = memory_estimate(n, B * L * cfg.embed, "dense"), available_memory()
     if free is not None and need > free:
         raise ValueError(
             f"hf: auditing deepseek_v3 at E = {cfg.embed} needs about {need / 2**30:,.3g} GiB ({n:,} parameters), "
             f"more than the {free / 2**30:.3g} GiB available; use smaller --embed, --heads, ranks or --ffn"
         )
+    module, forward = build_mla(cfg, scope=scope, ffn=ffn, experts=experts, seed=seed)
+    built = sum(p.numel() for p in module.parameters())
+    if built != n:
+        raise HFAuditError(f"deepseek_v3: the module has {built} parameters, the closed form counts {n}")
     x = torch.randn(B, L, cfg.embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
     if experts:
         _check_experts(module, forward, x, experts)
-    res = audit_module(module, (x,), forward=forward, rtol=rtol)
+    res = audit_module(module, (x,), forward=forward, rtol=rtol, progress=progress)
     layer = "DeepseekV3Attention" if scope == "attention" else "DeepseekV3DecoderLayer"
     res.details.update(
         hf_type="deepseek_v3", scope=scope, module=f"transformers.models.deepseek_v3.{layer}",

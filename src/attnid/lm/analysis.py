@@ -66,7 +66,7 @@ class SuiteRuns:
         return scale_label(self.first(next(iter(self.runs))))
 
     def short_label(self) -> str:
-        return "paper scale" if self.profile == "paper" else f"{self.profile} rerun"
+        return scale_name(self.profile)
 
 
 def found_seeds(profile: str, case: str, roots: list[Path]) -> list[int]:
@@ -119,12 +119,17 @@ def check_distinct_seeds(by_seed: dict[int, Record]) -> None:
         seen[key] = rec
 
 
+def scale_name(profile: str) -> str:
+    """How the book names the records of a profile: ``"paper scale"`` and ``"mid scale"`` (committed records),
+    ``"cpu rerun"`` (those this build trains)."""
+    return {"paper": "paper scale", "mid": "mid scale"}.get(profile, f"{profile} rerun")
+
+
 def scale_label(rec: Record) -> str:
     """E.g. ``"paper scale (6 × 6 × 384, H200)"`` or ``"cpu rerun (2 × 4 × 64, cpu)"``."""
     c = rec.config
     device = str(rec.summary.get("device", "?")).replace("NVIDIA ", "")
-    name = "paper scale" if c.get("profile") == "paper" else f"{c.get('profile')} rerun"
-    return f"{name} ({c['n_layer']} × {c['n_head']} × {c['n_embd']}, {device})"
+    return f"{scale_name(str(c.get('profile')))} ({c['n_layer']} × {c['n_head']} × {c['n_embd']}, {device})"
 
 
 # ------------------------------------------------------------------------------ one run

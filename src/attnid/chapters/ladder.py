@@ -1,0 +1,249 @@
+"""Chapter 6's ladder of scales: every §5 claim's verdict at each scale the chapter reads (this build's rerun, the
+committed mid and paper-scale records), which verdicts hold at every scale and which change, and the quantities
+with a natural dependence on scale drawn against it.
+
+``rows`` is :func:`attnid.chapters.dynamics.claim_rows` (one row per claim and scale); ``scales`` maps a scale's
+name to its :class:`~attnid.lm.analysis.SuiteRuns`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..lm import analysis as an
+from ..lm import claims as cl
+from ..lm.analysis import SuiteRuns
+
+Scales = dict[str, SuiteRuns]
+SIDES = ("with the paper", "against the paper", "split")
+
+
+def model_size(runs: SuiteRuns) -> int:
+    """Parameters of the blocks of a scale's model (12·L·E², the embeddings left out): the order of the ladder."""
+    c = runs.first(next(iter(runs.runs))).config
+    return 12 * int(c["n_layer"]) * int(c["n_embd"]) ** 2
+
+
+def ordered(scales: Scales) -> list[str]:
+    """The scales' names from the smallest model to the largest."""
+    return sorted(scales, key=lambda name: model_size(scales[name]))
+
+
+def short(runs: SuiteRuns) -> str:
+    """E.g. ``"mid (6 × 6 × 96)"``: a scale's profile and shape, for tables and axes."""
+    c = runs.first(next(iter(runs.runs))).config
+    return f"{runs.profile} ({c['n_layer']} × {c['n_head']} × {c['n_embd']})"
+
+
+def verdict_cell(row) -> str:
+    """One claim at one scale: ``"yes (3 seeds)"``, ``"inconclusive (1 seed, against the paper)"``, ``"pending"``."""
+    if row["verdict"] == "pending":
+        return "pending"
+    n = int(row["seeds"])
+    seeds = f"{n} seed{'s' * (n != 1)}"
+    if row["verdict"] in ("yes", "no"):
+        return f"{row['verdict']} ({seeds})"
+    side = row["side"] if isinstance(row["side"], str) else "undecided"
+    return f"inconclusive ({seeds}, {side})"
+
+
+def table_ladder(rows: pd.DataFrame, scales: Scales) -> pd.DataFrame:
+    """One row per claim, one column per scale (smallest model first): the verdict, its seeds and their side."""
+    out = pd.DataFrame({"claim": list(dict.fromkeys(rows["id"]))})
+    for name in ordered(scales):
+        cells = {r["id"]: verdict_cell(r) for _, r in rows[rows["scale"] == name].iterrows()}
+        out[short(scales[name])] = out["claim"].map(cells)
+    return out
+
+
+def side_of(row) -> str | None:
+    """Where one claim's seeds lie at one scale (``None`` when pending or undecidable for a stated reason)."""
+    if row["verdict"] == "pending":
+        return None
+    return row["side"] if isinstance(row["side"], str) else None
+
+
+def ladder_readings(rows: pd.DataFrame, scales: Scales) -> dict[str, list[str]]:
+    """The claims sorted by how their verdicts move up the ladder: ``"with"`` (every scale with records is on the
+    paper's side), ``"against"`` (every one against it), ``"changes"`` (the scales' sides differ) and
+    ``"unread"`` (no scale has a side)."""
+    out: dict[str, list[str]] = {"with": [], "against": [], "changes": [], "unread": []}
+    names = ordered(scales)
+    for claim_id in dict.fromkeys(rows["id"]):
+        part = rows[rows["id"] == claim_id].set_index("scale")
+        sides = {side_of(part.loc[n]) for n in names if n in part.index} - {None}
+        if not sides:
+            out["unread"].append(claim_id)
+        elif sides == {"with the paper"}:
+            out["with"].append(claim_id)
+        elif sides == {"against the paper"}:
+            out["against"].append(claim_id)
+        else:
+            out["changes"].append(claim_id)
+    return out
+
+
+def ladder_sentence(rows: pd.DataFrame, scales: Scales, middle: str | None = None) -> str:
+    """Which verdicts hold at every scale, which go against the paper at every scale and which change, and for the
+    last two kinds where the ``middle`` scale (default: the mid records, if read) lies, with its seeds."""
+    read = ladder_readings(rows, scales)
+    names = ordered(scales)
+    middle = middle or next((n for n in names if scales[n].profile == "mid"), None)
+
+    def listed(ids: list[str]) -> str:
+        return ", ".join(f"*{i}*" for i in ids) or "none"
+
+    def where(claim_id: str) -> str:
+        part = rows[rows["id"] == claim_id].set_index("scale")
+        cells = [f"{scales[n].profile} {verdict_cell(part.loc[n])}" for n in names if n in part.index]
+        return f"*{claim_id}* ({'; '.join(cells)})"
+
+    text = (
+        f"**The ladder.** On the paper's side at every scale that reads them: {listed(read['with'])}. Against the "
+        f"paper at every scale: {', '.join(where(i) for i in read['against']) or 'none'}. The scales disagree on: "
+        f"{', '.join(where(i) for i in read['changes']) or 'none'}."
+    )
+    if middle is not None:
+        mid = rows[rows["scale"] == middle].set_index("id")
+        moved = [i for i in read["changes"] + read["against"] if i in mid.index]
+        if moved:
+            text += f" Where they disagree or go against the paper, the {middle} reads: " + "; ".join(
+                f"*{i}* {verdict_cell(mid.loc[i])}" for i in moved
+            )
+            text += "."
+    if read["unread"]:
+        text += f" Not read at any scale: {listed(read['unread'])}."
+    return text
+
+
+def ladder_facts(rows: pd.DataFrame, scales: Scales) -> dict[str, object]:
+    """Counts the chapter glues: scales read, claims on the paper's side at every scale, against it at every scale,
+    and changing with scale."""
+    read = ladder_readings(rows, scales)
+    return {
+        "ladder_scales": len(scales),
+        "ladder_with": len(read["with"]),
+        "ladder_against": len(read["against"]),
+        "ladder_changes": len(read["changes"]),
+    }
+
+
+# ------------------------------------------------------------------------------ quantities against scale
+def scale_quantities(scales: Scales) -> pd.DataFrame:
+    """One row per scale (smallest first): ρ's isotropic reference D/(2(E+1)), the mean ρ of SGD + weight decay and
+    of AdamW (how each scale measured it), the law's factor c_T, the largest law residual over the tested layers
+    (mean over seeds) and plain SGD's remainder / c_T in those layers."""
+    out = []
+    for name in ordered(scales):
+        runs = scales[name]
+        row: dict[str, object] = {"scale": short(runs), "size": model_size(runs)}
+        rec = runs.first(next(iter(runs.runs)))
+        row["isotropic ρ"] = an.isotropic_rho(rec.config)
+        for case in ("sgd_wd", "adamw"):
+            if case in runs:
+                row[f"mean ρ, {case}"] = an.over_seeds(runs, case, an.mean_rho)["mean"]
+                row["ρ measured from"] = an.rho_measure(runs.first(case))
+        if "sgd" in runs and "sgd_wd" in runs:
+            seeds = runs.seeds(("sgd", "sgd_wd"))
+            laws = [cl.wd_beta_law(runs.runs["sgd_wd"][s], runs.runs["sgd"][s]) for s in seeds]
+            tested = cl.law_tested(laws)
+            row["c_T"] = laws[0].factor
+            row["law residual, tested layers"] = (
+                float(np.mean([w.residual[tested].max() for w in laws])) if tested else np.nan
+            )
+            row["remainder / c_T, tested layers"] = float(cl.law_remainder(laws)[tested].max()) if tested else np.nan
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def drift_profiles(scales: Scales) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Plain SGD's final β drift per layer at each scale (the deep SGD case where the profile trains one), as
+    ``(relative depth (layer − ½) / L, drift per seed (seeds, L))``."""
+    from ..lm.profiles import DEEP_SGD
+
+    out = {}
+    for name in ordered(scales):
+        runs = scales[name]
+        case = DEEP_SGD if DEEP_SGD in runs else "sgd"
+        if case not in runs:
+            continue
+        d = np.array([an.final_drift(rec) for _, rec in sorted(runs.runs[case].items())])
+        out[short(runs)] = ((np.arange(d.shape[1]) + 0.5) / d.shape[1], d)
+    return out
+
+
+def fig_ladder(scales: Scales):
+    """Three panels against scale: mean ρ with the isotropic reference; the law's factor, residual and remainder;
+    plain SGD's final drift per layer against relative depth (every seed)."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import panels
+
+    q = scale_quantities(scales)
+    fig, axes = panels(3, height=3.4)
+    ax = axes.flat[0]
+    x = np.arange(len(q))
+    ax.plot(x, q["isotropic ρ"], "k--", marker="s", label="isotropic D/(2(E+1))")
+    for i, case in enumerate(("sgd_wd", "adamw")):
+        col = f"mean ρ, {case}"
+        if col in q:
+            ax.plot(x, q[col], marker="o", color=f"C{i + 1}", label={"sgd_wd": "SGD + wd", "adamw": "AdamW"}[case])
+    ax.set(yscale="log", ylabel="mean ρ (share of step energy)", title="ρ against scale")
+    ax.set_xticks(x, q["scale"], rotation=12)
+    ax.legend()
+    ax = axes.flat[1]
+    if "c_T" in q:
+        ax.plot(x, q["c_T"], "k--", marker="s", label="c_T (the law's factor)")
+        ax.plot(x, q["law residual, tested layers"], marker="o", color="C1", label="law residual (largest tested)")
+        ax.plot(x, q["remainder / c_T, tested layers"], marker="^", color="C0", label="SGD remainder / c_T")
+        ax.axhline(cl.LAW_TOLERANCE, color="grey", lw=0.8, ls=":", label="1 % tolerance")
+    ax.set(yscale="log", ylabel="ratio (1 = equal)", title="The weight-decay law against scale")
+    ax.set_xticks(x, q["scale"], rotation=12)
+    ax.legend(fontsize=8.5)
+    ax = axes.flat[2]
+    for i, (label, (depth, d)) in enumerate(drift_profiles(scales).items()):
+        for k, seed_drift in enumerate(d):
+            ax.plot(depth, seed_drift, marker="o", ms=3, color=f"C{i}", alpha=0.8, label=label if k == 0 else None)
+    ax.set(
+        yscale="log",
+        xlabel="relative depth of the layer ((layer − ½) / L)",
+        ylabel="final β drift ‖β_T − β_0‖ / ‖β_0‖",
+        title="Plain SGD's drift per layer (every seed)",
+    )
+    ax.legend()
+    plt.show()
+    return fig
+
+
+def provenance(runs: SuiteRuns) -> dict[str, object]:
+    """What a scale's summaries say of how its records were made: their number, the machines, precisions, torch
+    versions and code commits (each once), and the training time of all of them in hours."""
+    recs = [rec for by in runs.runs.values() for rec in by.values()]
+
+    def each(get) -> str:
+        return ", ".join(sorted({str(v) for v in map(get, recs) if v}))
+
+    def prov(rec, key):
+        return rec.summary.get(key) or rec.summary.get("provenance", {}).get(key)
+
+    return {
+        "records": len(recs),
+        "machine": each(lambda r: prov(r, "machine") or prov(r, "device")),
+        "precision": each(lambda r: r.summary.get("precision")),
+        "torch": each(lambda r: prov(r, "torch")),
+        "code": each(lambda r: prov(r, "code_commit")) or "unknown",
+        "hours": sum(float(r.summary.get("wall_seconds") or 0.0) for r in recs) / 3600,
+    }
+
+
+def records_sentence(scales: Scales) -> str:
+    """The provenance of every scale's records, one clause per scale, from their summaries."""
+    parts = []
+    for name in ordered(scales):
+        p = provenance(scales[name])
+        parts.append(
+            f"*{name}*: {p['records']} records, trained on {p['machine']} ({p['precision']}, torch {p['torch']}) by "
+            f"the code of commit {p['code']}, {p['hours']:.1f} hours of training in all"
+        )
+    return "**Where the records come from.** " + "; ".join(parts) + "."
