@@ -15,7 +15,7 @@
 #
 # The paper's count rests on the structure of dot-product attention: the scores see the query and key
 # maps only through their product, so any invertible map between them is free, and the softmax
-# ignores a shift that is the same for every key. Two changes made since 2024 touch exactly that
+# ignores a shift that is the same for every key. Three changes made since 2024 touch exactly that
 # structure. Qwen3, Gemma 3 and OLMo 2 put an RMSNorm on the queries and on the keys before the
 # product (*QK-norm*); Gemma 2 caps the scores with $c \tanh(a/c)$ before the softmax
 # (*soft-capping*); DeepSeek-V2 and V3 compute keys and values from a shared low-rank latent

@@ -33,6 +33,13 @@ def test_bad_profile_is_refused():
     assert r.returncode == 2 and "profile" in r.stderr
 
 
+@pytest.mark.parametrize("seed", ["-1", "99999999999999999999"])
+def test_a_seed_out_of_range_is_refused_before_any_chapter(tmp_path, seed):
+    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), "--seed", seed)
+    assert r.returncode == 2 and "seed must be an integer from 0 to 2**63 - 1" in r.stderr
+    assert "executing" not in r.stdout and "Overflow" not in r.stderr
+
+
 def test_a_fork_under_any_name_is_executed_by_make_chapter(tmp_path):
     sys.path.insert(0, str(ROOT / "tools"))
     import book as book_tool

@@ -267,7 +267,12 @@ def test_blocks_chapter_closed_forms_of_published_models():
     assert facts["gpt2_product"] == 12 * 12 * (64**2 + 64**2)
     parts = compare.drop(columns=["model", "whole model (closed form)", "params"]).sum(axis=1)
     assert (parts == compare["whole model (closed form)"]).all()
-    assert "1,179,648 for GPT-2 small" in bc.compare_points(compare)
+    points = bc.compare_points(compare)
+    assert "1,179,648 for GPT-2 small" in points
+    # 167,704 beyond the product: 18,432 of them attention key/value biases (12 layers x 12 heads x (64 + 64)),
+    # not norm, MLP or stream terms
+    assert "would leave out 167,704 directions for GPT-2 small: 18,432 from the attention's key and value" in points
+    assert "and 149,272 from the norms, the output biases and the residual stream" in points
 
 
 def test_gpt2_block_moves_and_a_planted_audit_mismatch():

@@ -501,6 +501,12 @@ def main(argv: list[str] | None = None) -> None:  # noqa: C901, PLR0915 (reason 
             ap.error(f"no such chapter: {p}")
         if not p.is_file() or p.suffix != ".py":
             ap.error(f"{p}: not a chapter source (a jupytext .py file in notebooks/)")
+    from attnid.audit import check_seed
+
+    try:
+        check_seed(a.seed)  # before any chapter starts, with the library's bound and words
+    except ValueError as e:
+        ap.error(str(e))
     params = {"profile": a.profile, "seed": a.seed, "device": a.device}
     signal.signal(signal.SIGTERM, _interrupt)  # what timeout, a CI cancel and systemd send
     signal.signal(signal.SIGINT, _interrupt)  # Ctrl-C, even where a shell started us with SIGINT ignored

@@ -394,8 +394,10 @@ def compare_points(compare: pd.DataFrame) -> str:
         "- **Functional dimension.** The second paper's formula is the attention layer's (chapter 2's count, "
         "which the Jacobian confirms: no hidden symmetries). The functional dimension of a whole model is its "
         f"parameter count less the whole-model count: for GPT-2 small {int(g2['params']) - whole:,} of "
-        f"{int(g2['params']):,}. Normalising a memorisation capacity by the attention count alone would leave "
-        f"out the norm, MLP and stream terms, {whole - product:,} directions for GPT-2 small.\n"
+        f"{int(g2['params']):,}. Normalising a memorisation capacity by the product of per-layer groups would "
+        f"leave out {whole - product:,} directions for GPT-2 small: {int(g2['attention biases']):,} from the "
+        f"attention's key and value biases and {whole - product - int(g2['attention biases']):,} from the norms, "
+        "the output biases and the residual stream.\n"
         "- **Neither paper measures the rank of a real block**; here every term was checked against the Jacobian "
         "of the `transformers` classes, at every shape in the tables above."
     )

@@ -244,6 +244,8 @@ def records_sentence(scales: Scales) -> str:
         p = provenance(scales[name])
         parts.append(
             f"*{name}*: {p['records']} records, trained on {p['machine']} ({p['precision']}, torch {p['torch']}) by "
-            f"the code of commit {p['code']}, {p['hours']:.1f} hours of training in all"
+            f"the code of commit {p['code']}, "
+            + (f"{p['hours']:.1f} hours" if p["hours"] >= 1 else f"{60 * p['hours']:.0f} minutes")
+            + " of training in all"
         )
     return "**Where the records come from.** " + "; ".join(parts) + "."
