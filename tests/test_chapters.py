@@ -309,6 +309,10 @@ def test_recent_chapter_counts_meet_the_jacobian_and_a_planted_error_raises(vari
     )
     keys = dict(zip(df["variant"], df["key bias"], strict=True))
     assert keys["biases, no RoPE"] == 2 * 8 and keys["biases, no RoPE, soft-capping c = 1"] == 0
+    assert keys["biases, no RoPE, soft-capping c = 50"] == 0  # identified at the released cap too (barely)
+    # Gemma 2's real module rotates every dimension: its key bias is identified without the cap as well, so its row
+    # cannot show the cap's effect, and the chapter says which rows no released module checks
+    assert keys["RoPE + soft-capping, c = 50 (Gemma 2)"] == keys["RoPE (Llama)"] == 0
     import dataclasses
 
     def off_by_one(cfg):  # a closed form that miscounts the QK block by one
@@ -347,6 +351,7 @@ def test_recent_chapter_published_and_conservation_facts(variants):
     assert (scopes["block"] < scopes["attention"]).all() and scopes["small layer audit"].isna().all()
     facts = rc.facts(variants, published, conservation, mla, scopes)
     assert facts["qwen_qk"] == 64 and facts["n_real"] == 0 and facts["v3_latents"] == v3["q_latent"] + v3["kv_latent"]
+    assert "“biases, no RoPE, soft-capping c = 50”" in facts["ours_only"] and "Gemma 2" in facts["ours_only_reason"]
     assert facts["n_layer_audits"] == 0 and facts["qwen_rotation_share"] > 0.5
     assert facts["olmo_beyond_layers"] == 2 * 4096 and facts["gemma_beyond_layers"] == 0  # final norm + logit shift
 

@@ -360,3 +360,33 @@ def test_check_pages_refuses_screenshots_into_a_file(tmp_path):
     (tmp_path / "shots").write_text("")
     r = tool("check_pages.py", str(html), "--screenshots", str(tmp_path / "shots"))
     one_error_line(r.returncode, r.stderr)
+
+
+def test_an_out_of_memory_jacobian_is_one_line_not_a_reverse_mode_retry(capsys, monkeypatch):
+    """An allocation failure inside the forward-mode Jacobian is said as such (not taken for a kernel without
+    forward-mode AD and retried in reverse mode, which fails again after as long)."""
+    from attnid import audit as audit_mod
+
+    calls = []
+
+    def oom(*args, **kw):
+        calls.append(1)
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried")
+
+    monkeypatch.setattr(audit_mod, "chunked_jacobian", oom)
+    monkeypatch.setattr(audit_mod.torch.autograd.functional, "jacobian", lambda *a, **k: pytest.fail("retried"))
+    line = refused(capsys, "audit", "-E", "8", "-H", "1", "--method", "dense", words=("ran out of memory",))
+    assert "can't allocate memory" in line and "--max-memory" in line and len(calls) == 1
+
+
+def test_a_kernel_without_forward_mode_still_falls_back_to_reverse_mode(monkeypatch):
+    import torch
+
+    from attnid import audit as audit_mod
+
+    def no_forward(*args, **kw):
+        raise NotImplementedError("Trying to use forward AD with _fused_op that does not support it")
+
+    monkeypatch.setattr(audit_mod, "chunked_jacobian", no_forward)
+    res = audit_mod.jacobian_rank(lambda t: torch.stack([t[0] * t[1], t[0] * t[1]]), torch.tensor([1.0, 2.0]))
+    assert res.rank == 1 and res.unidentified == 1

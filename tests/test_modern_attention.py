@@ -113,6 +113,7 @@ def test_real_modules_of_recent_models_equal_the_closed_form(hf_type, kw):
     pytest.importorskip("transformers")
     res = hf.audit_hf(hf_type, **kw)  # raises HFAuditError on a difference or a gap under 1e6
     assert res.unidentified == res.details["theory_unidentified"] and res.sv_gap >= hf.MIN_GAP
+    assert res.details["attn_implementation"] == ("eager" if hf_type == "gemma2" else "sdpa")  # what ran
 
 
 def test_real_qwen3_decoder_layer_equals_the_closed_form():

@@ -155,6 +155,20 @@ JVP_CHUNK_BYTES = 2**28  # forward-mode tangents pushed through at once hold abo
 PROGRESS_ENTRIES = 2 * 10**7  # a dense audit whose Jacobian has more entries than this shows its progress
 
 
+def out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` is an allocation failure (torch's CUDA error, or the CPU allocator's RuntimeError)."""
+    text = str(e).lower()
+    return (
+        isinstance(e, (MemoryError, torch.OutOfMemoryError))
+        or "can't allocate memory" in text
+        or ("out of memory" in text)
+    )
+
+
+def first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def chunked_jacobian(fn, theta: torch.Tensor, *, progress: bool = False) -> torch.Tensor:
     """``(m, n)`` Jacobian of ``fn`` at ``theta`` by forward mode, a chunk of basis tangents at a time, so
     that a module's intermediates (held once per tangent) stay bounded whatever ``n``. ``progress``: a bar
@@ -188,8 +202,14 @@ def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL, progress: bool
     theta = theta.detach().to(torch.float64)
     try:
         J = chunked_jacobian(fn, theta, progress=progress)
-    except (NotImplementedError, RuntimeError):  # some fused kernels have no forward-mode AD
-        J = torch.autograd.functional.jacobian(fn, theta, vectorize=False)
+    except (NotImplementedError, RuntimeError) as e:
+        if out_of_memory(e):  # not a missing forward mode: reverse mode would need the same memory and fail again
+            raise MemoryError(
+                f"audit: the {theta.numel():,}-parameter Jacobian ran out of memory ({first_line(e)}); audit a "
+                "smaller shape, or pass a --max-memory the machine can hold so that the audit is refused before it "
+                "starts"
+            ) from None
+        J = torch.autograd.functional.jacobian(fn, theta, vectorize=False)  # a kernel without forward-mode AD
     J = J.reshape(-1, theta.numel())
     m, n = J.shape
     if progress and m * n > PROGRESS_ENTRIES:

@@ -616,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (reason in the d
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
     p.set_defaults(func=cmd_audit)
     p = sub.add_parser("train", help="train one case of chapter 6 (resumes or reuses its run record)")
-    p.add_argument("--profile", default="cpu", help="smoke | cpu | paper")
+    p.add_argument("--profile", default="cpu", help="smoke | cpu | mid | paper")
     p.add_argument("--case", default="adamw", help=" | ".join(CASES))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n]")
@@ -675,7 +675,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (reason in the d
     )
     p.set_defaults(func=cmd_experiments)
     p = sub.add_parser("claims", help="the paper's §5 claims, evaluated on the run records found")
-    p.add_argument("--profile", default="cpu", help="smoke | cpu | paper")
+    p.add_argument("--profile", default="cpu", help="smoke | cpu | mid | paper")
     p.add_argument("--seed-set", help="comma-separated seeds to use (default: every seed found)")
     p.add_argument("--runs", help="a runs folder (default: $ATTNID_RUNS, else data/runs); then the committed records")
     p.add_argument("--json", action="store_true", help="a JSON list, one object per claim")
@@ -705,6 +705,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, DataError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
+    except MemoryError as e:  # an allocation the machine refused (the guards estimate; they can be overridden)
+        print(f"attnid: error: {e or 'out of memory'}", file=sys.stderr)
+        return 1
     except (RecordError, CertificateError, LaunchError, HFAuditError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 1

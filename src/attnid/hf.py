@@ -417,7 +417,10 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
         batch=B,
         seq_len=L,
         seed=seed,
-        attn_implementation=attn_implementation,
+        # the implementation that ran: a soft-capping type runs eager whatever was asked (sdpa cannot cap)
+        attn_implementation="eager"
+        if HF_TYPES[hf_type].softcap is not None and scope == "attention"
+        else attn_implementation,
         near_null=int(((rel > lo) & (rel <= hi)).sum()),
         norm_eps=norm_eps,
     )

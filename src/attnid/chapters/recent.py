@@ -42,7 +42,14 @@ VARIANTS = (
     Variant("RoPE + soft-capping, c = 50 (Gemma 2)", dict(rope=True, logit_softcap=50.0), "gemma2", {}),
     Variant("biases, no RoPE", dict(bias="all")),
     Variant("biases, no RoPE, soft-capping c = 1", dict(bias="all", logit_softcap=1.0)),
+    Variant("biases, no RoPE, soft-capping c = 50", dict(bias="all", logit_softcap=50.0)),
 )  # fmt: skip
+# Why a row has no real module: Gemma 2, the one released model with soft-capping, applies RoPE to every dimension,
+# where the key bias is identified with or without the cap, so its module cannot show the cap's own effect
+OURS_ONLY_REASON = (
+    "no released module has soft-capping without RoPE on every dimension (Gemma 2 rotates all of them, which "
+    "identifies the key bias with or without the cap)"
+)
 PUBLISHED: dict[str, dict[str, Any]] = {  # preset -> the change that removes its new feature
     "qwen3-8b": dict(qk_norm="", qk_norm_eps=0.0),
     "gemma-3-12b": dict(qk_norm="", qk_norm_eps=0.0),
@@ -279,6 +286,8 @@ def facts(
     return {
         "n_variants": len(variants),
         "n_real": int(real.sum()),
+        "ours_only": ", ".join(f"“{v}”" for v in variants.loc[~real, "variant"]) or "none",
+        "ours_only_reason": OURS_ONLY_REASON,
         "min_gap": float(variants["smallest gap"].min()),
         "qwen_qk": int(qwen["QK block"]),
         "qwen_qk_without": int(qwen["QK block without"]),

@@ -76,8 +76,11 @@ SUITES: dict[str, Suite] = {
             **{f"heads_H{h}": dict(ADAMW, n_head=h) for h in (1, 2, 4, 8, 16)},
             "heads_H4_D8": dict(ADAMW, n_head=4, head_dim=8),
         },
-        seeds={"smoke": (0,), "cpu": (0, 1), "mid": (), "paper": (0, 1, 2)},  # no head sweep at mid (not needed)
-        profile_changes={"cpu": dict(max_iters=1000, eval_interval=250, ckpt_interval=250)},  # the book's budget
+        seeds={"smoke": (0,), "cpu": (0, 1), "mid": (0,), "paper": (0, 1, 2)},  # mid: not committed, made by its book
+        profile_changes={  # the book's budget
+            "cpu": dict(max_iters=1000, eval_interval=250, ckpt_interval=250),
+            "mid": dict(max_iters=1000, eval_interval=250, ckpt_interval=250),
+        },
     ),
 }
 CASES: dict[str, dict] = {case: changes for suite in SUITES.values() for case, changes in suite.cases.items()}
