@@ -154,3 +154,68 @@ def test_a_local_job_has_no_short_deadline(tmp_path):
     ex = make_executor("local", tmp_path / "logs")
     deadline_s = int(ex.submit(os.getenv, "SUBMITIT_LOCAL_TIMEOUT_S").result())
     assert deadline_s == 60 * LOCAL_TIMEOUT_MIN >= 7 * 24 * 3600
+
+
+def test_a_killed_jobs_reason_is_submitits_not_a_row_of_dashes():
+    """submitit quotes the job's log between rows of dashes: the reason kept is its own line."""
+    from submitit.core.utils import UncompletedJobError
+
+    from attnid.lm.launch import job_failure
+
+    e = UncompletedJobError(
+        "Job 4242 (task: 0) with path /runs/.submitit/4242_0_result.pkl\n"
+        "has not produced any output (state: FINISHED)\nError stream produced:\n" + "-" * 40 + "\n" + "-" * 40 + "\n"
+    )
+    assert job_failure(e) == "UncompletedJobError: has not produced any output (state: FINISHED)"
+    e = UncompletedJobError("has not produced any output (state: FINISHED)\n" + "-" * 40 + "\nKilled\n")
+    assert job_failure(e).endswith("; its log ends: Killed")
+
+
+def _job_processes(marker: str) -> list[int]:
+    """Pids of live processes whose command line or environment names ``marker`` (the test's runs folder)."""
+    pids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{p}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmd or marker.encode() in env:
+            pids.append(int(p))
+    return pids
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_local_suite_and_its_jobs(corpus, tmp_path):
+    """SIGTERM to `experiments --launcher local --parallel 2`: its jobs are stopped and waited for, it says so in
+    one line and exits 143, and nothing is left running to write records after it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    runs = tmp_path / "runs"
+    env = {**os.environ, "ATTNID_RUNS": str(runs)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnid", "experiments", "--profile", "cpu", "--launcher", "local", "--parallel", "2",
+         "--seed", "0", "--threads", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(runs.glob("cpu/*/config.json"))) < 2:  # both jobs are training
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert lines[-1].startswith("attnid: stopped by SIGTERM: the running jobs (") and "Traceback" not in err
+    assert not _job_processes(str(runs))  # no job outlives the command
+    assert not list(runs.glob("cpu/*/summary.json"))  # and none finished after the stop

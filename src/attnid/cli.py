@@ -694,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
     from .audit import CertificateError
     from .hf import HFAuditError
     from .lm.data import DataError
-    from .lm.launch import LaunchError
+    from .lm.launch import LaunchError, Stopped
     from .lm.records import RecordError
     from .lm.train import Interrupted
 
@@ -708,6 +708,9 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError as e:  # an allocation the machine refused (the guards estimate; they can be overridden)
         print(f"attnid: error: {e or 'out of memory'}", file=sys.stderr)
         return 1
+    except Stopped as e:  # a local suite stopped, its jobs with it
+        print(f"attnid: {e}", file=sys.stderr)
+        return 143 if e.signame == "SIGTERM" else 130
     except (RecordError, CertificateError, LaunchError, HFAuditError) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 1

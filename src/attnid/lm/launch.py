@@ -12,7 +12,12 @@ resume and record checks are the same whichever launcher runs it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +34,70 @@ LOCAL_TIMEOUT_MIN = 7 * 24 * 60
 
 class LaunchError(RuntimeError):
     """Jobs that could not be submitted or did not finish; the message names them and says how to resume."""
+
+
+class Stopped(LaunchError):
+    """A local suite stopped by SIGTERM or Ctrl-C: its running jobs were stopped too and waited for (the message
+    says which); ``signame`` is the signal's name."""
+
+    def __init__(self, message: str, signame: str):
+        super().__init__(message)
+        self.signame = signame
+
+
+STOP_WAIT_S = 120  # how long a stopped suite waits for its jobs to end before it kills them
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """In the main thread: SIGTERM raises ``KeyboardInterrupt`` (with ``.signame``) like Ctrl-C, so that one handler
+    stops the jobs either way; the previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        e = KeyboardInterrupt()
+        e.signame = "SIGTERM"  # type: ignore[attr-defined]
+        raise e
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux's /proc; none elsewhere)."""
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def stop_jobs(jobs: list) -> list:
+    """Stop local submitit jobs (SIGINT: a run saves nothing more and resumes from its last checkpoint), wait for
+    them to end (:data:`STOP_WAIT_S`, then SIGKILL) and return those that were still running."""
+    running = [j for j in jobs if not j.done()]
+    for j in running:
+        proc = getattr(j, "_process", None)  # submitit's LocalJob keeps its controller's Popen here
+        tasks = _children(proc.pid) if proc is not None else []
+        if tasks:  # the run itself: its controller then ends on its own, without a traceback on our stderr
+            for pid in tasks:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+        else:
+            j.cancel(check=False)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while any(not j.done() for j in running) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for j in running:
+        proc = getattr(j, "_process", None)  # submitit's LocalJob keeps its Popen here
+        if not j.done() and proc is not None:
+            proc.kill()
+            proc.wait()
+    return running
 
 
 @dataclass(frozen=True)
@@ -146,7 +215,7 @@ def launch(
 
         folder = runs_root() / ".submitit"
     ex = make_executor(launcher, folder, slurm)
-    from submitit.core.utils import FailedJobError, UncompletedJobError
+    from submitit.core.utils import FailedJobError
 
     if launcher == "slurm":
         try:
@@ -159,17 +228,8 @@ def launch(
         return [done(i, c, j.result()) for i, (c, j) in enumerate(zip(configs, jobs), 1)]
 
     # local and debug: each run its own job, at most `parallel` at a time
-    def one(i: int, cfg: RunConfig) -> dict | None:
-        try:
-            return done(i, cfg, ex.submit(run_job, cfg.as_dict(), force, threads).result())
-        except (UncompletedJobError, FailedJobError) as e:
-            lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-            why = f"{type(e).__name__}: {lines[-1] if lines else 'no reason given'}"
-            report(f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: did not finish ({why})")
-            return None
-
-    with ThreadPoolExecutor(max_workers=1 if launcher == "debug" else parallel) as pool:
-        results = list(pool.map(one, range(1, n + 1), configs))
+    workers = 1 if launcher == "debug" else parallel
+    results = _run_jobs(ex, configs, force, threads, workers, done, report)
     failed = [f"{c.case} seed {c.seed}" for c, r in zip(configs, results) if r is None]
     if failed:
         raise LaunchError(
@@ -177,6 +237,63 @@ def launch(
             "run the same command again: finished runs are reused and stopped ones resume from their checkpoints"
         )
     return results
+
+
+def _run_jobs(ex, configs: Sequence[RunConfig], force: bool, threads: int | None, workers: int, done, report) -> list:
+    """Each config as a submitit job, ``workers`` at a time; a run that did not finish gives ``None`` (and is
+    reported). SIGTERM or Ctrl-C stops the running jobs, waits for them and raises :class:`Stopped`."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    n = len(configs)
+    submitted: list = []
+    lock, stopping = threading.Lock(), threading.Event()
+
+    def one(i: int, cfg: RunConfig) -> dict | None:
+        with lock:
+            if stopping.is_set():
+                return None
+            job = ex.submit(run_job, cfg.as_dict(), force, threads)
+            submitted.append((cfg, job))
+        try:
+            return done(i, cfg, job.result())
+        except (UncompletedJobError, FailedJobError) as e:
+            if stopping.is_set():
+                return None
+            report(f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: did not finish ({job_failure(e)})")
+            return None
+
+    pool = ThreadPoolExecutor(max_workers=workers)
+    futures = [pool.submit(one, i, c) for i, c in enumerate(configs, 1)]
+    try:
+        with sigterm_as_interrupt():
+            results = [f.result() for f in futures]
+    except KeyboardInterrupt as e:
+        with lock:
+            stopping.set()
+            jobs = list(submitted)
+        stopped = stop_jobs([j for _, j in jobs])
+        pool.shutdown(wait=True, cancel_futures=True)
+        names = ", ".join(f"{c.case} seed {c.seed}" for c, j in jobs if j in stopped) or "none"
+        raise Stopped(
+            f"stopped by {getattr(e, 'signame', 'SIGINT')}: the running jobs ({names}) were stopped and have ended; "
+            "run the same command again: finished runs are reused and stopped ones resume from their checkpoints",
+            getattr(e, "signame", "SIGINT"),
+        ) from None
+    pool.shutdown(wait=True)
+    return results
+
+
+def job_failure(e: BaseException) -> str:
+    """Why a submitit job did not finish, in one line: submitit's own reason where it gives one (a job killed
+    outright "has not produced any output"), not the separator lines of the log it quotes."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    framing = ("Error stream produced", "No error stream produced")  # submitit's words around the log it quotes
+    meaningful = [line for line in lines if line.strip("-=_ ") and not line.startswith(framing)]
+    reason = next((line for line in meaningful if "has not produced any output" in line), None)
+    last = meaningful[-1] if meaningful else "no reason given"
+    if reason is None:
+        return f"{type(e).__name__}: {last}"
+    return f"{type(e).__name__}: {reason}" + (f"; its log ends: {last}" if last != reason else "")
 
 
 def pending_configs(configs: Sequence[RunConfig], base: Path | None = None) -> list[RunConfig]:
