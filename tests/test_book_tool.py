@@ -186,8 +186,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("sig, jobs, rc", [("SIGTERM", "2", 143), ("SIGINT", "1", 130)])
-def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, jobs, rc):
+@pytest.mark.parametrize(
+    "sig, jobs, rc, twice", [("SIGTERM", "2", 143, False), ("SIGINT", "1", 130, False), ("SIGTERM", "2", 143, True)]
+)
+def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, jobs, rc, twice):
     """SIGTERM to the book tool (what timeout and a CI cancel send), or Ctrl-C to its process group: every kernel
     stops, no chapter is stamped or left half-staged, and the tool says so in one line."""
     import signal
@@ -216,6 +218,10 @@ def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, job
             proc.send_signal(signal.SIGTERM)
         else:
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        if twice:  # a second SIGTERM while the first one's stop is under way (a kernel already gone)
+            _wait_for(lambda: proc.poll() is not None or not all(_alive(k) for k in kernels))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
         _stdout, stderr = proc.communicate(timeout=120)
     finally:  # a build that did not stop must not outlive the test
         if proc.poll() is None:

@@ -390,3 +390,20 @@ def test_a_kernel_without_forward_mode_still_falls_back_to_reverse_mode(monkeypa
     monkeypatch.setattr(audit_mod, "chunked_jacobian", no_forward)
     res = audit_mod.jacobian_rank(lambda t: torch.stack([t[0] * t[1], t[0] * t[1]]), torch.tensor([1.0, 2.0]))
     assert res.rank == 1 and res.unidentified == 1
+
+
+@pytest.mark.parametrize("chromium", ["missing", "dies"])
+def test_check_pages_without_a_browser_is_one_line(tmp_path, chromium):
+    """A Chromium that is missing, or that dies as it starts (as under a memory cap), is one error line, not a
+    Playwright traceback."""
+    pytest.importorskip("playwright")
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "page.html").write_text("<html><body><p>page</p></body></html>")
+    exe = tmp_path / "chromium"
+    if chromium == "dies":
+        exe.write_text("#!/bin/sh\necho 'cannot allocate memory' >&2\nexit 1\n")
+        exe.chmod(0o755)
+    r = tool("check_pages.py", str(html), "--chromium", str(exe), "--jobs", "1")
+    line = one_error_line(r.returncode, r.stderr, "Chromium", "could not start", "no page was checked")
+    assert r.returncode == 2 and str(exe) in line

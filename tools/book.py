@@ -373,6 +373,10 @@ def _execute_job(
 
 
 def _interrupt(signum, frame):
+    """The first SIGTERM or SIGINT stops the build; any that follow while it stops are ignored (the stop is bounded:
+    workers get a grace period, then are killed), so that a second signal cannot break the stop in half."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 

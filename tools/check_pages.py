@@ -135,6 +135,21 @@ def check_book(
     return [line for rel, _ in pages for line in found[rel]]
 
 
+class BrowserUnavailable(RuntimeError):
+    """Chromium could not be started (missing, or refused by a memory cap): nothing can be checked."""
+
+
+def _launch(pw, chromium: str):
+    from playwright.sync_api import Error as PlaywrightError
+
+    try:
+        return pw.chromium.launch(executable_path=chromium, args=ARGS)
+    except PlaywrightError as e:
+        lines = [x.strip() for x in str(e).strip().splitlines() if x.strip() and not x.strip().startswith("=")]
+        why = lines[0] if lines else "no message"
+        raise BrowserUnavailable(f"Chromium ({chromium}) could not start: {why}") from None
+
+
 def _check_pages(
     base: str, pages: list[tuple[str, bool]], screenshots: Path | None, chromium: str, timeout_s: float
 ) -> dict:
@@ -144,7 +159,7 @@ def _check_pages(
 
     found = {}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
+        browser = _launch(pw, chromium)
         for rel, chapter in pages:
             try:
                 found[rel] = _check_page(browser, base, rel, screenshots, chapter, timeout_s)
@@ -153,7 +168,7 @@ def _check_pages(
                 first = str(e).strip().splitlines()[0] if str(e).strip() else "no message"
                 found[rel] = [f"{rel}: could not be checked ({type(e).__name__}: {first})"]
                 browser.close()  # its stuck tab with it; the next pages get a fresh browser
-                browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
+                browser = _launch(pw, chromium)
         browser.close()
     return found
 
@@ -273,6 +288,7 @@ def main() -> int:
     ap.add_argument("html", type=Path, help="the built book (…/_build/html)")
     ap.add_argument("--screenshots", type=Path, help="write a screenshot of every page here")
     ap.add_argument("--jobs", type=int, default=2, help="browsers that share the pages (default 2)")
+    ap.add_argument("--chromium", default=CHROMIUM, help=f"the Chromium executable (default {CHROMIUM})")
     a = ap.parse_args()
     if a.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {a.jobs}")
@@ -282,7 +298,11 @@ def main() -> int:
         ap.error(f"{a.html}: no pages to check (build the book first: make book)")
     if a.screenshots is not None and a.screenshots.exists() and not a.screenshots.is_dir():
         ap.error(f"--screenshots {a.screenshots}: exists and is not a folder")
-    problems = check_book(a.html, a.screenshots, jobs=a.jobs)
+    try:
+        problems = check_book(a.html, a.screenshots, chromium=a.chromium, jobs=a.jobs)
+    except BrowserUnavailable as e:
+        print(f"check_pages: error: {e}; no page was checked", file=sys.stderr)
+        return 2
     print("\n".join(problems) if problems else f"{len(pages_of(a.html))} pages: no problems")
     return 1 if problems else 0
 
