@@ -142,11 +142,10 @@ def test_icon_css_keeps_the_icons_named_and_those_the_theme_draws():
 
 
 def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path):
-    # `make chapter NB=...`: the named chapter re-executes, the others stay cached, the book rebuilds
+    # `make chapter NB=...`: the named chapter re-executes, the others are left as they are, the book rebuilds
     r = book("build", "--profile", "smoke", "--out", str(smoke_book), "notebooks/01_definitions.py")
     assert r.returncode == 0, r.stderr[-3000:]
-    st = statuses(r.stdout)
-    assert st.pop("notebooks/01_definitions.py") == "executed" and len(st) >= 10 and set(st.values()) == {"cached"}
+    assert statuses(r.stdout) == {"notebooks/01_definitions.py": "executed"} and "not executed in this" not in r.stdout
     # a change under src/ re-executes a chapter (one small notebook stands for them all)
     tiny = tmp_path / "tiny_chapter.py"
     tiny.write_text('# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n# %%\nx = 1\n')

@@ -46,9 +46,22 @@ def test_a_fork_under_any_name_is_executed_by_make_chapter(tmp_path):
 
     fork = (ROOT / "notebooks" / "my_fork.py").resolve()
     todo, forced = book_tool.plan("build", [fork], force=False)
-    assert fork in todo and fork in forced and set(book_tool.chapters()) <= set(todo)
+    assert todo == [fork] and forced == {fork}  # that chapter alone: the others are left as they are
     todo, forced = book_tool.plan("execute", None, force=False)
     assert todo == book_tool.chapters() and not forced
+
+
+def test_make_chapter_on_a_fresh_checkout_executes_one_chapter_and_builds(tmp_path):
+    """`make chapter NB=notebooks/01_definitions.py` with nothing executed before: that chapter alone (nothing
+    trained), a page saying so for each of the others, and the strict HTML build passes."""
+    out = tmp_path / "b"
+    r = book("build", "--profile", "smoke", "--out", str(out), "notebooks/01_definitions.py")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert statuses(r.stdout) == {"notebooks/01_definitions.py": "executed"} and "trained" not in r.stdout
+    assert "not executed in this build (a page says so): notebooks/00_introduction.py" in r.stdout
+    page = out / "_build" / "html" / "_generated" / "06_training_dynamics.html"
+    assert "has not been executed in this build" in page.read_text()
+    assert (out / "_build" / "html" / "_generated" / "01_definitions.html").exists()
 
 
 def test_cache_sees_the_records_a_chapter_reads(tmp_path):

@@ -329,15 +329,34 @@ def stage_sources(out: Path) -> None:
 
 
 def plan(action: str, only: list[Path] | None, force: bool) -> tuple[list[Path], set[Path]]:
-    """What to execute: ``execute [NB...]`` runs the named chapters (default all); ``build [NB...]``
-    brings every chapter up to date and always re-executes the named ones (``make chapter NB=...``),
-    including a fork under any name; ``force`` re-executes everything run."""
-    if action == "execute":
-        todo = only or chapters()
-        return todo, set(todo) if force else set()
+    """What to execute: ``execute [NB...]`` runs the named chapters (default all, cached unless changed);
+    ``build`` brings every chapter up to date; ``build NB...`` (``make chapter NB=...``) re-executes the named
+    ones alone, a fork under any name included, and leaves the others as they are; ``force`` re-executes
+    everything run."""
+    if only:
+        return list(only), set(only) if (force or action == "build") else set()
     todo = chapters()
-    forced = set(todo) if force else set(only or [])
-    return todo + [p for p in only or [] if p not in todo], forced
+    return todo, set(todo) if force else set()
+
+
+def placeholders(out: Path, order: list[Path]) -> list[Path]:
+    """A page for every chapter of the book that this build has not executed yet (``make chapter`` on a fresh
+    checkout), so that the HTML builds with the chapters that were; a chapter executed since loses its
+    placeholder. Returns the chapters given one."""
+    missing = []
+    for nb in order:
+        page, executed = out / "_generated" / f"{nb.stem}.md", out / "_generated" / f"{nb.stem}.ipynb"
+        if executed.exists():
+            page.unlink(missing_ok=True)
+            continue
+        title = next((line[4:].strip() for line in nb.read_text().splitlines() if line.startswith("# # ")), nb.stem)
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(
+            f"# {title}\n\nThis chapter has not been executed in this build. `make book` executes every chapter; "
+            f"`make chapter NB={shown(nb)}` executes this one.\n"
+        )
+        missing.append(nb)
+    return missing
 
 
 def _execute_job(
@@ -531,6 +550,9 @@ def main(argv: list[str] | None = None) -> None:  # noqa: C901, PLR0915 (reason 
             print(f"  not in the book yet: add `- file: _generated/{p.stem}` to book/_toc.yml to publish it")
     reproducibility_page(out, chapters())
     if a.action == "build":
+        missing = placeholders(out, chapters())
+        if missing:
+            print(f"  not executed in this build (a page says so): {', '.join(shown(p) for p in missing)}")
         build_html(out)
     print(f"done in {time.perf_counter() - t0:.1f} s")
 
