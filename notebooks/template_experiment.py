@@ -24,29 +24,38 @@
 # :class: tip
 # The layer of the parameters cell has {glue:text}`total_params:,` parameters; the closed form and
 # the rank of the Jacobian both find {glue:text}`unidentified:,` of them unidentified (singular-value
-# gap {glue:text}`sv_gap:.0e`). Change the parameters cell and this box follows.
+# gap {glue:text}`sv_gap:.0e`), and a random $(S W_Q, S^{-\top} W_K)$ leaves its output unchanged on
+# {glue:text}`device`. Change the parameters cell and this box follows; `profile` sizes the layer.
 # :::
 
 # %% tags=["parameters"]
-profile = "cpu"
+profile = "cpu"  # sizes the work below (SIZES): "smoke" seconds, "cpu" the book's, "mid"/"paper" larger
 seed = 0
-device = "auto"
-embed = 16  # E
-heads = 4  # H
+device = "auto"  # where the symmetry is checked: "auto" (a GPU if there is one), "cpu", "cuda"
+embed = None  # E; None: the profile's size
+heads = None  # H; None: the profile's size
 bias = "all"  # "none", "all" or letters from q,k,v,o
 rope = False
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 from myst_nb import glue
 
-from attnid import AttentionConfig, count
+from attnid import AttentionConfig, attention, count, init_params
 from attnid.audit import audit
-from attnid.lm.profiles import check_profile
+from attnid.lm.profiles import check_profile, resolve_device
 from attnid.plotting import set_style
+from attnid.symmetry import transform_qk
 
-check_profile(profile)
+# A fork sizes its work by the profile: (E, H) of the audited layer. The dense audit's cost grows as the square of
+# the parameter count: about a second at cpu, a minute at paper on 2 cores
+SIZES = {"smoke": (8, 2), "cpu": (16, 4), "mid": (24, 4), "paper": (32, 4)}
+E, H = SIZES[check_profile(profile)]
+embed = E if embed is None else embed
+heads = H if heads is None else heads
+dev = resolve_device(device)
 set_style()
 cfg = AttentionConfig(embed, heads, bias=bias, rope=rope, causal=True)
 theory = count(cfg)
@@ -58,6 +67,23 @@ assert result.unidentified == theory.unidentified
 glue("total_params", theory.total_params, display=False)
 glue("unidentified", result.unidentified, display=False)
 glue("sv_gap", result.sv_gap, display=False)
+
+# the symmetry itself, on the chosen device: (S W_Q, S^-T W_K) leaves the layer's output unchanged
+p = {k: v.to(dev) for k, v in init_params(cfg, seed=seed).items()}
+g = torch.Generator().manual_seed(seed)
+S = torch.randn(cfg.G, cfg.D, cfg.D, generator=g, dtype=torch.float64).to(dev)
+X = torch.randn(2, cfg.E, 6, generator=g, dtype=torch.float64).to(
+    dev
+)  # (batch, E, L): tokens are columns
+change = (
+    (attention(X, transform_qk(p, cfg, S), cfg) - attention(X, p, cfg))
+    .abs()
+    .max()
+    .item()
+)
+print(f"on {dev}: largest output change under a random S: {change:.1e}")
+assert change < 1e-8
+glue("device", dev, display=False)
 
 # %% mystnb={"figure": {"name": "fig-template-spectrum", "caption": "Singular values of the Jacobian of this experiment's layer, divided by the largest, with the rank the audit reads (dashed)."}}
 sv = np.array(result.singular_values)

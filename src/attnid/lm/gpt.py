@@ -74,21 +74,21 @@ class CausalSelfAttention(nn.Module):
         return fused_qk_views(self.c_attn.weight, self.c_attn.bias, self.n_head)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        q, k, v = self.c_attn(x).split(self.inner, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        B, T, _ = x.shape  # batch size, sequence length, embedding dimensionality (n_embd)
+        q, k, v = self.c_attn(x).split(self.inner, dim=2)  # 3 x (B, T, nh * hs)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
         p_drop = self.dropout if self.training else 0.0
         if self.math_attention:
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, nh, T, T)
             causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
             att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(-1), p=p_drop)
-            y = att @ v
+            y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True)  # (B, nh, T, hs)
         if self.head_mask is not None:
             y = y * self.head_mask.to(y.dtype)[None, :, None, None]
-        y = y.transpose(1, 2).contiguous().view(B, T, self.inner)
-        return self.resid_dropout(self.c_proj(y))
+        y = y.transpose(1, 2).contiguous().view(B, T, self.inner)  # re-assemble all head outputs side by side
+        return self.resid_dropout(self.c_proj(y))  # (B, T, C)
 
 
 class MLP(nn.Module):

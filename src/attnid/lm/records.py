@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,14 +46,39 @@ class MissingValues(RecordError):
     """A record's rows lack (hold null for) a value the metrics schema says they hold."""
 
 
+def checkout() -> Path | None:
+    """The source checkout this package runs from (``None`` for an installed package)."""
+    root = Path(__file__).resolve().parents[3]  # src/attnid/lm/records.py -> the checkout
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def user_data_dir() -> Path:
+    """Where records and the corpus go outside a checkout: ``$XDG_DATA_HOME/attnid`` (``~/.local/share/attnid``)."""
+    return Path(os.environ.get("XDG_DATA_HOME") or "~/.local/share").expanduser() / "attnid"
+
+
+_ANNOUNCED: set[Path] = set()
+
+
 def project_root() -> Path:
-    """``$ATTNID_HOME``, else the source checkout this package runs from, else the working directory."""
+    """``$ATTNID_HOME``; else the checkout this package runs from, when the working directory is inside it (``make``,
+    the tests, a chapter run from the repository); else :func:`user_data_dir`, said once on stderr, so that a
+    chapter or a fork run from any other folder never writes into a repository it was not run from."""
     if os.environ.get("ATTNID_HOME"):
         return Path(os.environ["ATTNID_HOME"]).expanduser()
-    checkout = Path(__file__).resolve().parents[3]  # src/attnid/lm/records.py -> the checkout
-    if (checkout / "pyproject.toml").is_file():
-        return checkout
-    return Path.cwd()
+    root, cwd = checkout(), Path.cwd().resolve()
+    if root is not None and (cwd == root or root in cwd.parents):
+        return root
+    home = user_data_dir()
+    if home not in _ANNOUNCED:
+        _ANNOUNCED.add(home)
+        print(
+            f"attnid: run records and the corpus go to {home}/data (outside a checkout; set ATTNID_HOME to choose "
+            "another folder)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return home
 
 
 def runs_root() -> Path:
@@ -383,8 +409,12 @@ def load_run(profile: str, case: str, seed: int = 0, base: Path | None = None) -
 
 
 def committed_root() -> Path:
-    """The records that ship with the project (``data/runs`` of the checkout), e.g. the paper-scale runs."""
-    return project_root() / "data" / "runs"
+    """The records that ship with the project (``data/runs`` of the checkout, wherever the command runs), e.g. the
+    paper-scale runs; ``$ATTNID_HOME`` stands for the checkout where it is set."""
+    root = checkout()
+    if os.environ.get("ATTNID_HOME") or root is None:
+        return project_root() / "data" / "runs"
+    return root / "data" / "runs"
 
 
 def find_runs(profile: str, cases: list[str], seed: int = 0, base: Path | None = None) -> dict[str, Record]:
