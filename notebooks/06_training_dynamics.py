@@ -72,12 +72,16 @@ from myst_nb import glue
 
 from attnid.chapters import dynamics as ch
 from attnid.chapters import labelled, ladder, md
+from attnid.lm.launch import train_suites
 from attnid.lm.profiles import check_profile
 from attnid.plotting import set_style, table
 
 check_profile(profile)
 set_style()
-scales = ch.load_scales(profile, device)  # trains the rerun here unless it is done
+train_suites(
+    profile, ch.READS, device
+)  # the runs this chapter reads that are not finished (the book trained them)
+scales = ch.load_scales(profile)  # reads the records
 title = ch.titles(scales)
 live = list(scales)[-1]  # this build's rerun
 rerun = scales[live]

@@ -44,12 +44,16 @@ from myst_nb import glue
 
 from attnid.chapters import heads as ch
 from attnid.chapters import md
+from attnid.lm.launch import train_suites
 from attnid.lm.profiles import SUITES, check_profile
 from attnid.plotting import set_style, table
 
 check_profile(profile)
 set_style()
-runs = ch.load(profile, device)  # trains chapter 6's runs and the sweep unless done
+train_suites(
+    profile, ch.READS, device
+)  # the runs this chapter reads that are not finished (the book trained them)
+runs = ch.load(profile)  # reads chapter 6's runs and the head-count sweep
 n_seeds = len(SUITES["heads"].seeds[profile])
 rows = ch.sweep_rows(runs)  # one row per run of the sweep
 summary = ch.table_sweep(rows)  # one row per head count

@@ -293,11 +293,11 @@ def test_the_cache_knows_which_suites_each_chapter_reads():
 
 
 def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypatch, tmp_path):
-    """Chapters 6 and 7 train the runs they read (``ensure_suite``). The tool trains them first, so the records
-    do not change while the chapter runs (it would be executed a second time); at the paper profile without a
-    GPU, or for a fork that only reads records (``load_suite``), it trains nothing."""
+    """Chapters 6 and 7 read runs that they train first where they can (``train_suites``). The tool trains them
+    first, so the records do not change while the chapter runs (it would be executed a second time); at the paper
+    profile without a GPU, or for a fork that only reads records (``load_suite``), it trains nothing."""
     sys.path.insert(0, str(ROOT / "tools"))
-    import attnid.chapters as chapters
+    import attnid.lm.launch as chapters
     import book as book_tool
 
     calls: list[tuple[str, str, str]] = []

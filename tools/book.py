@@ -77,7 +77,8 @@ def suites_read(text: str) -> set[str]:
 
 def suites_trained(text: str) -> set[str]:
     """The ``READS`` of every chapter module a chapter's source imports (``from attnid.chapters import
-    dynamics as ch``): the suites that module's loader trains where it can, then reads (``ensure_suite``)."""
+    dynamics as ch``): the suites that module reads, which the chapter trains first where it can
+    (``attnid.lm.launch.train_suites``)."""
     import importlib
     import importlib.util
 
@@ -91,12 +92,12 @@ def suites_trained(text: str) -> set[str]:
 
 def train_before(nb: Path, params: dict) -> None:
     """Train the runs the chapter's loader would train (:func:`suites_trained`, by the rule of
-    ``attnid.chapters.train_suites``) before its kernel starts: the chapter then reads records that do not
+    ``attnid.lm.launch.train_suites``) before its kernel starts: the chapter then reads records that do not
     change while it runs, and is executed once, not once more for records it made itself."""
     trained = sorted(suites_trained(nb.read_text()))
     if not trained:
         return
-    from attnid.chapters import train_suites
+    from attnid.lm.launch import train_suites
 
     def report(message: str) -> None:
         print(f"    trained {message}  (read by {shown(nb)})", flush=True)

@@ -2,17 +2,17 @@
 (``fig_*``), tables (``table_*`` -> DataFrame) and ``facts`` (numbers and phrases for myst-nb ``glue``)
 computed from the records or the math, so that a chapter keeps only prose, parameters and calls.
 
-It builds on :mod:`attnid` and :mod:`attnid.lm`; nothing below it imports it.
+It builds on :mod:`attnid` and :mod:`attnid.lm` and only reads run records: training the runs a chapter reads is
+:func:`attnid.lm.launch.train_suites`'s job. Nothing below it imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from ..lm import analysis as an
 from ..lm.analysis import SuiteRuns
-from ..lm.launch import run_suite
-from ..lm.profiles import LR_SWEEP, SUITES, resolve_device
+from ..lm.profiles import LR_SWEEP, SUITES
 from ..lm.records import Record
 
 PAPER_CMD = "attnid experiments --profile paper --device cuda"
@@ -43,39 +43,18 @@ def labelled(df, col: str = "case"):
     return df.assign(**{col: df[col].map(CASE_LABELS)})
 
 
-def trains_here(profile: str, device: str = "auto") -> bool:
-    """Whether a chapter trains the runs it reads at ``profile`` on ``device``: always, except at the paper
-    profile without a GPU, where it reads the committed records alone."""
-    return profile != "paper" or resolve_device(device).startswith("cuda")
-
-
-def train_suites(
-    profile: str, suites: Iterable[str], device: str = "auto", report: Callable[[str], None] = lambda _: None
-) -> int:
-    """Train the runs of ``suites`` that :func:`ensure_suite` would train (none at the paper profile without
-    a GPU); returns how many. The book tool calls it before it executes a chapter, so that the chapter reads
-    records it does not change and executes once."""
-    if not trains_here(profile, device):
-        return 0
-    return sum(run_suite(profile, suite, device=device, report=report) for suite in suites)
-
-
-def ensure_suite(
+def read_suite(
     profile: str,
     suite: str,
-    device: str = "auto",
     *,
     every_seed: bool = False,
     current: Callable[[Record], bool] = lambda rec: True,
-    hint: str = PAPER_CMD,
 ) -> SuiteRuns:
-    """The finished runs of ``suite`` at ``profile``: trained here first (finished runs are reused) unless the
-    profile is the paper's and no GPU is present, when the records alone are read. Raises
-    :class:`~attnid.lm.analysis.RecordError` naming every case that is missing, lacks one of the profile's
-    seeds (``every_seed``) or whose first record fails ``current`` (made by an older probe), and ``hint``,
-    the command that makes them."""
-    if trains_here(profile, device):
-        run_suite(profile, suite, device=device)
+    """The finished runs of ``suite`` at ``profile``, read from the records on disk (nothing is trained here: the
+    book tool trains a chapter's runs before its kernel starts, and a chapter run by hand calls
+    :func:`attnid.lm.launch.train_suites` first). Raises :class:`~attnid.lm.analysis.RecordError` naming every
+    case that is missing, lacks one of the profile's seeds (``every_seed``) or whose first record fails
+    ``current`` (made by an older probe), and the command that makes them."""
     spec = SUITES[suite]
     seeds = list(spec.seeds[profile])
     runs = an.load_suite(profile, suite, seeds=seeds if every_seed else None)
@@ -85,8 +64,10 @@ def ensure_suite(
         if c not in runs or (every_seed and len(runs.runs[c]) < len(seeds)) or not current(runs.first(c))
     ]
     if missing:
+        make = PAPER_CMD if profile == "paper" else f"attnid experiments --profile {profile} --suite {suite}"
         raise an.RecordError(
             f"the {profile} profile needs every {suite!r} record, made by the current code; missing or older: "
-            f"{', '.join(missing)}. Make them with `{hint}`"
+            f"{', '.join(missing)}. Make them with `{make} --force` (or `make chapter NB=...`, which trains what a "
+            "chapter reads)"
         )
     return runs

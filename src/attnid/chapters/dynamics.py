@@ -15,7 +15,7 @@ from ..lm import claims as cl
 from ..lm.analysis import SuiteRuns
 from ..lm.metrics import Key
 from ..lm.profiles import DEEP_SGD, LR_SWEEP, OPTIMIZER_CASES, RunConfig, lr_at
-from . import CASE_LABELS, PAPER_CMD, ensure_suite, with_formats
+from . import CASE_LABELS, PAPER_CMD, read_suite, with_formats
 
 Scales = dict[str, SuiteRuns]
 READS = ("dynamics",)  # the suites whose records chapter 6 reads (the book's cache re-executes it when they change)
@@ -26,13 +26,11 @@ MAIN = ("sgd", "sgd_wd", "adamw")  # the optimizer cases every comparison reads
 COMMITTED = ("paper", "mid")  # the profiles whose records are committed, read beside this build's rerun
 
 
-def load_scales(profile: str, device: str = "auto") -> Scales:
-    """The chapter's scales: the committed records of the paper and mid profiles (when this build reruns another
-    profile and they hold the main cases), then this build's rerun of ``profile``, trained here first where it can
-    be (:func:`attnid.chapters.ensure_suite`; every record must hold the float64 ρ)."""
-    rerun = ensure_suite(
-        profile, "dynamics", device, current=lambda rec: an.rho_key(rec) == Key.RHO, hint=f"{PAPER_CMD} --force"
-    )
+def load_scales(profile: str) -> Scales:
+    """The chapter's scales, read from the records (nothing is trained here): the committed records of the paper and
+    mid profiles (when this build reads another profile and they hold the main cases), then this build's rerun of
+    ``profile`` (:func:`attnid.chapters.read_suite`; every record must hold the float64 ρ)."""
+    rerun = read_suite(profile, "dynamics", current=lambda rec: an.rho_key(rec) == Key.RHO)
     scales = {}
     for committed in COMMITTED:
         if committed != profile:

@@ -18,9 +18,8 @@ from ..lm.ablation import PRUNE_TOLERANCES, prunable
 from ..lm.analysis import SuiteRuns
 from ..lm.profiles import HEAD_COUNTS, HEADS_CONTROL, SUITES, make_config
 from ..lm.records import Record
-from . import PAPER_CMD, ensure_suite, with_formats
+from . import PAPER_CMD, read_suite, with_formats
 
-HINT = f"{PAPER_CMD}` and `{PAPER_CMD} --suite heads"
 READS = ("dynamics", "heads")  # the suites whose records chapter 7 reads (the book's cache watches them)
 
 
@@ -35,15 +34,15 @@ class HeadRuns:
     paper_heads: str
 
 
-def load(profile: str, device: str = "auto") -> HeadRuns:
-    """Chapter 6's runs and the head-count sweep at ``profile``, trained here first where they can be
-    (:func:`attnid.chapters.ensure_suite`); every record must hold a head analysis."""
+def load(profile: str) -> HeadRuns:
+    """Chapter 6's runs and the head-count sweep at ``profile``, read from the records (nothing is trained here;
+    :func:`attnid.chapters.read_suite`); every record must hold a head analysis."""
 
     def analysed(rec: Record) -> bool:
         return rec.heads is not None
 
-    dynamics = ensure_suite(profile, "dynamics", device, current=analysed, hint=HINT)
-    sweep = ensure_suite(profile, "heads", device, every_seed=True, current=analysed, hint=HINT)
+    dynamics = read_suite(profile, "dynamics", current=analysed)
+    sweep = read_suite(profile, "heads", every_seed=True, current=analysed)
     if profile == "paper":
         paper = "here"
     else:

@@ -362,3 +362,22 @@ def run_suite(
 
         launch(cfgs, "local", parallel=n, threads=1, folder=records.runs_root() / ".submitit", report=report)
     return len(cfgs)
+
+
+def trains_here(profile: str, device: str = "auto") -> bool:
+    """Whether the runs a chapter reads are trained on this machine at ``profile`` on ``device``: always, except at
+    the paper profile without a GPU, where the committed records alone are read."""
+    from .profiles import resolve_device
+
+    return profile != "paper" or resolve_device(device).startswith("cuda")
+
+
+def train_suites(
+    profile: str, suites: Sequence[str], device: str = "auto", report: Callable[[str], None] = lambda _: None
+) -> int:
+    """Train the runs of ``suites`` at ``profile`` that have no finished record (none at the paper profile without a
+    GPU); returns how many. The book tool calls it before it executes a chapter, so that the chapter reads records
+    that do not change while it runs; a chapter run by hand calls it in its first cell."""
+    if not trains_here(profile, device):
+        return 0
+    return sum(run_suite(profile, suite, device=device, report=report) for suite in suites)
