@@ -464,13 +464,12 @@ def cmd_experiments(a) -> int:
     """Every run of a suite, through a launcher (:mod:`attnid.lm.launch`); everything is checked before
     the first run."""
     from .lm.launch import SlurmOptions, launch
-    from .lm.profiles import SUITES, make_config, resolve_device
+    from .lm.profiles import SUITES, check_profile, make_config, resolve_device
 
     if a.suite not in SUITES:
         raise ValueError(f"suite: unknown {a.suite!r}; choose one of {', '.join(SUITES)}")
     suite = SUITES[a.suite]
-    if a.profile not in suite.seeds:
-        raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(suite.seeds)}")
+    check_profile(a.profile)
     seeds = [a.seed] if a.seed is not None else suite.seeds[a.profile]
     _check_launcher_flags(a)
     cases = suite.cases_at(a.profile)
@@ -489,9 +488,7 @@ def cmd_experiments(a) -> int:
         resolve_device(a.device)
         _check_paper_device(a)
         _set_threads(a)
-    if a.batch_seeds:
-        if a.launcher != "inline":
-            raise ValueError("batch-seeds: trains in this process; it cannot be combined with --launcher local|slurm")
+    if a.batch_seeds:  # (_check_launcher_flags refused it with another launcher)
         from .lm.batched import train_seeds
 
         for case in suite.cases_at(a.profile):
@@ -502,9 +499,7 @@ def cmd_experiments(a) -> int:
         return 0
     from .lm.records import runs_root
 
-    folder = Path(a.log_dir) if a.log_dir else runs_root() / ".submitit"
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"log-dir: {folder} exists and is not a folder")
+    folder = Path(a.log_dir) if a.log_dir else runs_root() / ".submitit"  # make_executor checks it
     launch(
         cfgs, a.launcher, force=a.force, folder=folder, parallel=a.parallel, slurm=slurm, wait=a.wait,
         report=lambda line: print(line, flush=True), threads=a.threads,
@@ -516,10 +511,9 @@ def cmd_claims(a) -> int:
     """The §5 claims evaluated on the records found (chapter 6's table); trains nothing."""
     from .lm.analysis import load_suite
     from .lm.claims import evaluate_claims
-    from .lm.profiles import PROFILES
+    from .lm.profiles import check_profile
 
-    if a.profile not in PROFILES:
-        raise ValueError(f"profile: unknown {a.profile!r}; choose one of {', '.join(PROFILES)}")
+    check_profile(a.profile)
     seeds = None
     if a.seed_set is not None:
         parts = [s.strip() for s in a.seed_set.split(",") if s.strip()]
