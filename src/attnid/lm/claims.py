@@ -623,20 +623,9 @@ def seed_side(holds: list[bool]) -> str:
     return "against the paper" if not any(holds) else "split"
 
 
-def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:  # noqa: C901 (reason in the docstring)
-    """One claim's row: ``id``, ``claim``, ``profile``, ``metric``, ``value`` (mean over seeds), ``low``,
-    ``high``, ``values`` (per seed), ``threshold``, ``op``, ``why``, ``control``, ``control_value``, ``seeds``,
-    ``seed_list``, ``side`` (where the seeds lie: with or against the paper, or split), ``verdict``, ``reason``,
-    ``depends_on``, ``rho_measure``, ``cases`` (the records read, after stand-ins) and the keys of the claim's
-    ``detail``.
-
-    Long because each verdict rule (pending, too few seeds, undecidable, stand-in, one side) is one branch, read
-    top to bottom.
-    """
-    cases = resolve_cases(claim, runs)
-    seeds = runs.seeds(tuple(cases.values()))
-    named_missing = missing_named_seeds(runs, list(cases.values()))
-    row: dict = {
+def _blank_row(claim: Claim, runs: SuiteRuns, cases: dict[str, str], seeds: list[int]) -> dict:
+    """A claim's row before anything is read: ``pending``, every key present."""
+    return {
         "id": claim.id,
         "claim": claim.claim,
         "profile": runs.profile,
@@ -658,8 +647,57 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:  # noqa: C901 (reason
         "reason": "",
         "depends_on": None,
         "rho_measure": None,
-        "cases": {k: v for k, v in cases.items()},
+        "cases": dict(cases),
     }
+
+
+def _context(claim: Claim, per_seed: list[Cases]) -> dict:
+    """What a row says beside its value: the control, the setting, the ρ measure and the claim's detail."""
+    out: dict = {}
+    if claim.control is not None:
+        with contextlib.suppress(KeyError, Undecidable, MissingValues):  # no control where its records lack it
+            out["control_value"] = float(np.mean([claim.control(c) for c in per_seed]))
+    if claim.setting is not None:
+        out["depends_on"] = claim.setting(per_seed[0])
+    if claim.rho is not None:
+        out["rho_measure"] = claim.rho(per_seed[0])
+    if claim.detail is not None:
+        out.update(claim.detail(per_seed))
+    return out
+
+
+def verdict_of(claim: Claim, seeds: list[int], vals: list[float], layers: int) -> tuple[str, str, str | None]:
+    """``(verdict, reason, side)`` from every seed's value, by the rules of the module docstring, in order: a value
+    that is not finite, too few layers, too few seeds, then every seed on one side or not."""
+    holds = [claim.holds(v) for v in vals]
+    bad = [s for s, v in zip(seeds, vals) if not math.isfinite(v)]
+    if bad:
+        return (
+            "inconclusive",
+            f"the value is not finite for seed(s) {', '.join(map(str, bad))} (a zero or missing quantity)",
+            None,
+        )
+    side = seed_side(holds)
+    if layers < claim.min_layers:
+        return "inconclusive", f"needs ≥ {claim.min_layers} layers, the model has {layers}", side
+    if len(seeds) < claim.min_seeds:
+        n = len(seeds)
+        return "inconclusive", f"{n} seed{'s' * (n > 1)}, {side}; {claim.min_seeds} needed for a spread", side
+    if side != "split":
+        return ("yes" if side == "with the paper" else "no"), "", side
+    return "inconclusive", f"the seeds' range {min(vals):.3g} to {max(vals):.3g} crosses the threshold", side
+
+
+def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:
+    """One claim's row: ``id``, ``claim``, ``profile``, ``metric``, ``value`` (mean over seeds), ``low``,
+    ``high``, ``values`` (per seed), ``threshold``, ``op``, ``why``, ``control``, ``control_value``, ``kind``,
+    ``seeds``, ``seed_list``, ``side`` (where the seeds lie: with or against the paper, or split), ``verdict``,
+    ``reason``, ``depends_on``, ``rho_measure``, ``cases`` (the records read, after stand-ins) and the keys of the
+    claim's ``detail``."""
+    cases = resolve_cases(claim, runs)
+    seeds = runs.seeds(tuple(cases.values()))
+    named_missing = missing_named_seeds(runs, list(cases.values()))
+    row = _blank_row(claim, runs, cases, seeds)
     if not seeds:
         missing = [v for v in cases.values() if v not in runs]
         row["reason"] = named_missing or f"no records of {', '.join(missing)} at this profile"
@@ -674,35 +712,9 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:  # noqa: C901 (reason
         row["verdict"], row["reason"] = "inconclusive", str(e)
         return row
     row.update(values=vals, value=float(np.mean(vals)), low=float(np.min(vals)), high=float(np.max(vals)))
-    if claim.control is not None:
-        with contextlib.suppress(KeyError, Undecidable, MissingValues):  # no control where its records lack it
-            row["control_value"] = float(np.mean([claim.control(c) for c in per_seed]))
-    if claim.setting is not None:
-        row["depends_on"] = claim.setting(per_seed[0])
-    if claim.rho is not None:
-        row["rho_measure"] = claim.rho(per_seed[0])
-    if claim.detail is not None:
-        row.update(claim.detail(per_seed))
+    row.update(_context(claim, per_seed))
     layers = per_seed[0][claim.cases[0]].config["n_layer"]
-    holds = [claim.holds(v) for v in vals]
-    bad = [s for s, v in zip(seeds, vals) if not math.isfinite(v)]
-    row["side"] = None if bad else seed_side(holds)
-    if bad:
-        row["verdict"] = "inconclusive"
-        row["reason"] = f"the value is not finite for seed(s) {', '.join(map(str, bad))} (a zero or missing quantity)"
-    elif layers < claim.min_layers:
-        row["verdict"], row["reason"] = "inconclusive", f"needs ≥ {claim.min_layers} layers, the model has {layers}"
-    elif len(seeds) < claim.min_seeds:
-        row["verdict"] = "inconclusive"
-        n = len(seeds)
-        row["reason"] = f"{n} seed{'s' * (n > 1)}, {row['side']}; {claim.min_seeds} needed for a spread"
-    elif all(holds):
-        row["verdict"] = "yes"
-    elif not any(holds):
-        row["verdict"] = "no"
-    else:
-        row["verdict"] = "inconclusive"
-        row["reason"] = f"the seeds' range {row['low']:.3g} to {row['high']:.3g} crosses the threshold"
+    row["verdict"], row["reason"], row["side"] = verdict_of(claim, seeds, vals, layers)
     if named_missing:  # what the seeds found say, but no verdict without the seeds the caller named
         found = row["verdict"] + (f" ({row['reason']})" if row["reason"] else "")
         row["verdict"], row["reason"] = "pending", f"{named_missing}; seed(s) {', '.join(map(str, seeds))} read {found}"

@@ -187,8 +187,6 @@ def launch(
     with ``wait``) or the submitted submitit jobs (``slurm``). ``threads``: CPU threads of each local job
     (default: what the job's process picks, :func:`attnid.lm.profiles.default_threads` from the CLI).
 
-    Long because it checks the launcher's flags, submits, waits and reports in one place, so that no job goes
-    unreported.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher: expected one of {', '.join(LAUNCHERS)}, got {launcher!r}")
@@ -215,17 +213,9 @@ def launch(
 
         folder = runs_root() / ".submitit"
     ex = make_executor(launcher, folder, slurm)
-    from submitit.core.utils import FailedJobError
-
     if launcher == "slurm":
-        try:
-            jobs = ex.map_array(run_job, [c.as_dict() for c in configs], [force] * n)
-        except (FailedJobError, OSError) as e:
-            raise LaunchError(f"sbatch refused the array of {n} runs: {str(e).strip().splitlines()[-1]}") from None
-        report(f"submitted {n} runs as SLURM array {jobs[0].job_id.split('_')[0]}; logs in {Path(folder).resolve()}")
-        if not wait:
-            return jobs
-        return [done(i, c, j.result()) for i, (c, j) in enumerate(zip(configs, jobs), 1)]
+        jobs = _submit_array(ex, configs, force, report, Path(folder))
+        return [done(i, c, j.result()) for i, (c, j) in enumerate(zip(configs, jobs), 1)] if wait else jobs
 
     # local and debug: each run its own job, at most `parallel` at a time
     workers = 1 if launcher == "debug" else parallel
@@ -237,6 +227,19 @@ def launch(
             "run the same command again: finished runs are reused and stopped ones resume from their checkpoints"
         )
     return results
+
+
+def _submit_array(ex, configs: Sequence[RunConfig], force: bool, report, folder: Path) -> list:
+    """Every config as one job of a SLURM array; ``sbatch``'s refusal is one :class:`LaunchError` line."""
+    from submitit.core.utils import FailedJobError
+
+    n = len(configs)
+    try:
+        jobs = ex.map_array(run_job, [c.as_dict() for c in configs], [force] * n)
+    except (FailedJobError, OSError) as e:
+        raise LaunchError(f"sbatch refused the array of {n} runs: {str(e).strip().splitlines()[-1]}") from None
+    report(f"submitted {n} runs as SLURM array {jobs[0].job_id.split('_')[0]}; logs in {folder.resolve()}")
+    return jobs
 
 
 def _run_jobs(ex, configs: Sequence[RunConfig], force: bool, threads: int | None, workers: int, done, report) -> list:
