@@ -29,9 +29,9 @@
 # :::
 
 # %% tags=["parameters"]
-profile = "cpu"  # sizes the work below (SIZES): "smoke" seconds, "cpu" the book's, "mid"/"paper" larger
+profile = "cpu"  # sizes the layer below (SIZES)
 seed = 0
-device = "auto"  # where the symmetry is checked: "auto" (a GPU if there is one), "cpu", "cuda"
+device = "auto"  # where the symmetry is checked: "auto", "cpu", "cuda"
 embed = None  # E; None: the profile's size
 heads = None  # H; None: the profile's size
 bias = "all"  # "none", "all" or letters from q,k,v,o
@@ -49,8 +49,9 @@ from attnid.lm.profiles import check_profile, resolve_device
 from attnid.plotting import set_style
 from attnid.symmetry import transform_qk
 
-# A fork sizes its work by the profile: (E, H) of the audited layer. The dense audit's cost grows as the square of
-# the parameter count: about a second at cpu, a minute at paper on 2 cores
+# A fork sizes its work by the profile: (E, H) of the audited layer. The dense
+# audit's cost grows as the square of the parameter count: about a second at
+# cpu, a minute at paper on 2 cores
 SIZES = {"smoke": (8, 2), "cpu": (16, 4), "mid": (24, 4), "paper": (32, 4)}
 E, H = SIZES[check_profile(profile)]
 embed = E if embed is None else embed
@@ -68,13 +69,13 @@ glue("total_params", theory.total_params, display=False)
 glue("unidentified", result.unidentified, display=False)
 glue("sv_gap", result.sv_gap, display=False)
 
-# the symmetry itself, on the chosen device: (S W_Q, S^-T W_K) leaves the layer's output unchanged
+# the symmetry itself, on the chosen device: (S W_Q, S^-T W_K) leaves the
+# layer's output unchanged
 p = {k: v.to(dev) for k, v in init_params(cfg, seed=seed).items()}
 g = torch.Generator().manual_seed(seed)
 S = torch.randn(cfg.G, cfg.D, cfg.D, generator=g, dtype=torch.float64).to(dev)
-X = torch.randn(2, cfg.E, 6, generator=g, dtype=torch.float64).to(
-    dev
-)  # (batch, E, L): tokens are columns
+# X: (batch, E, L), tokens are columns
+X = torch.randn(2, cfg.E, 6, generator=g, dtype=torch.float64).to(dev)
 change = (
     (attention(X, transform_qk(p, cfg, S), cfg) - attention(X, p, cfg))
     .abs()
