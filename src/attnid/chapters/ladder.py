@@ -242,10 +242,11 @@ def records_sentence(scales: Scales) -> str:
     parts = []
     for name in ordered(scales):
         p = provenance(scales[name])
+        hours = float(p["hours"])  # type: ignore[arg-type]
         parts.append(
             f"*{name}*: {p['records']} records, trained on {p['machine']} ({p['precision']}, torch {p['torch']}) by "
             f"the code of commit {p['code']}, "
-            + (f"{p['hours']:.1f} hours" if p["hours"] >= 1 else f"{60 * p['hours']:.0f} minutes")
+            + (f"{hours:.1f} hours" if hours >= 1 else f"{60 * hours:.0f} minutes")
             + " of training in all"
         )
     return "**Where the records come from.** " + "; ".join(parts) + "."

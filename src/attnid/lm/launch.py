@@ -58,7 +58,7 @@ def sigterm_as_interrupt():
 
     def handler(signum, frame):
         e = KeyboardInterrupt()
-        e.signame = "SIGTERM"  # type: ignore[attr-defined]
+        e.signame = "SIGTERM"
         raise e
 
     old = signal.signal(signal.SIGTERM, handler)
