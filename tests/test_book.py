@@ -233,7 +233,7 @@ def test_a_fork_and_a_chapter_run_outside_the_checkout_write_nothing_inside_it(s
             r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
             assert r.returncode == 0, r.stderr[-3000:]
     assert _files(ROOT) == before
-    streams = [o.get("text", "") for c in json.loads(executed.read_text())["cells"] for o in c.get("outputs", [])
-               if o.get("output_type") == "stream"]  # fmt: skip
+    outputs = [o for c in json.loads(executed.read_text())["cells"] for o in c.get("outputs", [])]
+    streams = ["".join(o["text"]) for o in outputs if o.get("output_type") == "stream"]  # text: a str or lines
     assert streams and streams[0].startswith(f"attnid: run records and the corpus go to {home}/data")
     assert (home / "data" / "runs" / "smoke").is_dir() and not list((home / "data" / "runs").glob("cpu"))
