@@ -13,8 +13,8 @@ A run lives in ``<runs>/<profile>/<case>`` (seed 0) or ``<runs>/<profile>/<case>
 A finished run is reused only when its summary is sealed and unchanged, names the profile, case and seed
 of its config, every file it lists is present and unchanged, and its rows reach ``max_iters``. Anything
 else fails with a :class:`RecordError` that names the file and says ``--force``. ``<runs>`` is
-``$ATTNID_RUNS``, else ``data/runs`` under the project root (``$ATTNID_HOME``, else the source checkout,
-else the working directory).
+``$ATTNID_RUNS``, else ``data/runs`` under the project root (:func:`project_root`: ``$ATTNID_HOME``, else the
+source checkout when the command runs inside it, else the user data folder).
 """
 
 from __future__ import annotations
@@ -93,14 +93,16 @@ def code_commit() -> str | None:
     from it), or ``None`` outside a git checkout: a summary's provenance."""
     import subprocess
 
-    checkout = Path(__file__).resolve().parents[3]
+    root = checkout()
+    if root is None:
+        return None
     try:
         sha = subprocess.run(
-            ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30
         )
         if sha.returncode:
             return None
-        status = ["git", "-C", str(checkout), "status", "--porcelain", "--", "src"]
+        status = ["git", "-C", str(root), "status", "--porcelain", "--", "src"]
         dirty = subprocess.run(status, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
