@@ -4,8 +4,6 @@ behaviour (failing and dying kernels, stops, what its cache reads) is tests/test
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import shutil
@@ -191,49 +189,3 @@ def test_every_page_reads_well_in_chromium(smoke_book):
     assert not problems, "\n".join(problems)
     shots = list(SCREENSHOTS.glob("*.png"))
     assert len(shots) >= 3 * (len(pages_of(html)) - 1)  # light, dark and phone for every page
-
-
-def _files(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``root`` (git-ignored ones included; git's own folder and bytecode caches aside):
-    ``relative path -> (size, mtime_ns)``."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", ".pytest_cache", "__pycache__")]
-        for name in filenames:
-            p = Path(dirpath) / name
-            with contextlib.suppress(FileNotFoundError):
-                st = p.stat()
-                out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
-    return out
-
-
-def test_a_fork_and_a_chapter_run_outside_the_checkout_write_nothing_inside_it(smoke_book, tmp_path):
-    """The template (copied as a fork) and chapter 7, executed with papermill from a folder outside the checkout:
-    their records go to the user data folder, which the chapter names in its first line, and no file of the
-    checkout changes."""
-    import subprocess
-
-    from booktool import RUNS
-
-    xdg = tmp_path / "xdg"
-    home = xdg / "attnid"
-    shutil.copytree(Path(RUNS) / "smoke", home / "data" / "runs" / "smoke")  # the runs the smoke book trained
-    fork = tmp_path / "my_experiment.py"
-    shutil.copy(ROOT / "notebooks" / "template_experiment.py", fork)
-    env = {k: v for k, v in os.environ.items() if k not in ("ATTNID_RUNS", "ATTNID_HOME")}
-    env["XDG_DATA_HOME"] = str(xdg)
-    bin_dir = Path(sys.executable).parent
-    before = _files(ROOT)
-    for src in (fork, ROOT / "notebooks" / "07_heads.py"):
-        ipynb, executed = tmp_path / f"{src.stem}.ipynb", tmp_path / f"{src.stem}.out.ipynb"
-        for cmd in (
-            [str(bin_dir / "jupytext"), "--to", "ipynb", "--set-kernel", "python3", "-o", str(ipynb), str(src)],
-            [str(bin_dir / "papermill"), str(ipynb), str(executed), "-p", "profile", "smoke", "--no-progress-bar"],
-        ):
-            r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-            assert r.returncode == 0, r.stderr[-3000:]
-    assert _files(ROOT) == before
-    outputs = [o for c in json.loads(executed.read_text())["cells"] for o in c.get("outputs", [])]
-    streams = ["".join(o["text"]) for o in outputs if o.get("output_type") == "stream"]  # text: a str or lines
-    assert streams and streams[0].startswith(f"attnid: run records and the corpus go to {home}/data")
-    assert (home / "data" / "runs" / "smoke").is_dir() and not list((home / "data" / "runs").glob("cpu"))
