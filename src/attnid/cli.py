@@ -90,7 +90,7 @@ def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
         rope=a.rope,
         rope_dims=a.rope_dims,
         causal=causal,
-        qk_norm=a.qk_norm or "",
+        qk_norm="" if a.qk_norm is None else a.qk_norm,
     )
 
 
@@ -210,7 +210,7 @@ def _audit_hf(a) -> int:
             raise ValueError(f"{flag} must be a positive integer, got {v}")
     rope_dims = a.rope_dims
     if a.rope and rope_dims is None:
-        rope_dims = a.head_dim or E // H
+        rope_dims = E // H if a.head_dim is None else a.head_dim
     model_flags = (
         dict(layers=1 if a.layers is None else a.layers, vocab=a.vocab, tied=a.tied) if scope == "model" else {}
     )
@@ -395,7 +395,7 @@ def _set_threads(a) -> None:
     cores = os.cpu_count() or 1
     if a.threads is not None and not 1 <= a.threads <= cores:
         raise ValueError(f"threads must be from 1 to the {cores} cores of this machine, got {a.threads}")
-    torch.set_num_threads(a.threads or default_threads())
+    torch.set_num_threads(default_threads() if a.threads is None else a.threads)
 
 
 def _check_launcher_flags(a) -> None:
