@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnid.dynamics import unidentified_step_fraction
-from attnid.lm import analysis
+from attnid.lm import analysis, records
 from attnid.lm.analysis import load_suite
 from attnid.lm.claims import CLAIM_IDS, evaluate_claims
 from attnid.lm.metrics import SCHEMA, Key, check_row
@@ -89,7 +89,11 @@ def smoke_suite(corpus, tmp_path_factory):
     for s in (0, 1, 2):
         for case in ("sgd", "sgd_wd", "adamw"):
             train(make_config("smoke", case, seed=s, **short), out=out, data=corpus, progress=False)
-    return out, load_suite("smoke", base=out)
+    # only these records: a `make book PROFILE=smoke` in this checkout leaves smoke runs (the sweep among them) in
+    # data/runs/, which load_suite reads after its base
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(records, "committed_root", lambda: out)
+        return out, load_suite("smoke", base=out)
 
 
 def test_rows_follow_the_schema(smoke_suite):

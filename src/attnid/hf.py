@@ -48,6 +48,9 @@ from .families import (
 
 TESTED = "transformers 5.24"
 MIN_GAP = 1e6  # a rank decision with a smaller singular-value gap is not trusted
+# a block or model audit reads at least this many informative outputs (E per token) per parameter: two keep every
+# gap of the test shapes above MIN_GAP (tests/test_blocks.py) at two thirds of the cost of three
+BLOCK_DATA_RATIO = 2
 
 
 class HFAuditError(RuntimeError):
@@ -369,7 +372,7 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
         B, L = default_data_size(cfg, n)
     else:  # each token carries at most E informative outputs (the final norm's width, for a model)
         L = seq_len
-        B = max(2, -(-3 * n // (cfg.E * L)))
+        B = max(2, -(-BLOCK_DATA_RATIO * n // (cfg.E * L)))
     n_out = B * L * (vocab if scope == "model" and vocab else cfg.E)
     need, free = memory_estimate(n, n_out, "dense"), available_memory()
     limit = free if max_memory is None else max_memory
@@ -554,7 +557,7 @@ def audit_mla_hf(
     theory = count_mla(cfg) if scope == "attention" else count_block(block)
     n = theory.total_params
     L = 8
-    B = max(2, -(-3 * n // (cfg.embed * L)))  # three outputs per parameter
+    B = max(2, -(-BLOCK_DATA_RATIO * n // (cfg.embed * L)))
     # the memory guard before anything is built: the closed form knows the size of the module and its Jacobian
     need, free = memory_estimate(n, B * L * cfg.embed, "dense"), available_memory()
     if free is not None and need > free:
