@@ -8,6 +8,8 @@ name to its :class:`~attnid.lm.analysis.SuiteRuns`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -216,7 +218,19 @@ def fig_ladder(scales: Scales):
     return fig
 
 
-def provenance(runs: SuiteRuns) -> dict[str, object]:
+@dataclass(frozen=True)
+class Provenance:
+    """How a scale's records were made, as their summaries say (each value once, joined by commas)."""
+
+    records: int
+    machine: str
+    precision: str
+    torch: str
+    code: str  # the code commits, "unknown" where no summary names one
+    hours: float  # the training time of all the records
+
+
+def provenance(runs: SuiteRuns) -> Provenance:
     """What a scale's summaries say of how its records were made: their number, the machines, precisions, torch
     versions and code commits (each once), and the training time of all of them in hours."""
     recs = [rec for by in runs.runs.values() for rec in by.values()]
@@ -227,14 +241,14 @@ def provenance(runs: SuiteRuns) -> dict[str, object]:
     def prov(rec, key):
         return rec.summary.get(key) or rec.summary.get("provenance", {}).get(key)
 
-    return {
-        "records": len(recs),
-        "machine": each(lambda r: prov(r, "machine") or prov(r, "device")),
-        "precision": each(lambda r: r.summary.get("precision")),
-        "torch": each(lambda r: prov(r, "torch")),
-        "code": each(lambda r: prov(r, "code_commit")) or "unknown",
-        "hours": sum(float(r.summary.get("wall_seconds") or 0.0) for r in recs) / 3600,
-    }
+    return Provenance(
+        records=len(recs),
+        machine=each(lambda r: prov(r, "machine") or prov(r, "device")),
+        precision=each(lambda r: r.summary.get("precision")),
+        torch=each(lambda r: prov(r, "torch")),
+        code=each(lambda r: prov(r, "code_commit")) or "unknown",
+        hours=sum(float(r.summary.get("wall_seconds") or 0.0) for r in recs) / 3600,
+    )
 
 
 def records_sentence(scales: Scales) -> str:
@@ -242,11 +256,10 @@ def records_sentence(scales: Scales) -> str:
     parts = []
     for name in ordered(scales):
         p = provenance(scales[name])
-        hours = float(p["hours"])  # type: ignore[arg-type]
         parts.append(
-            f"*{name}*: {p['records']} records, trained on {p['machine']} ({p['precision']}, torch {p['torch']}) by "
-            f"the code of commit {p['code']}, "
-            + (f"{hours:.1f} hours" if hours >= 1 else f"{60 * hours:.0f} minutes")
+            f"*{name}*: {p.records} records, trained on {p.machine} ({p.precision}, torch {p.torch}) by "
+            f"the code of commit {p.code}, "
+            + (f"{p.hours:.1f} hours" if p.hours >= 1 else f"{60 * p.hours:.0f} minutes")
             + " of training in all"
         )
     return "**Where the records come from.** " + "; ".join(parts) + "."
