@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from attnid.lm import records
-from attnid.lm.batched import seed_optimizer_state, stack_optimizer_states, train_seeds
+from attnid.lm.batched import train_seeds
 from attnid.lm.metrics import Key
 from attnid.lm.profiles import make_config
-from attnid.lm.train import Interrupted, train
+from attnid.lm.train import Interrupted, seed_optimizer_state, stack_optimizer_states, train
 
 SEEDS = (0, 1)  # a batch of two seeds: each equals its run alone (the interrupted batch below has three)
 # metrics that are real numbers of the run; the others are round-off (the key-bias gradient and, under

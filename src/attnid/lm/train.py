@@ -7,6 +7,10 @@ the validation loss and the QK singular values are added. At the end the run ana
 (:mod:`attnid.lm.records`) is written atomically; an interrupted run resumes from its checkpoint and
 produces the same rows; a finished one is reused.
 
+One loop (:func:`train_group`) trains a single run and several seeds stacked into one model
+(:mod:`attnid.lm.batched`) alike; :func:`train_runs` is the one place that locks, reuses and prepares run
+folders.
+
 Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on CUDA); ``bf16``
 (autocast, float32 master weights). The metrics are float64 in every case.
 """
@@ -14,10 +18,12 @@ Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -226,34 +232,86 @@ def train(
     ``metrics=False`` turns off the probe and the head analysis (for benchmarks); losses are still
     recorded. ``save=False`` writes nothing.
     """
-    device = resolve_device(cfg.device)
-    precision = resolve_precision(cfg.precision, device)
-    d = records.run_dir(cfg.profile, cfg.case, cfg.seed, out)
-    options: dict[str, Any] = dict(
-        device=device, precision=precision, progress=progress, metrics=metrics, stop_after=stop_after
-    )
+    return train_runs(
+        [cfg],
+        single_run,
+        out=out,
+        data=data,
+        progress=progress,
+        metrics=metrics,
+        force=force,
+        stop_after=stop_after,
+        save=save,
+    )[0]
+
+
+def train_runs(
+    cfgs: list[RunConfig],
+    build_group: Callable[[list[tuple[RunConfig, Path]], CharData, str, str], Group],
+    *,
+    out: Path | None,
+    data: CharData | None,
+    progress: bool,
+    metrics: bool,
+    force: bool,
+    stop_after: int | None,
+    save: bool,
+) -> list[dict]:
+    """Train (or resume, or reuse) the runs ``cfgs`` with the loop :func:`train_group`; returns their summaries
+    (with ``rows`` and ``heads``) in the order of ``cfgs``. The one place that locks the runs' folders, reuses
+    finished records, prepares the folders and writes the configs. ``build_group`` makes what one loop trains
+    from ``[(config, folder)]``: :func:`single_run` (one run), or the stacked seeds of :mod:`attnid.lm.batched`;
+    seeds that resume do so together only from checkpoints of the same step."""
+    device = resolve_device(cfgs[0].device)
+    precision = resolve_precision(cfgs[0].precision, device)
+    dirs = [records.run_dir(c.profile, c.case, c.seed, out) for c in cfgs]
+    options: dict[str, Any] = dict(progress=progress, metrics=metrics, stop_after=stop_after, save=save)
     if not save:
-        return _run(cfg, d, data=data, **options, save=False)
-    with run_lock(d):
-        reused = prepare_run(cfg, d, force)
-        if reused is not None:
+        group = build_group(list(zip(cfgs, dirs)), data or load(), device, precision)
+        results = train_group(group, **options)
+        return [results[c.seed] for c in cfgs]
+    results = {}
+    with contextlib.ExitStack() as locks:
+        for d in dirs:
+            locks.enter_context(run_lock(d))
+        todo = []
+        for c, d in zip(cfgs, dirs):
+            reused = prepare_run(c, d, force)
+            if reused is None:
+                todo.append((c, d))
+                continue
             if reused.get("precision") not in (None, precision):
                 print(
                     f"attnid: note: reusing {d}, made at precision {reused['precision']} (this run asked for "
                     f"{precision}); rerun with --force to remake it at {precision}",
                     file=sys.stderr,
                 )
-            return reused
-        data = data or load()  # checks before any file is written
-        with forced_dir(d, force) as work:
-            check_writable(work)
-            if not (work / "config.json").exists():
-                records.write_json(work / "config.json", cfg.as_dict())
+            results[c.seed] = reused
+        if todo:
+            data = data or load()  # checks before any file is written
+            todo = [(c, locks.enter_context(forced_dir(d, force))) for c, d in todo]  # --force: beside d
+            for c, d in todo:
+                check_writable(d)
+                if not (d / "config.json").exists():
+                    records.write_json(d / "config.json", c.as_dict())
             threads = torch.get_num_threads()
             try:
-                return _run(cfg, work, data=data, **options, save=True)
+                for items in _by_checkpoint_step(todo):
+                    results.update(train_group(build_group(items, data, device, precision), **options))
             finally:
                 torch.set_num_threads(threads)  # a resume may have restored the run's own count
+    return [results[c.seed] for c in cfgs]
+
+
+def _by_checkpoint_step(todo: list[tuple[RunConfig, Path]]) -> list[list[tuple[RunConfig, Path]]]:
+    """``todo`` in groups whose runs resume from the same step (0: no checkpoint)."""
+    if len(todo) == 1:
+        return [todo]
+    groups: dict[int, list] = {}
+    for c, d in todo:
+        ck = d / "checkpoint.pt"
+        groups.setdefault(Checkpoint.load(ck).step if ck.exists() else 0, []).append((c, d))
+    return list(groups.values())
 
 
 @dataclass
@@ -289,16 +347,15 @@ class Checkpoint:
 
 @dataclass
 class Run:
-    """The state the steps of the loop share."""
+    """The state of one run that the steps of the loop share (a seed of a stacked group: its model is a view of its
+    slice of the stack)."""
 
     cfg: RunConfig
     model: GPT
-    opt: torch.optim.Optimizer
     data: CharData
     device: str
     precision: str
     gen: torch.Generator
-    probe: IdentificationProbe | None
     rows: list[dict] = field(default_factory=list)
     rebalances: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
@@ -317,33 +374,32 @@ class Run:
         return out
 
     def checkpoint(
-        self, step: int, seconds: float, *, opt_state: dict | None = None, beta0: torch.Tensor | None = None
+        self, step: int, seconds: float, opt_state: dict, beta0: torch.Tensor | None, copy_weights: bool
     ) -> Checkpoint:
-        """The resume point after ``step`` steps. A seed of a stacked model (:mod:`attnid.lm.batched`) passes its
-        own slice of the optimizer state and of β_0; its weights are views of the stack, so they are copied."""
+        """The resume point after ``step`` steps, with this run's optimizer state and β_0. ``copy_weights``: the
+        weights are views of a stack (a seed of a stacked group), so they are copied."""
         cuda = self.device.startswith("cuda")
         model = self.model.state_dict()
-        if opt_state is not None:
+        if copy_weights:
             model = {k: v.clone() for k, v in model.items()}  # the slice, not the whole stack
         return Checkpoint(
             step=step,
             model=model,
-            opt=self.opt.state_dict() if opt_state is None else opt_state,
+            opt=opt_state,
             gen=self.gen.get_state(),
             rng=torch.get_rng_state(),
             cuda_rng=torch.cuda.get_rng_state() if cuda else None,
             rows=self.rows,
             rebalances=self.rebalances,
-            beta0=beta0 if beta0 is not None else None if self.probe is None else self.probe.beta0.cpu(),
+            beta0=beta0,
             threads=torch.get_num_threads(),
             elapsed=self.elapsed + seconds,
             history=self.history_to(step),
         )
 
-    def restore(self, ck: Checkpoint, optimizer: bool = True) -> None:
+    def restore(self, ck: Checkpoint) -> None:
+        """Everything of ``ck`` but the optimizer state (the group's optimizer holds it: :func:`train_group`)."""
         self.model.load_state_dict(ck.model)
-        if optimizer:
-            self.opt.load_state_dict(ck.opt)
         self.gen.set_state(ck.gen)
         torch.set_rng_state(ck.rng)
         if self.device.startswith("cuda") and ck.cuda_rng is not None:
@@ -353,25 +409,95 @@ class Run:
             torch.set_num_threads(ck.threads)  # CPU reductions depend on the thread count: resume exactly
 
 
+@dataclass
+class Group:
+    """What one training loop trains: one run (its model and optimizer), or several seeds of one config as one
+    stacked model (``stacked``; :mod:`attnid.lm.batched`), whose per-seed values (a loss, a probe metric, β_0,
+    the optimizer's moments) carry the seed as their leading dim."""
+
+    runs: list[Run]
+    dirs: list[Path]
+    opt: torch.optim.Optimizer
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # batches ``([S,] B, T)`` -> loss ``([S])``
+    clip: Callable[[float], object]  # clip the gradients to this norm (each seed's, when stacked)
+    module: torch.nn.Module  # the module that takes the steps (its train mode is set once)
+    qk_params: list | None = None  # the probe's fused QK weights and biases; None: the model's own
+    stacked: bool = False
+
+    def part(self, value, s: int):
+        """Seed ``s``'s part of a per-seed value; of a single run, the value itself."""
+        return value[s] if self.stacked else value
+
+    def join(self, values: list):
+        """The per-seed value made of the seeds' own; of a single run, its one value."""
+        return torch.stack(values) if self.stacked else values[0]
+
+    def optimizer_state(self, state: dict, s: int) -> dict:
+        """Seed ``s``'s part of the optimizer's ``state_dict()``."""
+        return seed_optimizer_state(state, s) if self.stacked else state
+
+    def join_optimizer_states(self, states: list[dict]) -> dict:
+        return stack_optimizer_states(states) if self.stacked else states[0]
+
+
+def single_run(items: list[tuple[RunConfig, Path]], data: CharData, device: str, precision: str) -> Group:
+    """The group of one run: its model (compiled where ``cfg.compile`` asks, on CUDA) and its optimizer."""
+    ((cfg, d),) = items
+    model, opt = build(cfg, data.vocab_size, device)
+    step_model = torch.compile(model) if cfg.compile and device.startswith("cuda") else model
+    run = Run(cfg, model, data, device, precision, torch.Generator().manual_seed(cfg.seed))
+    return Group(
+        [run],
+        [d],
+        opt,
+        loss=lambda x, y: step_model(x, y)[1],
+        clip=lambda norm: torch.nn.utils.clip_grad_norm_(model.parameters(), norm),
+        module=model,
+    )
+
+
+def seed_optimizer_state(state: dict, s: int) -> dict:
+    """Seed ``s``'s part of a stacked optimizer's ``state_dict()``: the ``state_dict`` of that seed alone."""
+    per = {
+        i: {k: v if k == "step" or v.dim() == 0 else v[s].clone() for k, v in st.items()}
+        for i, st in state["state"].items()
+    }
+    return {"state": per, "param_groups": copy.deepcopy(state["param_groups"])}
+
+
+def stack_optimizer_states(states: list[dict]) -> dict:
+    """Inverse of :func:`seed_optimizer_state`: the stacked optimizer's ``state_dict`` from the seeds' own."""
+    first = states[0]
+    per = {
+        i: {
+            k: v if k == "step" or v.dim() == 0 else torch.stack([sd["state"][i][k] for sd in states])
+            for k, v in st.items()
+        }
+        for i, st in first["state"].items()
+    }
+    return {"state": per, "param_groups": copy.deepcopy(first["param_groups"])}
+
+
 # ------------------------------------------------------------------------------ the steps of the loop
-def train_step(run: Run, step_model, it: int, probe: IdentificationProbe | None) -> tuple[torch.Tensor, float]:
-    """One optimizer step (learning rate, batch, forward, backward, clipping, step); ``probe`` is told
-    before and after. Returns the loss and the learning rate."""
+def train_step(group: Group, it: int, probe: IdentificationProbe | None) -> tuple[torch.Tensor, float]:
+    """One optimizer step of every run of ``group`` (learning rate, batches, forward, backward, clipping, step);
+    ``probe`` is told before the step. Returns the detached loss (``(S,)`` when stacked) and the learning rate."""
+    run = group.runs[0]
     cfg = run.cfg
     lr = lr_at(cfg, it)
-    for group in run.opt.param_groups:
-        group["lr"] = lr
-    x, y = run.data.batch("train", cfg.batch_size, cfg.block_size, run.gen, run.device)
+    for g in group.opt.param_groups:
+        g["lr"] = lr
+    xs, ys = zip(*(r.data.batch("train", cfg.batch_size, cfg.block_size, r.gen, r.device) for r in group.runs))
     with precision_context(run.precision, run.device):
-        _, loss = step_model(x, y)
-    run.opt.zero_grad(set_to_none=True)
-    loss.backward()
+        losses = group.loss(group.join(list(xs)), group.join(list(ys)))
+    group.opt.zero_grad(set_to_none=True)
+    losses.sum().backward()
     if probe is not None:
         probe.before_step()
     if cfg.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
-    run.opt.step()
-    return loss, lr
+        group.clip(cfg.grad_clip)
+    group.opt.step()
+    return losses.detach(), lr
 
 
 def rebalance_hook(run: Run, it: int) -> None:
@@ -392,8 +518,8 @@ def rebalance_hook(run: Run, it: int) -> None:
 
 
 def evaluation_hook(run: Run, it: int, row: dict | None, loss: torch.Tensor, lr: float) -> dict | None:
-    """At the first and last step and every ``eval_interval`` steps: the validation loss and, with the probe,
-    the QK singular values, added to the step's row (made here if the probe did not record this step)."""
+    """At the first and last step and every ``eval_interval`` steps: the validation loss, added to the step's row
+    (made here if the probe did not record this step)."""
     cfg = run.cfg
     if not ((it + 1) % cfg.eval_interval == 0 or it == cfg.max_iters - 1 or it == 0):
         return row
@@ -401,8 +527,6 @@ def evaluation_hook(run: Run, it: int, row: dict | None, loss: torch.Tensor, lr:
         row = {Key.STEP: it + 1, Key.LR: lr, Key.TRAIN_LOSS: loss.item()}
     with precision_context(run.precision, run.device):
         row[Key.VAL_LOSS] = evaluate(run.model, run.data, cfg, run.device, it + 1)
-    if run.probe is not None:
-        row[Key.QK_SV] = run.probe.qk_singular_values()
     return row
 
 
@@ -509,76 +633,95 @@ def save_model(run: Run, d: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ the loop
-def _run(  # noqa: PLR0915 (reason in the docstring)
-    cfg: RunConfig,
-    d: Path,
-    *,
-    device: str,
-    precision: str,
-    data: CharData | None,
-    progress: bool,
-    metrics: bool,
-    stop_after: int | None,
-    save: bool,
-) -> dict:
-    """The training loop of one run in folder ``d``: steps, evaluation, probe, rebalancing, checkpoints, interrupt.
-
-    Long because the loop's hooks read in their order in one body; one loop shared with the batched seeds is
-    open work (issue 27).
-    """
-    data = data or load()
-    model, opt = build(cfg, data.vocab_size, device)
-    step_model = torch.compile(model) if cfg.compile and device.startswith("cuda") else model
-    run = Run(cfg, model, opt, data, device, precision, torch.Generator().manual_seed(cfg.seed), probe=None)
-    ckpt_file = d / "checkpoint.pt"
-    start, beta0 = 0, None
-    if save and ckpt_file.exists():
-        ck = Checkpoint.load(ckpt_file)
-        run.restore(ck)
-        start, beta0 = ck.step, None if ck.beta0 is None else ck.beta0.to(device)
-        run.segment = (start, None)
-    run.probe = IdentificationProbe(model, opt, beta0=beta0) if metrics else None
+def train_group(group: Group, *, progress: bool, metrics: bool, stop_after: int | None, save: bool) -> dict[int, dict]:
+    """The training loop (a single run and stacked seeds alike): resume, steps, probe, rebalancing, evaluation,
+    checkpoints, interrupt; then each run's head analysis and record in its folder. Returns the summaries
+    (with ``rows`` and ``heads``) by seed."""
+    runs, opt = group.runs, group.opt
+    cfg = runs[0].cfg
+    start, beta0 = _resume(group) if save else (0, None)
+    probe = IdentificationProbe(runs[0].model, opt, beta0=beta0, qk_params=group.qk_params) if metrics else None
     law = beta_law_factor(cfg)
     bar = Progress(cfg, start, progress)
-    model.train()
+    group.module.train()
     t0 = time.perf_counter()
-    loss = torch.zeros(())
     it, saved = start, start
     try:
         for it in range(start, cfg.max_iters):
             if stop_after is not None and it >= stop_after:
                 raise Interrupted(f"stopped before step {it}")
             last = it == cfg.max_iters - 1
-            probe = run.probe if (it % cfg.metric_interval == 0 or last) else None
-            loss, lr = train_step(run, step_model, it, probe)
-            row = None
-            if probe is not None:
-                row = {Key.STEP: it + 1, Key.LR: lr, **probe.after_step(law[it + 1], **{Key.TRAIN_LOSS: loss.detach()})}
-            rebalance_hook(run, it)
-            row = evaluation_hook(run, it, row, loss, lr)
-            if row is not None:
-                run.rows.append(row)
-            bar.update(loss, last)
+            probing = probe is not None and (it % cfg.metric_interval == 0 or last)
+            losses, lr = train_step(group, it, probe if probing else None)
+            rows: list[dict | None] = [None] * len(runs)
+            if probe is not None and probing:
+                r = probe.after_step(law[it + 1], **{Key.TRAIN_LOSS: losses})
+                rows = [
+                    {Key.STEP: it + 1, Key.LR: lr, **{k: group.part(v, s) for k, v in r.items()}}
+                    for s in range(len(runs))
+                ]
+            sv = None
+            for s, run in enumerate(runs):
+                rebalance_hook(run, it)
+                row = evaluation_hook(run, it, rows[s], group.part(losses, s), lr)
+                if row is not None:
+                    if probe is not None and Key.VAL_LOSS in row:
+                        sv = probe.qk_singular_values() if sv is None else sv
+                        row[Key.QK_SV] = group.part(sv, s)
+                    run.rows.append(row)
+            bar.update(losses.mean(), last)
             if save and (it + 1) % cfg.ckpt_interval == 0 and not last:
-                records.write_rows(d, run.rows)  # readable progress; the checkpoint is what resume uses
-                run.checkpoint(it + 1, time.perf_counter() - t0).save(ckpt_file)
+                _save_checkpoints(group, probe, it + 1, time.perf_counter() - t0)
                 saved = it + 1
     except KeyboardInterrupt:
         raise interrupted(it, saved) from None
     finally:
         bar.close()
-    train_seconds = time.perf_counter() - t0
-    t_heads = time.perf_counter()
-    heads = head_analysis(run) if metrics else None
-    t_heads = time.perf_counter() - t_heads
-    summary = summarize(run, metrics=metrics, train_seconds=train_seconds, heads_seconds=t_heads, start=start)
-    rows = run.rows
-    if save:
-        if cfg.save_model:
-            save_model(run, d)
-        summary = records.finish(d, rows, summary, heads)
-    # returned exactly as a reused record reads back (float32-precision numbers)
-    return {**summary, "rows": records.round_floats(rows), "heads": records.round_floats(heads)}
+    return _finish(group, metrics=metrics, save=save, start=start, train_seconds=time.perf_counter() - t0)
+
+
+def _resume(group: Group) -> tuple[int, torch.Tensor | None]:
+    """Restore the group's runs and optimizer from their checkpoints, if any: ``(first step, β_0 or None)``."""
+    seeds = [run.cfg.seed for run in group.runs] if group.stacked else None
+    start, beta0 = 0, None
+    if (group.dirs[0] / "checkpoint.pt").exists():
+        cks = [Checkpoint.load(d / "checkpoint.pt") for d in group.dirs]
+        for run, ck in zip(group.runs, cks):
+            run.restore(ck)
+        group.opt.load_state_dict(group.join_optimizer_states([ck.opt for ck in cks]))
+        start = cks[0].step
+        if all(ck.beta0 is not None for ck in cks):
+            beta0 = group.join([ck.beta0 for ck in cks]).to(group.runs[0].device)
+    for run in group.runs:
+        run.segment = (start, seeds)
+    return start, beta0
+
+
+def _save_checkpoints(group: Group, probe: IdentificationProbe | None, step: int, seconds: float) -> None:
+    """Each run's rows so far (readable progress) and its checkpoint (what resume uses)."""
+    state = group.opt.state_dict()
+    for s, (run, d) in enumerate(zip(group.runs, group.dirs)):
+        records.write_rows(d, run.rows)
+        beta0 = None if probe is None else group.part(probe.beta0, s).cpu()
+        ck = run.checkpoint(step, seconds, group.optimizer_state(state, s), beta0, copy_weights=group.stacked)
+        ck.save(d / "checkpoint.pt")
+
+
+def _finish(group: Group, *, metrics: bool, save: bool, start: int, train_seconds: float) -> dict[int, dict]:
+    """Each run's head analysis, summary and record (``save``), by seed, as a reused record reads back
+    (float32-precision numbers)."""
+    out = {}
+    for run, d in zip(group.runs, group.dirs):
+        t_heads = time.perf_counter()
+        heads = head_analysis(run) if metrics else None
+        t_heads = time.perf_counter() - t_heads
+        summary = summarize(run, metrics=metrics, train_seconds=train_seconds, heads_seconds=t_heads, start=start)
+        if save:
+            if run.cfg.save_model:
+                save_model(run, d)
+            summary = records.finish(d, run.rows, summary, heads)
+        out[run.cfg.seed] = {**summary, "rows": records.round_floats(run.rows), "heads": records.round_floats(heads)}
+    return out
 
 
 def load_model(d: Path, device: str = "cpu") -> GPT:
