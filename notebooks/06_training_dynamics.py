@@ -70,8 +70,8 @@ device = "auto"
 # %% tags=["hide-input"]
 from myst_nb import glue
 
+from attnid.chapters import decay, labelled, ladder, md, sweep, verdicts
 from attnid.chapters import dynamics as ch
-from attnid.chapters import labelled, ladder, md
 from attnid.lm.launch import train_suites
 from attnid.lm.profiles import check_profile
 from attnid.plotting import set_style, table
@@ -85,7 +85,7 @@ scales = ch.load_scales(profile)  # reads the records
 title = ch.titles(scales)
 live = list(scales)[-1]  # this build's rerun
 rerun = scales[live]
-for name, value in ch.facts(scales).items():
+for name, value in verdicts.facts(scales).items():
     glue(name, value, display=False)
 md(ch.runs_sentence(scales))
 table(labelled(ch.table_status(scales)))
@@ -183,12 +183,12 @@ md(ch.weights_only_sentence(rho_rows, live))
 # any statistic of training, so the law needs three seeds, as the other training claims do.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-wd-law", "caption": "SGD + weight decay. Left: the law's residual ‖β_t − c_t β_0‖ / ‖c_t β_0‖ of every layer over training (seed 0 of this build's rerun) with the 1 % tolerance. Right: the final residual of every layer at every scale and seed against plain SGD's final drift divided by c_T (its second-order remainder relative to the prediction); dotted, residual = remainder; dash-dotted, the limit of the tested layers."}}
-fig = ch.fig_wd_law(scales, title)
+fig = decay.fig_wd_law(scales, title)
 
 # %% tags=["hide-input"]
-law_table = ch.table_wd_law(scales)
+law_table = decay.table_wd_law(scales)
 table(law_table)
-md(ch.law_paragraph(law_table))
+md(decay.law_paragraph(law_table))
 
 # %% [markdown]
 # The decay's own symmetry component solves $S G_Q + G_K S = -\eta\lambda\beta$: it is proportional to
@@ -196,11 +196,11 @@ md(ch.law_paragraph(law_table))
 # gradient is beside it. {numref}`fig-wd` shows the early steps.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-wd", "caption": "SGD + weight decay, this build's rerun (profile in the panel title), over the first fifth of training, mean over seeds with the range shaded: ρ (mean over layers and heads) and the relative imbalance ‖β‖ / (‖G_Q‖ + ‖G_K‖)."}}
-cut = ch.transient_cut(rerun)
-fig = ch.fig_wd_transient(rerun, cut, title[live])
+cut = decay.transient_cut(rerun)
+fig = decay.fig_wd_transient(rerun, cut, title[live])
 
 # %% tags=["hide-input"]
-md(ch.transient_sentence(rerun, cut))
+md(decay.transient_sentence(rerun, cut))
 
 # %% [markdown]
 # ## The conserved quantity: β and τ
@@ -214,9 +214,9 @@ md(ch.transient_sentence(rerun, cut))
 fig = ch.fig_beta(rerun, title[live])
 
 # %% tags=["hide-input"]
-beta_table = ch.table_beta(scales)
+beta_table = decay.table_beta(scales)
 table(labelled(beta_table))
-md(ch.tau_sentence(beta_table))
+md(decay.tau_sentence(beta_table))
 
 # %% [markdown]
 # Is plain SGD's drift larger in earlier layers, as the paper-scale record suggests? A trend over layers
@@ -224,7 +224,7 @@ md(ch.tau_sentence(beta_table))
 # SGD with 4 layers (`sgd_deep`, same seeds) for this question alone.
 
 # %% tags=["hide-input"]
-table(ch.table_drift_by_layer(scales))
+table(decay.table_drift_by_layer(scales))
 
 # %% [markdown]
 # ## The key bias: no gradient, yet AdamW moves it
@@ -236,15 +236,15 @@ table(ch.table_drift_by_layer(scales))
 # with $\varepsilon = 10^{-8}$, so a round-off gradient becomes a step of some fraction of the learning
 # rate, in a direction set by the round-off. How large a fraction can be read from the key bias's final
 # norm: if every step pointed the same way it would be $\|b_K\| / (\sqrt{D}\sum_t \eta_t)$, if the steps
-# were independent $\|b_K\| / \sqrt{D \sum_t \eta_t^2}$ (`attnid.chapters.dynamics.key_bias_step`). This
+# were independent $\|b_K\| / \sqrt{D \sum_t \eta_t^2}$ (`attnid.chapters.decay.key_bias_step`). This
 # is an optimizer moving a parameter the loss does not see.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-bias", "caption": "This build's rerun (profile in the panel title), mean over seeds with the range shaded: left, median gradient norm per head of the query bias (solid) and key bias (dashed) per optimizer; right, norm of the key bias per head (median over heads)."}}
 fig = ch.fig_bias(rerun, title[live])
 
 # %% tags=["hide-input"]
-bias_table = ch.table_bias(scales)
-md(ch.key_bias_sentence(bias_table, rerun))
+bias_table = decay.table_bias(scales)
+md(decay.key_bias_sentence(bias_table, rerun))
 table(labelled(bias_table))
 
 # %% [markdown]
@@ -254,10 +254,10 @@ table(labelled(bias_table))
 # of every head of the first layer at the end of training, for each optimizer and scale (seed 0).
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-spectra", "caption": "Singular values of each head's QK product Kᵀ Q (augmented), layer 1, at the last evaluation, normalised by the largest; one line per head, one colour per optimizer (seed 0)."}}
-fig = ch.fig_spectra(scales, title)
+fig = sweep.fig_spectra(scales, title)
 
 # %% tags=["hide-input"]
-table(ch.table_spectra(scales))
+table(sweep.table_spectra(scales))
 
 # %% [markdown]
 # ## Rebalancing
@@ -270,8 +270,8 @@ table(ch.table_spectra(scales))
 # does not run, so it makes no claim about it.
 
 # %% tags=["hide-input"]
-events = ch.table_rebalance(rerun)
-md(ch.rebalance_sentence(events, rerun))
+events = decay.table_rebalance(rerun)
+md(decay.rebalance_sentence(events, rerun))
 table(events)
 
 # %% [markdown]
@@ -283,11 +283,11 @@ table(events)
 # the slope of $\log(\text{drift})$ against $\log\eta$ per layer.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-sweep", "caption": "Final β drift per layer against the SGD learning rate (log–log; mean over seeds, bars: range), this build's rerun (profile in the title)."}}
-fig = ch.fig_sweep(rerun, title[live])
+fig = sweep.fig_sweep(rerun, title[live])
 
 # %% tags=["hide-input"]
-sweep_table = ch.table_sweep(rerun)
-md(ch.sweep_sentence(sweep_table))
+sweep_table = sweep.table_sweep(rerun)
+md(sweep.sweep_sentence(sweep_table))
 table(sweep_table)
 
 # %% [markdown]
@@ -303,13 +303,13 @@ table(sweep_table)
 # the same as `attnid claims --profile <profile> --json`.
 
 # %% tags=["hide-input"]
-claim_rows = ch.claim_rows(scales)
-table(ch.table_claims(claim_rows))
+claim_rows = verdicts.claim_rows(scales)
+table(verdicts.table_claims(claim_rows))
 
 # %% tags=["hide-input"]
-md(ch.claims_list())
-md(ch.depends_sentence(claim_rows))
-md(ch.disagreements(claim_rows))
+md(verdicts.claims_list())
+md(verdicts.depends_sentence(claim_rows))
+md(verdicts.disagreements(claim_rows))
 
 # %% [markdown]
 # (sec-ladder)=

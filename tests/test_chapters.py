@@ -7,6 +7,7 @@ import matplotlib
 import numpy as np
 import pytest
 
+from attnid.chapters import decay, sweep, verdicts
 from attnid.chapters import dynamics as ch
 from attnid.lm.analysis import load_suite
 from attnid.lm.metrics import Key
@@ -27,27 +28,27 @@ def scales():
 
 
 def test_wd_law_table_and_sentence(scales):
-    t = ch.table_wd_law(scales)
+    t = decay.table_wd_law(scales)
     paper = t[t["scale"] == "paper scale"]
     assert list(paper["layer"]) == [1, 2, 3, 4, 5, 6] and set(paper["measured on"]) == {"τ per head"}
     assert list(paper["tested"]) == [False, False, False, True, True, True]
     assert list(paper["holds (< 1 %)"]) == [False, False, False, True, True, True]
-    text = ch.law_sentence(t, "paper scale")
+    text = decay.law_sentence(t, "paper scale")
     assert "holds to 1 % in layer(s) 4, 5, 6" in text and "fails in layer(s) 1, 2, 3" in text
     assert "residual 0.02 to 1.4" in text and "read on τ per head" in text
-    reading = ch.law_remainder_reading(t)  # 0.0046 to 0.2 of the remainder: a bound of about 0.2, not 1 %
+    reading = decay.law_remainder_reading(t)  # 0.0046 to 0.2 of the remainder: a bound of about 0.2, not 1 %
     assert "a remainder below c_T bounds the residual by about 0.2, not by the 1 % tolerance" in reading
     assert reading.startswith("The residual is 0.0") and "in every layer, scale and seed" in reading
     paper_only = t[t["scale"] == "paper scale"]
-    assert "below 1 % in 3 of 3 (layer, seed) pairs" in ch.law_remainder_reading(paper_only)
+    assert "below 1 % in 3 of 3 (layer, seed) pairs" in decay.law_remainder_reading(paper_only)
     worse = t.assign(**{"law residual": t["law residual"] * 10})
-    assert "in some layers something beyond" in ch.law_remainder_reading(worse)
-    fig = ch.fig_wd_law(scales, {k: k for k in scales})
+    assert "in some layers something beyond" in decay.law_remainder_reading(worse)
+    fig = decay.fig_wd_law(scales, {k: k for k in scales})
     assert len(fig.axes) == 2 and fig.axes[1].get_xlabel().startswith("plain SGD")
 
 
 def test_drift_by_layer_reads_the_deep_case_where_there_is_one(scales):
-    t = ch.table_drift_by_layer(scales)
+    t = decay.table_drift_by_layer(scales)
     order = "order (Kendall's τ; 1: every earlier layer drifts more)"
     paper = t[t["scale"] == "paper scale"]
     assert list(paper["case"]) == ["sgd"] and len(paper.iloc[0]["final drift per layer, first to last"].split(",")) == 6
@@ -64,7 +65,7 @@ def test_ladder_table_and_sentence_follow_the_rows(scales):
 
     from attnid.chapters import ladder
 
-    rows = ch.claim_rows(scales)
+    rows = verdicts.claim_rows(scales)
     t = ladder.table_ladder(rows, scales)
     assert list(t.columns) == ["claim", "smoke (4 × 4 × 64)", "paper (6 × 6 × 384)"]  # smallest model first
     cells = t.set_index("claim")
@@ -80,7 +81,7 @@ def test_ladder_table_and_sentence_follow_the_rows(scales):
     # a plant at the small scale turns a claim against the paper at both: the sentence moves it
     planted = copy.copy(scales)
     planted["smoke rerun"] = PLANTS["adamw_covers"](scales["smoke rerun"])
-    moved = ladder.ladder_readings(ch.claim_rows(planted), planted)
+    moved = ladder.ladder_readings(verdicts.claim_rows(planted), planted)
     assert "adamw_covers" in moved["against"] and "adamw_covers" not in moved["changes"]
     facts = ladder.ladder_facts(rows, scales)
     assert facts["ladder_scales"] == 2 and facts["ladder_changes"] == len(read["changes"])
@@ -116,18 +117,18 @@ def test_key_bias_step_recovers_a_planted_step():
         first = {Key.STEP: 1, Key.NORM_BK: np.zeros((L, H)).tolist()}
         rows = [first, {Key.STEP: c.max_iters, Key.NORM_BK: norms.tolist()}]
         rec = Record(Path("/synthetic/adamw"), cfg.as_dict(), {}, rows)
-        assert ch.key_bias_step(rec)[which] == pytest.approx(s, rel=0.1 if which else 1e-12)
+        assert decay.key_bias_step(rec)[which] == pytest.approx(s, rel=0.1 if which else 1e-12)
 
 
 def test_disagreements_name_single_seed_rows_against_the_paper(scales):
-    rows = ch.claim_rows(scales)
-    text = ch.disagreements(rows)
+    rows = verdicts.claim_rows(scales)
+    text = verdicts.disagreements(rows)
     for claim_id in ("adamw_closest", "adamw_covers", "sgd_conserves_beta"):
         assert f"{claim_id} (paper scale, 1 seed)" in text
     assert "Read **no**: none" in text
-    shown = ch.table_claims(rows)
+    shown = verdicts.table_claims(rows)
     assert len(shown) == len(rows) and shown["verdict"].str.startswith(("yes", "no", "inconclusive", "pending")).all()
-    good = ch.disagreements(ch.claim_rows({"smoke rerun": scales["smoke rerun"]}))
+    good = verdicts.disagreements(verdicts.claim_rows({"smoke rerun": scales["smoke rerun"]}))
     assert "Read **no**: none" in good and "Pending: none" in good and "The other 0 undecided" in good
 
 
@@ -144,25 +145,25 @@ def test_sweep_table_slopes_are_the_log_log_fit():
     """The sweep's synthetic drift is 0.04 (η/0.5)² 0.5^layer: a slope of exactly 2 in every layer."""
     from test_claims import synthetic_suite
 
-    t = ch.table_sweep(synthetic_suite())
+    t = sweep.table_sweep(synthetic_suite())
     assert np.allclose(t["slope of log drift vs log η (mean over seeds)"], 2.0) and list(t["layer"]) == [1, 2, 3, 4]
-    fig = ch.fig_sweep(synthetic_suite(), "x")
+    fig = sweep.fig_sweep(synthetic_suite(), "x")
     assert fig.axes[0].get_legend_handles_labels()[1] == [f"layer {i}" for i in (1, 2, 3, 4)]
 
 
 def test_spectra_table_and_figure(scales):
-    t = ch.table_spectra(scales)
+    t = sweep.table_spectra(scales)
     paper = t[t["scale"] == "paper scale"].set_index("case")
     assert paper.loc["SGD", "D"] == 64 and 0 < paper["smallest σ / largest (any head, any seed)"].min() < 1
-    fig = ch.fig_spectra(scales, {k: k for k in scales})
+    fig = sweep.fig_spectra(scales, {k: k for k in scales})
     assert len(fig.axes) == 2 and len(fig.axes[0].get_lines()) == 3 * 6  # three cases x six heads (paper)
 
 
 def test_wd_transient_figure_shows_only_the_early_steps(scales):
     runs = scales["smoke rerun"]
-    cut = ch.transient_cut(runs)
+    cut = decay.transient_cut(runs)
     assert cut == max(50 // 5, 3 * 10)  # the smoke profile: 50 steps, a metric row every 10
-    fig = ch.fig_wd_transient(runs, cut, "x")
+    fig = decay.fig_wd_transient(runs, cut, "x")
     assert all(line.get_xdata().max() <= cut for ax in fig.axes for line in ax.get_lines())
 
 

@@ -2,7 +2,7 @@
 committed mid and paper-scale records), which verdicts hold at every scale and which change, and the quantities
 with a natural dependence on scale drawn against it.
 
-``rows`` is :func:`attnid.chapters.dynamics.claim_rows` (one row per claim and scale); ``scales`` maps a scale's
+``rows`` is :func:`attnid.chapters.verdicts.claim_rows` (one row per claim and scale); ``scales`` maps a scale's
 name to its :class:`~attnid.lm.analysis.SuiteRuns`.
 """
 
