@@ -328,3 +328,10 @@ def test_a_large_dense_audit_says_what_it_is_doing(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert out == "" and "Jacobian" in err and "factoring the" in err
     assert loud.unidentified == quiet.unidentified
+
+
+@pytest.mark.parametrize("ratio", [0, -1.0, float("nan"), float("inf"), True])
+def test_a_data_ratio_that_is_not_a_positive_number_is_refused_by_name(ratio):
+    """``ratio`` = 0 once fell back to the default silently (``ratio or 3``): every value is honoured or refused."""
+    with pytest.raises(ValueError, match="ratio must be a positive number"):
+        audit(AttentionConfig(8, 2), ratio=ratio)

@@ -280,3 +280,27 @@ def test_value_mean_is_counted_only_without_an_output_bias():
     assert terms("none")["value_mean"] == 1 and terms("none", layers=3)["value_mean"] == 3
     assert terms("qkvo")["value_mean"] == 0  # the output bias absorbs the whole constant
     assert sum(terms("none").values()) == 210  # the Jacobian of the real OPT module (seeds 0 and 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,argv",
+    [
+        (dict(hf_type="gpt2", scope="block", layers=2), ["--hf", "gpt2", "--block", "--layers", "2"]),
+        (dict(hf_type="gpt2", scope="block", layers=1), ["--hf", "gpt2", "--block", "--layers", "1"]),
+        (dict(hf_type="llama", scope="attention", vocab=40), ["--hf", "llama", "--vocab", "40"]),
+        (dict(hf_type="gpt2", ffn=8), ["--hf", "gpt2", "--ffn", "8"]),
+        (dict(hf_type="llama", norm_eps=0.1), ["--hf", "llama", "--norm-eps", "0.1"]),
+        (dict(hf_type="llama", scope="model", layers=0), ["--hf", "llama", "--model", "--layers", "0"]),
+        (dict(hf_type="llama", scope="model", vocab=-3), ["--hf", "llama", "--model", "--vocab", "-3"]),
+        (dict(hf_type="llama", scope="model", vocab=8), ["--hf", "llama", "--model", "--vocab", "8"]),
+        (dict(hf_type="phi", scope="model", tied=True), ["--hf", "phi", "--model", "--tied"]),
+        (dict(hf_type="nope"), ["--hf", "nope"]),
+    ],
+)
+def test_a_refusal_reads_the_same_from_the_library_and_the_cli(kwargs, argv, capsys):
+    """Every check on an audit's values lives once, in the library: the CLI prints the library's own message."""
+    kwargs = dict(dict(embed=8, heads=2), **kwargs)
+    with pytest.raises(ValueError) as e:
+        audit_hf(kwargs.pop("hf_type"), **kwargs)
+    assert main(["audit", "--embed", "8", "--heads", "2", *argv]) == 2
+    assert capsys.readouterr().err.strip() == f"attnid: error: {e.value}"

@@ -144,7 +144,7 @@ def test_cli_refuses_norm_eps_for_an_attention_without_norms(capsys):
     from attnid.cli import main
 
     assert main(["audit", "--hf", "llama", "--norm-eps", "0.1"]) == 2
-    assert "llama's attention has no norm; add --block or --model" in capsys.readouterr().err
+    assert "llama's attention has no norm; audit a block or a model (--block, --model)" in capsys.readouterr().err
 
 
 def test_a_post_norm_block_refuses_what_it_was_not_derived_for():

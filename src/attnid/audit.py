@@ -426,6 +426,39 @@ def svd_construction_rank(E: int, D: int, *, seed: int = 0) -> dict:
     }
 
 
+def _audit_data_size(
+    cfg: AttentionConfig, n: int, method: str, *, batch: int | None, seq_len: int | None, ratio: float | None
+) -> tuple[int, int]:
+    """Batch and length of an audit's data (:func:`default_data_size`, ``ratio`` informative outputs per parameter:
+    default 3 dense, 1.5 certify; ``batch`` as given); refused if it carries fewer informative outputs than ``n``."""
+    bad = isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < math.inf
+    if ratio is not None and bad:
+        raise ValueError(f"ratio must be a positive number, got {ratio!r}")
+    default_ratio = 1.5 if method == "certify" else 3.0
+    B, L = default_data_size(cfg, n, ratio=default_ratio if ratio is None else ratio, seq_len=seq_len)
+    B = B if batch is None else batch
+    informative = B * L * min(cfg.E, cfg.H * cfg.C)
+    if informative < n:
+        raise ValueError(
+            f"batch: {B} sequences of {L} tokens carry at most {informative:,} informative outputs for "
+            f"{n:,} parameters, too few to identify them (the count would be too high); use a batch "
+            f"of at least {math.ceil(n / (L * min(cfg.E, cfg.H * cfg.C)))} or leave it to the default"
+        )
+    return B, L
+
+
+def _check_audit_memory(method: str, n: int, need: float, max_memory: float | None) -> None:
+    """Refuse an audit estimated to need ``need`` bytes, more than ``max_memory`` (default: the memory available)."""
+    limit = max_memory if max_memory is not None else available_memory()
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"audit: the {method} method needs about {need / 2**30:,.3g} GiB for {n:,} parameters, more "
+            f"than the {limit / 2**30:.3g} GiB available (free memory, ulimit -v and the cgroup limit); audit a "
+            "smaller width (the counts depend on the shape, not the size: try --embed 64) or use `attnid count` "
+            "(the closed form)"
+        )
+
+
 def audit(
     cfg: AttentionConfig,
     *,
@@ -450,8 +483,6 @@ def audit(
     Data too small to identify the parameters (fewer informative outputs than parameters) is refused
     with a ``ValueError`` rather than undercounted; so is an audit whose memory estimate
     (:func:`memory_estimate`) exceeds ``max_memory`` bytes (default: the machine's available memory).
-
-    Long because it checks every argument before any memory is allocated, one branch per argument.
     """
     if not isinstance(cfg, AttentionConfig):
         raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
@@ -468,25 +499,10 @@ def audit(
             "method: certify checks the paper's symmetries, which QK-norm and soft-capping change; audit this layer "
             "with method 'dense' (--method dense) or give its null directions"
         )
-    B, L = default_data_size(cfg, n, ratio=ratio or (1.5 if method == "certify" else 3.0), seq_len=seq_len)
-    B = batch or B
-    informative = B * L * min(cfg.E, cfg.H * cfg.C)
-    if informative < n:
-        raise ValueError(
-            f"batch: {B} sequences of {L} tokens carry at most {informative:,} informative outputs for "
-            f"{n:,} parameters, too few to identify them (the count would be too high); use a batch "
-            f"of at least {math.ceil(n / (L * min(cfg.E, cfg.H * cfg.C)))} or leave it to the default"
-        )
+    B, L = _audit_data_size(cfg, n, method, batch=batch, seq_len=seq_len, ratio=ratio)
     split = directions is None and splits_by_group(cfg)  # the per-group route of certify (see _certify)
     need = memory_estimate(n, B * cfg.E * L, method, groups=cfg.G if split else None)
-    limit = max_memory if max_memory is not None else available_memory()
-    if limit is not None and need > limit:
-        raise ValueError(
-            f"audit: the {method} method needs about {need / 2**30:,.3g} GiB for {n:,} parameters, more "
-            f"than the {limit / 2**30:.3g} GiB available (free memory, ulimit -v and the cgroup limit); audit a "
-            "smaller width (the counts depend on the shape, not the size: try --embed 64) or use `attnid count` "
-            "(the closed form)"
-        )
+    _check_audit_memory(method, n, need, max_memory)
     p = init_params(cfg, seed=seed)
     theta = flatten(p)
     assert theta.numel() == n

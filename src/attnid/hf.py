@@ -20,7 +20,8 @@ import types
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -36,7 +37,7 @@ from .audit import (
     default_seq_len,
     memory_estimate,
 )
-from .counting import SCOPES, BlockConfig, MLAConfig, count, count_block, count_mla, count_model
+from .counting import SCOPES, BlockConfig, Count, MLAConfig, count, count_block, count_mla, count_model
 from .families import (
     HF_TYPES,
     block_config,
@@ -266,7 +267,190 @@ def _check_relu_units(model: torch.nn.Module, forward: Callable, ids: torch.Tens
             )
 
 
-def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
+def _check_memory(what: str, E: int, n: int, n_out: int, max_memory: float | None, smaller: str) -> None:
+    """Refuse an audit of ``what`` whose dense Jacobian (``n`` parameters, ``n_out`` outputs) would need more than
+    ``max_memory`` bytes (default: the memory available); read from the closed form, before anything is built."""
+    need, free = memory_estimate(n, n_out, "dense"), available_memory()
+    limit = free if max_memory is None else max_memory
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"hf: auditing the {what} at E = {E} needs about {need / 2**30:,.3g} GiB ({n:,} parameters, "
+            f"{n_out:,} outputs), more than the {limit / 2**30:.3g} GiB available (free memory, ulimit -v and the "
+            f"cgroup limit); use a smaller {smaller}"
+        )
+
+
+def _check_built(hf_type: str, module: torch.nn.Module, n: int) -> None:
+    built = sum(p.numel() for p in module.parameters())
+    if built != n:
+        raise HFAuditError(f"{hf_type}: the module has {built} parameters, the closed form counts {n}")
+
+
+def _near_null(res: AuditResult) -> int:
+    """The number of singular values within :data:`NEAR_NULL_BAND` of the largest."""
+    sv = torch.tensor(res.singular_values or [1.0])
+    rel = sv / sv[0]
+    lo, hi = NEAR_NULL_BAND
+    return int(((rel > lo) & (rel <= hi)).sum())
+
+
+@dataclass
+class ScopeAudit:
+    """One scope's audit before it runs (:data:`SCOPE_AUDITS`): the closed form, the module's name, the data's size,
+    how to build the module and draw its input, and the settings the result's details add."""
+
+    theory: Count
+    module_name: str
+    batch: int
+    seq_len: int
+    outputs_per_token: int
+    smaller: str  # the flags that make the audit smaller (a refusal for memory names them)
+    build: Callable[[], tuple[torch.nn.Module, Callable]]
+    inputs: Callable[[torch.Generator], torch.Tensor]
+    details: dict = field(default_factory=dict)
+    check_inputs: Callable[[torch.nn.Module, Callable, torch.Tensor], None] | None = None
+
+
+def _attention_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, attn_implementation: str, **_) -> ScopeAudit:
+    """The attention module alone: :func:`attnid.counting.count` of the equivalent config, data of
+    :func:`attnid.audit.default_data_size`."""
+    t = HF_TYPES[hf_type]
+    theory = count(cfg)
+    B, L = default_data_size(cfg, theory.total_params)
+    return ScopeAudit(
+        theory,
+        f"transformers.models.{t.module}.{t.attention}",
+        B,
+        L,
+        cfg.E,
+        "--embed",
+        build=lambda: build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation),
+        inputs=lambda gen: torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64),
+        # the implementation that ran: a soft-capping type runs eager whatever was asked (sdpa cannot cap)
+        details=dict(attn_implementation="eager" if t.softcap is not None else attn_implementation),
+    )
+
+
+def _block_size(cfg: AttentionConfig, n: int) -> tuple[int, int]:
+    """Batch and length of a block's or a model's data: each token carries at most E informative outputs (the final
+    norm's width, for a model), and the audit reads ``BLOCK_DATA_RATIO`` of them per parameter."""
+    L = default_seq_len(cfg)
+    return max(2, -(-BLOCK_DATA_RATIO * n // (cfg.E * L))), L
+
+
+def _check_layer_norm_width(hf_type: str, cfg: AttentionConfig) -> None:
+    if HF_TYPES[hf_type].norm == "layer" and cfg.E < 4:
+        raise ValueError(
+            f"embed: a LayerNorm over {cfg.E} feature(s) leaves too little to tell directions apart (E = 1 is "
+            "constant, E = 2 a sign, E = 3 gives no clear gap); use --embed 4 or more"
+        )
+
+
+def _block_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | None, norm_eps: float, **_) -> ScopeAudit:
+    """One whole decoder layer: :func:`attnid.counting.count_block`."""
+    _check_layer_norm_width(hf_type, cfg)
+    t = HF_TYPES[hf_type]
+    F = default_ffn(hf_type, cfg.E) if ffn is None else ffn
+    theory = count_block(block_config(hf_type, cfg, F, norm_eps_zero=norm_eps == 0))
+    B, L = _block_size(cfg, theory.total_params)
+    return ScopeAudit(
+        theory,
+        f"transformers.models.{t.module}.{t.layer}",
+        B,
+        L,
+        cfg.E,
+        "--embed, --ffn",
+        build=lambda: build_block(hf_type, cfg, ffn=F, seed=seed, norm_eps=norm_eps),
+        inputs=lambda gen: torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64),
+        details=dict(attn_implementation="sdpa", ffn=F, norms=FLOAT64_NORMS),
+    )
+
+
+def _model_scope(
+    hf_type: str,
+    cfg: AttentionConfig,
+    *,
+    seed: int,
+    ffn: int | None,
+    layers: int | None,
+    vocab: int | None,
+    tied: bool | None,
+    norm_eps: float,
+    **_,
+) -> ScopeAudit:
+    """A causal LM read through ``log_softmax``: :func:`attnid.counting.count_model`; its vocabulary must show the
+    stream (and, with a parallel residual, the first MLP), and a ReLU unit must switch on the audit's tokens."""
+    _check_layer_norm_width(hf_type, cfg)
+    t = HF_TYPES[hf_type]
+    F = default_ffn(hf_type, cfg.E) if ffn is None else ffn
+    least = default_vocab(hf_type, cfg.E, F)
+    V = least if vocab is None else vocab
+    if V <= cfg.E:
+        raise ValueError(
+            f"vocab: {V} tokens show the {cfg.E}-dimensional stream through only {V - 1} log-probabilities, too few "
+            f"to identify it (the count would describe the data); use more than {cfg.E} (default {least})"
+        )
+    if tied and t.head_bias:
+        raise ValueError(f"tied: the {hf_type} LM head has a bias, so it cannot be tied to the embedding")
+    if t.residual != "sequential" and least > V:
+        raise ValueError(
+            f"vocab: in a {hf_type} model the first layer's MLP reads the token embedding alone, so a vocabulary of "
+            f"{V} leaves it under-determined and the count would describe the data; use at least {least} "
+            "(3 x ffn, the default)"
+        )
+    tie = t.tied if tied is None else tied
+    layers = 1 if layers is None else layers
+    seq_len = default_seq_len(cfg)
+    shape: dict[str, Any] = dict(ffn=F, layers=layers, vocab=V, tied=tie, seq_len=seq_len, norm_eps=norm_eps)
+    theory = count_model(model_config(hf_type, cfg, **shape))
+    B, L = _block_size(cfg, theory.total_params)
+    return ScopeAudit(
+        theory,
+        f"transformers.{t.lm}",
+        B,
+        L,
+        V,
+        "--embed, --ffn, --vocab or --layers",
+        build=lambda: build_model(hf_type, cfg, **shape, seed=seed),
+        inputs=lambda gen: torch.randint(0, V, (B, L), generator=gen),
+        details=dict(attn_implementation="sdpa", ffn=F, norms=FLOAT64_NORMS, layers=layers, vocab=V, tied=tie),
+        check_inputs=_check_relu_units if t.mlp == "relu" else None,
+    )
+
+
+SCOPE_AUDITS: dict[str, Callable[..., ScopeAudit]] = {
+    "attention": _attention_scope,
+    "block": _block_scope,
+    "model": _model_scope,
+}
+FLOAT64_NORMS = "float64 (transformers' RMSNorm float32 cast patched out)"
+
+
+def _check_hf_arguments(
+    hf_type: str, scope: str, *, seed, ffn, layers, vocab, tied, norm_eps, attn_implementation
+) -> None:
+    """Refuse, naming it, an argument that is out of range or that the asked scope does not have."""
+    check_seed(seed)
+    if scope not in SCOPES:
+        raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+    for name, v in (("ffn", ffn), ("layers", layers), ("vocab", vocab)):
+        _positive_int(name, v)
+    if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not 0 <= norm_eps < 1:
+        raise ValueError(f"norm_eps must be a number in [0, 1), got {norm_eps!r}")
+    given = [name for name, v in (("layers", layers), ("vocab", vocab), ("tied", tied)) if v is not None]
+    if scope != "model" and given:
+        raise ValueError(f"{'/'.join(given)}: only a whole-model audit (scope 'model', --model) has them")
+    if scope == "attention" and ffn is not None:
+        raise ValueError("ffn: the attention module has no MLP; audit a block or a model (--block, --model)")
+    if scope == "attention" and norm_eps != 0 and not HF_TYPES[hf_type].qk_norm:
+        raise ValueError(f"norm_eps: {hf_type}'s attention has no norm; audit a block or a model (--block, --model)")
+    if scope != "attention" and attn_implementation != "sdpa":
+        raise ValueError("attn_implementation: blocks and models are audited through sdpa only")
+    if scope != "attention" and not HF_TYPES[hf_type].layer:
+        raise ValueError(f"scope: attnid has no closed form for {hf_type}'s decoder layer; audit its attention")
+
+
+def audit_hf(
     hf_type: str,
     *,
     embed: int = 32,
@@ -282,7 +466,7 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
     max_memory: float | None = None,
     scope: str = "attention",
     ffn: int | None = None,
-    layers: int = 1,
+    layers: int | None = None,
     vocab: int | None = None,
     tied: bool | None = None,
     norm_eps: float = 0.0,
@@ -294,151 +478,61 @@ def audit_hf(  # noqa: C901, PLR0915 (reason in the docstring)
     ``scope``: ``"attention"`` (the attention module; :func:`attnid.counting.count` of the equivalent
     config), ``"block"`` (one whole decoder layer with MLP inner size ``ffn``, default
     :func:`default_ffn`; :func:`attnid.counting.count_block`) or ``"model"`` (a causal LM of ``layers``
-    layers, ``vocab`` tokens (default :func:`default_vocab`), the type's head tying unless ``tied`` is
+    layers (default 1), ``vocab`` tokens (default :func:`default_vocab`), the type's head tying unless ``tied`` is
     given, read through ``log_softmax``; :func:`attnid.counting.count_model`). Every norm of the module (QK-norm,
     the block's and the model's) computes at ``ε = norm_eps``.
-    ``details["terms"]`` holds the closed form term by term, ``details["near_null"]`` the number of
-    singular values in :data:`NEAR_NULL_BAND` below the largest (with ``ε > 0`` the stream's scale
-    direction lands there).
+    ``details["terms"]`` holds the closed form term by term, ``details["near_null"]`` the number of singular values
+    in :data:`NEAR_NULL_BAND` below the largest (with ``ε > 0`` the stream's scale direction lands there).
 
-    With ``check`` (default) a difference, or a singular-value gap below ``MIN_GAP`` (float32 arithmetic
-    inside the module, for example, blurs the rank), raises :class:`HFAuditError`. An audit estimated to
-    need more than ``max_memory`` bytes (default: the machine's available memory) is refused before it starts.
-    ``progress``: a large audit says on stderr what it is doing (stdout stays free for JSON).
-
-    Long because it validates the arguments, builds the module of the asked scope and compares with the closed
-    form in one place; one builder per scope is open work (issue 27).
+    The way of an audit: checked arguments; the scope's :class:`ScopeAudit` (closed form, data size: an audit needing
+    over ``max_memory`` bytes, default the memory available, is refused before anything is allocated); the module;
+    its Jacobian; with ``check``, :func:`check_hf_audit` (a difference or a gap under ``MIN_GAP`` raises
+    :class:`HFAuditError`). ``progress``: a large audit says on stderr what it is doing (stdout stays free for JSON).
     """
-    check_seed(seed)
-    if scope not in SCOPES:
-        raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
-    for name, v in (("ffn", ffn), ("layers", layers), ("vocab", vocab)):
-        _positive_int(name, v)
-    if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not 0 <= norm_eps < 1:
-        raise ValueError(f"norm_eps must be a number in [0, 1), got {norm_eps!r}")
-    if scope != "model" and (vocab is not None or tied is not None or layers != 1):
-        raise ValueError("layers/vocab/tied: only a whole-model audit (scope 'model') has them")
-    if scope == "attention" and ffn is not None:
-        raise ValueError("ffn: the attention module has no MLP; audit a block or a model")
-    if scope != "attention" and attn_implementation != "sdpa":
-        raise ValueError("attn_implementation: blocks and models are audited through sdpa only")
-    if scope != "attention" and not HF_TYPES[hf_type].layer:
-        raise ValueError(f"scope: attnid has no closed form for {hf_type}'s decoder layer; audit its attention")
-    cfg = equivalent_config(
+    cfg = equivalent_config(  # refuses an unknown type and a shape the type cannot express
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias,
         norm_eps=norm_eps,
     )  # fmt: skip
-    t = HF_TYPES[hf_type]
-    gen = torch.Generator().manual_seed(10_000 + seed)
-    seq_len = default_seq_len(cfg)
-    # the closed form first: the memory check reads the shapes alone, before anything is allocated
-    if scope == "attention":
-        theory = count(cfg)
-        described = f"transformers.models.{t.module}.{t.attention}"
-    else:
-        if t.norm == "layer" and cfg.E < 4:
-            raise ValueError(
-                f"embed: a LayerNorm over {cfg.E} feature(s) leaves too little to tell directions apart (E = 1 is "
-                "constant, E = 2 a sign, E = 3 gives no clear gap); use --embed 4 or more"
-            )
-        ffn = default_ffn(hf_type, cfg.E) if ffn is None else ffn
-        if scope == "block":
-            theory = count_block(block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps == 0))
-            described = f"transformers.models.{t.module}.{t.layer}"
-        else:
-            vocab = default_vocab(hf_type, cfg.E, ffn) if vocab is None else vocab
-            if vocab <= cfg.E:
-                raise ValueError(
-                    f"vocab: {vocab} tokens show the {cfg.E}-dimensional stream through only {vocab - 1} "
-                    f"log-probabilities, too few to identify it (the count would describe the data); use more "
-                    f"than {cfg.E} (default {default_vocab(hf_type, cfg.E, ffn)})"
-                )
-            if tied and t.head_bias:
-                raise ValueError(f"tied: the {hf_type} LM head has a bias, so it cannot be tied to the embedding")
-            if t.residual != "sequential" and vocab < default_vocab(hf_type, cfg.E, ffn):
-                raise ValueError(
-                    f"vocab: in a {hf_type} model the first layer's MLP reads the token embedding alone, so a "
-                    f"vocabulary of {vocab} leaves it under-determined and the count would describe the data; "
-                    f"use at least {default_vocab(hf_type, cfg.E, ffn)} (3 x ffn, the default)"
-                )
-            tied = t.tied if tied is None else tied
-            mc = model_config(
-                hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=seq_len, norm_eps=norm_eps
-            )
-            theory = count_model(mc)
-            described = f"transformers.{t.lm}"
-    n = theory.total_params
-    if scope == "attention":
-        B, L = default_data_size(cfg, n)
-    else:  # each token carries at most E informative outputs (the final norm's width, for a model)
-        L = seq_len
-        B = max(2, -(-BLOCK_DATA_RATIO * n // (cfg.E * L)))
-    n_out = B * L * (vocab if scope == "model" and vocab else cfg.E)
-    need, free = memory_estimate(n, n_out, "dense"), available_memory()
-    limit = free if max_memory is None else max_memory
-    if limit is not None and need > limit:
-        raise ValueError(
-            f"hf: auditing the {hf_type} {scope} at E = {cfg.E} needs about {need / 2**30:,.3g} GiB ({n:,} "
-            f"parameters, {n_out:,} outputs), more than the {limit / 2**30:.3g} GiB available (free memory, "
-            "ulimit -v and the cgroup limit); use a smaller --embed"
-            + ("" if scope == "attention" else ", --ffn")
-            + (", --vocab or --layers" if scope == "model" else "")
-        )
-    if scope == "attention":
-        module, forward = build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation)
-    elif scope == "block":
-        assert ffn is not None
-        module, forward = build_block(hf_type, cfg, ffn=ffn, seed=seed, norm_eps=norm_eps)
-    else:
-        assert ffn is not None and vocab is not None and tied is not None
-        module, forward = build_model(
-            hf_type, cfg, ffn=ffn, layers=layers, vocab=vocab, tied=tied, seq_len=seq_len, norm_eps=norm_eps,
-            seed=seed,
-        )  # fmt: skip
-    built = sum(p.numel() for p in module.parameters())
-    if built != n:
-        raise HFAuditError(f"{hf_type}: the module has {built} parameters, the closed form counts {n}")
-    if scope == "model":
-        assert vocab is not None
-        x = torch.randint(0, vocab, (B, L), generator=gen)
-    else:
-        x = torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64)
-    if scope == "model" and t.mlp == "relu":
-        _check_relu_units(module, forward, x)
-    res = audit_module(module, (x,), forward=forward, rtol=rtol, progress=progress)
-    sv = torch.tensor(res.singular_values or [1.0])
-    rel = sv / sv[0]
-    lo, hi = NEAR_NULL_BAND
-    res.details.update(
-        hf_type=hf_type,
-        scope=scope,
-        module=described,
-        transformers=_transformers().__version__,
-        theory_unidentified=theory.unidentified,
-        terms=theory.unidentified_by_block,
-        config=dict(E=cfg.E, H=cfg.H, G=cfg.G, D=cfg.D, C=cfg.C, R=cfg.R, bias=cfg.bias or "none"),
-        batch=B,
-        seq_len=L,
-        seed=seed,
-        # the implementation that ran: a soft-capping type runs eager whatever was asked (sdpa cannot cap)
-        attn_implementation="eager"
-        if HF_TYPES[hf_type].softcap is not None and scope == "attention"
-        else attn_implementation,
-        near_null=int(((rel > lo) & (rel <= hi)).sum()),
-        norm_eps=norm_eps,
+    sizes = dict(ffn=ffn, layers=layers, vocab=vocab, tied=tied, norm_eps=norm_eps)
+    _check_hf_arguments(hf_type, scope, seed=seed, attn_implementation=attn_implementation, **sizes)
+    plan = SCOPE_AUDITS[scope](hf_type, cfg, seed=seed, attn_implementation=attn_implementation, **sizes)
+    n = plan.theory.total_params
+    _check_memory(
+        f"{hf_type} {scope}", cfg.E, n, plan.batch * plan.seq_len * plan.outputs_per_token, max_memory, plan.smaller
     )
-    if scope != "attention":
-        res.details.update(ffn=ffn, norms="float64 (transformers' RMSNorm float32 cast patched out)")
-    if scope == "model":
-        res.details.update(layers=layers, vocab=vocab, tied=tied)
+    module, forward = plan.build()
+    _check_built(hf_type, module, n)
+    x = plan.inputs(torch.Generator().manual_seed(10_000 + seed))
+    if plan.check_inputs is not None:
+        plan.check_inputs(module, forward, x)
+    res = audit_module(module, (x,), forward=forward, rtol=rtol, progress=progress)
+    res.details.update(_details(hf_type, scope, cfg, plan, seed=seed, near_null=_near_null(res), norm_eps=norm_eps))
     if check:
         check_hf_audit(res)
     return res
 
 
+def _details(hf_type: str, scope: str, cfg: AttentionConfig, plan: ScopeAudit, **settings) -> dict:
+    """What an audit of a real module adds to its result's details: the module, the closed form term by term, the
+    structure and data it was audited at, ``settings``, and the scope's own settings."""
+    return dict(
+        hf_type=hf_type,
+        scope=scope,
+        module=plan.module_name,
+        transformers=_transformers().__version__,
+        theory_unidentified=plan.theory.unidentified,
+        terms=plan.theory.unidentified_by_block,
+        config=dict(E=cfg.E, H=cfg.H, G=cfg.G, D=cfg.D, C=cfg.C, R=cfg.R, bias=cfg.bias or "none"),
+        batch=plan.batch,
+        seq_len=plan.seq_len,
+        **settings,
+        **plan.details,
+    )
+
+
 def check_hf_audit(res: AuditResult) -> None:
-    """Raise :class:`HFAuditError` unless the audit of a real module (:func:`audit_hf`) shows a clear gap and
-    its Jacobian count equals the closed form in ``res.details``."""
+    """Raise :class:`HFAuditError` unless the audit of a real module (:func:`audit_hf`, :func:`audit_mla_hf`) shows a
+    clear gap and its Jacobian count equals the closed form in ``res.details``."""
     d = res.details
     norm_eps = d["norm_eps"]
     if res.sv_gap < MIN_GAP:
@@ -558,17 +652,9 @@ def audit_mla_hf(
     n = theory.total_params
     L = 8
     B = max(2, -(-BLOCK_DATA_RATIO * n // (cfg.embed * L)))
-    # the memory guard before anything is built: the closed form knows the size of the module and its Jacobian
-    need, free = memory_estimate(n, B * L * cfg.embed, "dense"), available_memory()
-    if free is not None and need > free:
-        raise ValueError(
-            f"hf: auditing deepseek_v3 at E = {cfg.embed} needs about {need / 2**30:,.3g} GiB ({n:,} parameters), "
-            f"more than the {free / 2**30:.3g} GiB available; use smaller --embed, --heads, ranks or --ffn"
-        )
+    _check_memory("deepseek_v3 " + scope, cfg.embed, n, B * L * cfg.embed, None, "--embed, --heads, ranks or --ffn")
     module, forward = build_mla(cfg, scope=scope, ffn=ffn, experts=experts, seed=seed)
-    built = sum(p.numel() for p in module.parameters())
-    if built != n:
-        raise HFAuditError(f"deepseek_v3: the module has {built} parameters, the closed form counts {n}")
+    _check_built("deepseek_v3", module, n)
     x = torch.randn(B, L, cfg.embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
     if experts:
         _check_experts(module, forward, x, experts)
@@ -578,19 +664,12 @@ def audit_mla_hf(
         hf_type="deepseek_v3", scope=scope, module=f"transformers.models.deepseek_v3.{layer}",
         transformers=_transformers().__version__, theory_unidentified=theory.unidentified,
         terms=theory.unidentified_by_block, config=asdict(cfg), batch=B, seq_len=L, seed=seed,
+        near_null=_near_null(res), norm_eps=cfg.norm_eps,
     )  # fmt: skip
     if scope == "block":
-        res.details.update(ffn=ffn, experts=experts, norms="float64 (transformers' RMSNorm float32 cast patched out)")
-    if check and res.sv_gap < MIN_GAP:
-        raise HFAuditError(
-            f"deepseek_v3: the Jacobian's singular values have no clear gap at rank {res.rank} (gap {res.sv_gap:.1e}"
-            f" < {MIN_GAP:.0e})" + ("" if cfg.norm_eps == 0 else f"; with ε = {cfg.norm_eps:g} audit with ε = 0")
-        )
-    if check and res.unidentified != theory.unidentified:
-        raise HFAuditError(
-            f"deepseek_v3: the Jacobian gives {res.unidentified} unidentified parameters, the closed form "
-            f"{theory.unidentified} (scope {scope}, config {asdict(cfg)})"
-        )
+        res.details.update(ffn=ffn, experts=experts, norms=FLOAT64_NORMS)
+    if check:
+        check_hf_audit(res)
     return res
 
 
