@@ -89,11 +89,28 @@ def smoke_suite(corpus, tmp_path_factory):
     for s in (0, 1, 2):
         for case in ("sgd", "sgd_wd", "adamw"):
             train(make_config("smoke", case, seed=s, **short), out=out, data=corpus, progress=False)
-    # only these records: a `make book PROFILE=smoke` in this checkout leaves smoke runs (the sweep among them) in
-    # data/runs/, which load_suite reads after its base
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(records, "committed_root", lambda: out)
-        return out, load_suite("smoke", base=out)
+    # only these records, whatever a `make book PROFILE=smoke` left in this checkout's data/runs/ (the test below)
+    return out, load_suite("smoke", base=out)
+
+
+def test_a_runs_folder_reads_the_checkouts_records_only_for_the_committed_profiles(smoke_suite, tmp_path, monkeypatch):
+    """A smoke (or cpu) rerun left in the checkout's data/runs/ is not read beside another runs folder; the paper and
+    mid records, which ship with the project, are."""
+    import shutil
+
+    out, _ = smoke_suite
+    checkout, base = tmp_path / "checkout", tmp_path / "elsewhere"
+    shutil.copytree(out / "smoke" / "sgd-s1", checkout / "smoke" / "sgd-s1")  # a stray rerun in the checkout
+    shutil.copytree(out / "smoke" / "sgd", base / "smoke" / "sgd")
+    monkeypatch.setattr(records, "committed_root", lambda: checkout)
+    assert sorted(load_suite("smoke", base=base).runs["sgd"]) == [0]
+    assert records.find_runs("smoke", ["sgd"], seed=1, base=base) == {}
+    digest = records.records_digest(["smoke"], ["sgd"], records.record_roots("smoke", base))
+    assert digest == records.records_digest(["smoke"], ["sgd"], [base])
+    monkeypatch.undo()
+    if not (committed_root() / "paper" / "sgd").is_dir():
+        pytest.skip("the committed paper records are not in this checkout")
+    assert 0 in load_suite("paper", base=base).runs["sgd"]  # read from the committed records
 
 
 def test_rows_follow_the_schema(smoke_suite):

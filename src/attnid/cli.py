@@ -668,7 +668,10 @@ def _claims_parser(sub) -> None:
     p = sub.add_parser("claims", help="the paper's §5 claims, evaluated on the run records found")
     p.add_argument("--profile", default="cpu", help="smoke | cpu | mid | paper")
     p.add_argument("--seed-set", help="comma-separated seeds to use (default: every seed found)")
-    p.add_argument("--runs", help="a runs folder (default: $ATTNID_RUNS, else data/runs); then the committed records")
+    p.add_argument(
+        "--runs",
+        help="a runs folder (default: $ATTNID_RUNS, else data/runs); then, for paper and mid, the committed records",
+    )
     p.add_argument("--json", action="store_true", help="a JSON list, one object per claim")
     p.set_defaults(func=cmd_claims)
 

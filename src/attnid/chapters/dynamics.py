@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..lm import analysis as an
 from ..lm import claims as cl
+from ..lm import records
 from ..lm.analysis import SuiteRuns
 from ..lm.metrics import Key
 from ..lm.profiles import LR_SWEEP, OPTIMIZER_CASES
@@ -26,7 +27,6 @@ MAIN = ("sgd", "sgd_wd", "adamw")  # the optimizer cases every comparison reads
 
 
 # ------------------------------------------------------------------------------ the runs
-COMMITTED = ("paper", "mid")  # the profiles whose records are committed, read beside this build's rerun
 
 
 def load_scales(profile: str) -> Scales:
@@ -35,7 +35,7 @@ def load_scales(profile: str) -> Scales:
     ``profile`` (:func:`attnid.chapters.read_suite`; every record must hold the float64 ρ)."""
     rerun = read_suite(profile, "dynamics", current=lambda rec: an.rho_key(rec) == Key.RHO)
     scales = {}
-    for committed in COMMITTED:
+    for committed in records.COMMITTED_PROFILES:  # read beside this build's rerun
         if committed != profile:
             runs = an.load_suite(committed, "dynamics")
             if all(c in runs for c in MAIN):

@@ -90,13 +90,13 @@ def found_seeds(profile: str, case: str, roots: list[Path]) -> list[int]:
 def load_suite(
     profile: str, suite: str = "dynamics", seeds: list[int] | None = None, base: Path | None = None
 ) -> SuiteRuns:
-    """The finished records of ``suite`` at ``profile`` from ``base`` (default: the runs folder), else the
-    committed records; ``seeds=None`` takes every seed found. Missing runs are left out; a damaged one, one
-    whose folder is not the one its config names, a folder name that is not a run name, and two seeds
-    with equal rows raise :class:`RecordError`."""
+    """The finished records of ``suite`` at ``profile`` from ``base`` (default: the runs folder), else, for the
+    paper and mid profiles, the committed records (:func:`attnid.lm.records.record_roots`); ``seeds=None`` takes
+    every seed found. Missing runs are left out; a damaged one, one whose folder is not the one its config names, a
+    folder name that is not a run name, and two seeds with equal rows raise :class:`RecordError`."""
     if suite not in SUITES:
         raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
-    roots = list(dict.fromkeys([Path(base or records.runs_root()), records.committed_root()]))
+    roots = records.record_roots(profile, base)
     out = SuiteRuns(profile, suite, requested=None if seeds is None else sorted(seeds))
     for case in SUITES[suite].cases:
         for s in seeds if seeds is not None else found_seeds(profile, case, roots):

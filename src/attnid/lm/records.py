@@ -419,12 +419,23 @@ def committed_root() -> Path:
     return root / "data" / "runs"
 
 
+COMMITTED_PROFILES = ("paper", "mid")  # the profiles whose records ship with the project (data/runs/<profile>)
+
+
+def record_roots(profile: str, base: Path | None = None) -> list[Path]:
+    """Where the records of ``profile`` are read: ``base`` (default :func:`runs_root`), then, for a profile whose
+    records ship with the project (:data:`COMMITTED_PROFILES`), the committed records. A checkout's own reruns of
+    another profile (``data/runs/cpu`` left by a ``make book``) are not read from a runs folder elsewhere."""
+    first = Path(runs_root() if base is None else base)
+    return list(dict.fromkeys([first, committed_root()] if profile in COMMITTED_PROFILES else [first]))
+
+
 def find_runs(profile: str, cases: list[str], seed: int = 0, base: Path | None = None) -> dict[str, Record]:
-    """The finished records among ``cases``, from ``base`` (default :func:`runs_root`) or else the
-    committed records; missing runs are left out, damaged ones raise :class:`RecordError`."""
+    """The finished records among ``cases``, from :func:`record_roots` (``base``, then the committed records of a
+    committed profile); missing runs are left out, damaged ones raise :class:`RecordError`."""
     found = {}
     for case in cases:
-        for root in dict.fromkeys([Path(base or runs_root()), committed_root()]):
+        for root in record_roots(profile, base):
             d = run_dir(profile, case, seed, root)
             if is_finished(d):
                 found[case] = load(d)
@@ -433,13 +444,13 @@ def find_runs(profile: str, cases: list[str], seed: int = 0, base: Path | None =
 
 
 def records_digest(profiles: list[str], cases: list[str], roots: list[Path] | None = None) -> str:
-    """sha256 over every finished record of ``cases`` (any seed) at ``profiles`` under ``roots`` (default: the
-    runs folder and the committed records): its ``summary.json`` and the bytes of every file the summary lists
+    """sha256 over every finished record of ``cases`` (any seed) at ``profiles`` under ``roots`` (default: each
+    profile's :func:`record_roots`): its ``summary.json`` and the bytes of every file the summary lists
     except weights (``*.pt``), so it changes when a record is added, removed or remade, and when a file of one
     is truncated or replaced. The book's cache uses it for the chapters that read records."""
     h = hashlib.sha256()
-    for root in dict.fromkeys(roots or [runs_root(), committed_root()]):
-        for profile in dict.fromkeys(profiles):
+    for profile in dict.fromkeys(profiles):
+        for root in record_roots(profile) if roots is None else dict.fromkeys(roots):
             folder = Path(root) / profile
             if not folder.is_dir():
                 continue
