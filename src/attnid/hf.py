@@ -331,11 +331,17 @@ def _attention_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, attn_impl
     )
 
 
+def _block_batch(E: int, L: int, n: int) -> int:
+    """Sequences of length ``L`` in a block's or a model's data (latent attention's too): each token carries at most
+    ``E`` informative outputs (the final norm's width, for a model), and the audit reads ``BLOCK_DATA_RATIO`` of
+    them per parameter."""
+    return max(2, -(-BLOCK_DATA_RATIO * n // (E * L)))
+
+
 def _block_size(cfg: AttentionConfig, n: int) -> tuple[int, int]:
-    """Batch and length of a block's or a model's data: each token carries at most E informative outputs (the final
-    norm's width, for a model), and the audit reads ``BLOCK_DATA_RATIO`` of them per parameter."""
+    """Batch and length of a block's or a model's data (:func:`_block_batch` at the audit's sequence length)."""
     L = default_seq_len(cfg)
-    return max(2, -(-BLOCK_DATA_RATIO * n // (cfg.E * L))), L
+    return _block_batch(cfg.E, L, n), L
 
 
 def _check_layer_norm_width(hf_type: str, cfg: AttentionConfig) -> None:
@@ -651,7 +657,7 @@ def audit_mla_hf(
     theory = count_mla(cfg) if scope == "attention" else count_block(block)
     n = theory.total_params
     L = 8
-    B = max(2, -(-BLOCK_DATA_RATIO * n // (cfg.embed * L)))
+    B = _block_batch(cfg.embed, L, n)
     _check_memory("deepseek_v3 " + scope, cfg.embed, n, B * L * cfg.embed, None, "--embed, --heads, ranks or --ffn")
     module, forward = build_mla(cfg, scope=scope, ffn=ffn, experts=experts, seed=seed)
     _check_built("deepseek_v3", module, n)
