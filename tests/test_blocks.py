@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 from attnid.attention import AttentionConfig
 from attnid.cli import main
 from attnid.counting import BlockConfig, ModelConfig, count, count_block, count_model
-from attnid.hf import HF_TYPES, HFAuditError, _preset_audit, audit_hf, check_hf_audit, verify_presets
+from attnid.hf import HF_TYPES, HFAuditError, audit_hf, check_hf_audit, structure_audit, verify_presets
 from attnid.presets import PRESETS, preset_count, preset_rows
 
 # six shapes per model type at E <= 12 (three heads at E = 6 where the layer is large): GQA/MQA where the
@@ -205,7 +205,7 @@ def block_audits() -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n, p in PRESETS.items() if p.model is not None and p.hf_type is not None])
 def test_every_preset_block_structure_is_verified(name, block_audits):
-    key, run = _preset_audit(name, "block")
+    key, run = structure_audit(PRESETS[name], "block", name)
     if key not in block_audits:
         block_audits[key] = run(0)
     r = block_audits[key]

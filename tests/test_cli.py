@@ -133,6 +133,7 @@ def test_audit_refuses_small_batch_and_bad_threads():
     "args, word",
     [
         (["count", "--preset", "gpt2", "--heads", "4"], "--heads cannot be combined with --preset"),
+        (["count", "--config", "data/configs/gpt2.json", "--rope"], "--rope cannot be combined with --config"),
         (["train", "--profile", "smoke", "--seed", "-1"], "seed"),
         (["train", "--profile", "smoke", "--device", "mps"], "mps"),
         (["train", "--profile", "smoke", "--threads", "0"], "threads"),

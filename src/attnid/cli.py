@@ -17,7 +17,7 @@ from .counting import BLOCKS, SCOPES, MLAConfig, count
 from .families import HF_TYPES, MLA_TYPES
 from .lm.launch import LAUNCHERS, SlurmOptions
 from .lm.profiles import CASES, PRECISIONS
-from .presets import preset
+from .presets import Preset, lookup, scope_count
 
 SLURM = SlurmOptions()  # the defaults of the slurm options
 HF_TYPE_NAMES = (*HF_TYPES, *MLA_TYPES)
@@ -47,6 +47,7 @@ def strict_json(obj) -> str:
 
 def _arch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help="a published architecture (see `attnid presets`)")
+    p.add_argument("--config", help="your model: a transformers config.json, or a folder holding one (read offline)")
     p.add_argument("--embed", "-E", type=int, help="embedding dimension E")
     p.add_argument("--heads", "-H", type=int, help="number of query heads H")
     p.add_argument("--groups", "-G", type=int, help="key/value groups G (default H; 1 = MQA)")
@@ -64,22 +65,40 @@ def _arch_args(p: argparse.ArgumentParser) -> None:
 
 
 def _refuse_preset_flags(a: argparse.Namespace) -> None:
+    if a.preset is not None and a.config is not None:
+        raise ValueError("config: give --preset or --config, not both")
+    given = "--preset" if a.preset is not None else "--config"
     flags = [
         f"--{k.replace('_', '-')}"
         for k in ("embed", "heads", "groups", "head_dim", "value_dim", "rope_dims", "bias", "qk_norm")
         if getattr(a, k) is not None
     ] + (["--rope"] if a.rope else [])
     if flags:
-        raise ValueError(f"preset: {', '.join(flags)} cannot be combined with --preset (the preset fixes them)")
+        raise ValueError(f"{given[2:]}: {', '.join(flags)} cannot be combined with {given} (it fixes them)")
+
+
+def _chosen(a: argparse.Namespace) -> tuple[str, Preset] | None:
+    """``(name, preset)`` of ``--preset NAME`` or ``--config PATH`` (a config reads as a preset would);
+    ``None`` when the flags give the architecture."""
+    if a.preset is None and a.config is None:
+        return None
+    _refuse_preset_flags(a)
+    if a.config is not None:
+        from .configs import config_preset
+
+        return a.config, config_preset(a.config)
+    return lookup(a.preset)
 
 
 def _config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
-    if a.preset:
-        _refuse_preset_flags(a)
-        cfg = preset(a.preset)
+    chosen = _chosen(a)
+    if chosen is not None:
+        cfg = chosen[1].config
+        if isinstance(cfg, MLAConfig):
+            raise ValueError(f"{chosen[0]} has latent attention: audit it with --hf deepseek_v3")
         return cfg.with_(causal=causal) if causal else cfg
     if a.embed is None or a.heads is None:
-        raise ValueError("embed/heads: give --embed and --heads, or --preset")
+        raise ValueError("embed/heads: give --embed and --heads, or --preset, or --config")
     return AttentionConfig(
         a.embed,
         a.heads,
@@ -110,10 +129,9 @@ def _arch(cfg: AttentionConfig) -> dict:
 
 
 def cmd_count(a) -> int:
-    from .presets import MLA_PRESETS
-
-    if a.scope != "attention" or (a.preset and a.preset.strip().lower() in MLA_PRESETS):
-        return _count_scope(a)
+    chosen = _chosen(a)
+    if a.scope != "attention" or (chosen is not None and isinstance(chosen[1].config, MLAConfig)):
+        return _count_scope(a, chosen)
     cfg = _config(a)
     c = count(cfg)
     out = {"architecture": _arch(cfg), **c.as_dict()}
@@ -130,16 +148,14 @@ def cmd_count(a) -> int:
     return 0
 
 
-def _count_scope(a) -> int:
-    """``attnid count --preset NAME --scope block|model`` (and any scope of a latent-attention preset): the
-    closed form term by term (chapters 8 and 9)."""
-    from .presets import ALL_PRESETS, preset_count
-
-    if not a.preset:
-        raise ValueError(f"scope: --scope {a.scope} needs --preset (the MLP, norms and vocabulary come from it)")
-    _refuse_preset_flags(a)
-    c = preset_count(a.preset, a.scope)
-    p = ALL_PRESETS[a.preset.strip().lower()]
+def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
+    """``attnid count --preset NAME|--config PATH --scope block|model`` (and any scope of latent attention):
+    the closed form term by term (chapters 8 and 9)."""
+    if chosen is None:
+        raise ValueError(f"scope: --scope {a.scope} needs --preset or --config (the MLP, norms and vocabulary "
+                         "come from it)")  # fmt: skip
+    name, p = chosen
+    c = scope_count(p, a.scope, name)
     arch = asdict(p.config) if isinstance(p.config, MLAConfig) else _arch(p.config)
     out = {"architecture": arch, "scope": a.scope, "model": asdict(p.model) if p.model else None, **c.as_dict()}
     if a.json:
@@ -260,8 +276,28 @@ def _audit_mla(a) -> int:
     return _report_hf_audit(r, a.json)
 
 
+def _audit_config(a) -> int:
+    """``attnid audit --config PATH [--block]``: the config's family, its real module at the config's structure
+    and a small width (as ``presets --verify``), compared with the closed form."""
+    from .hf import structure_audit
+
+    given = [f"--{k.replace('_', '-')}" for k, v in vars(a).items()
+             if k not in ("config", "block", "seed", "json", "threads", "command", "func", "method")
+             and v not in (None, False)]  # fmt: skip
+    if a.method != "auto":
+        given.append("--method")
+    if given:
+        raise ValueError(f"config: {', '.join(given)} cannot be combined with --config (the config fixes the "
+                         "structure; the audit its small width)")  # fmt: skip
+    name, p = _chosen(a)  # type: ignore[misc]
+    r = structure_audit(p, "block" if a.block else "attention", name)[1](a.seed)
+    return _report_hf_audit(r, a.json)
+
+
 def cmd_audit(a) -> int:
     _set_threads(a)
+    if a.config is not None:
+        return _audit_config(a)
     if a.max_memory is not None and not (math.isfinite(a.max_memory) and a.max_memory > 0):
         raise ValueError(f"max-memory must be a positive number of GiB, got {a.max_memory}")
     if a.hf is not None:

@@ -434,6 +434,34 @@ def _attention_terms(block: BlockConfig) -> tuple[dict[str, int], dict[str, int]
     return dict(count(effective_attention(block)).unidentified_by_block), dict(count(cfg).params_by_block)
 
 
+def biased_reader_rows(cfg: AttentionConfig) -> int:
+    """Rows of the query, key and value maps of ``cfg`` that carry a bias: behind a LayerNorm (inputs on the
+    hyperplane ``Σ (x_i − β_i)/γ_i = 0``) each is one more unidentified direction, ``W + a (1/γ)ᵀ`` with the
+    bias taking back the constant (``norm_mean`` of :func:`count_block`; chapter 10 at trained points)."""
+    return (
+        (cfg.H * cfg.D if "q" in cfg.bias else 0)
+        + (cfg.G * cfg.D if "k" in cfg.bias else 0)
+        + (cfg.G * cfg.C if "v" in cfg.bias else 0)
+    )
+
+
+def collapsed_query_dims(cfg: AttentionConfig, rank: int, *, hyperplane_inputs: bool) -> int:
+    """Unidentified directions one head gains when its query map, on the span of its (augmented) inputs, has
+    rank ``rank < D`` instead of ``D``: ``(D − rank)(E_k − D)``, with ``E_k`` the dimensions of the key
+    inputs that the scores see (``E``, one less on a LayerNorm's hyperplane; the constant one is lost to the
+    softmax). The differential of ``(A, B) ↦ AᵀB`` at rank ``r`` has image ``E_q D + r E_k − r D`` (rows in
+    ``B``'s row space plus columns in ``Aᵀ``'s column space, less their intersection), so the head leaves
+    ``D E_k − r (E_k − D)`` unidentified, ``D²`` at ``r = D`` (chapter 10). Needs biased keys and queries."""
+    if not ("q" in cfg.bias and "k" in cfg.bias):
+        raise ValueError("collapsed_query_dims: derived for a layer with query and key biases")
+    if not (isinstance(rank, int) and 0 <= rank <= cfg.D):
+        raise ValueError(f"rank must be an integer in [0, D={cfg.D}], got {rank!r}")
+    key_dims = cfg.E - 1 if hyperplane_inputs else cfg.E
+    if key_dims < cfg.D:
+        raise ValueError(f"collapsed_query_dims: needs E_k = {key_dims} >= D = {cfg.D}")
+    return (cfg.D - rank) * (key_dims - cfg.D)
+
+
 def count_block(block: BlockConfig) -> Count:
     """Unidentified dimensions of a whole decoder layer, by term (chapters 8 and 9 derive each one):
 
@@ -465,8 +493,7 @@ def count_block(block: BlockConfig) -> Count:
     qkv_rows = 0
     if layer:
         assert isinstance(cfg, AttentionConfig)
-        qkv_rows = (cfg.H * cfg.D if "q" in bias else 0) + (cfg.G * cfg.D if "k" in bias else 0)
-        qkv_rows += cfg.G * cfg.C if "v" in bias else 0
+        qkv_rows = biased_reader_rows(cfg)
     mlp_rows = F if block.mlp_bias else 0
     out_biases = ("o" in bias) + block.mlp_bias
     if out_biases < 2:

@@ -46,6 +46,7 @@ from .families import (
     equivalent_config,
     model_config,
 )
+from .presets import Preset
 
 TESTED = "transformers 5.24"
 MIN_GAP = 1e6  # a rank decision with a smaller singular-value gap is not trusted
@@ -700,14 +701,11 @@ def small_structure(cfg: AttentionConfig) -> dict:
     return kw
 
 
-def small_block_structure(name: str) -> dict:
-    """The structure of preset ``name`` as a whole decoder layer at ``E = 8``, where a dense audit of the
+def small_block_structure(p: Preset) -> dict:
+    """The structure of preset ``p`` as a whole decoder layer at ``E = 8``, where a dense audit of the
     layer takes about a second: the same sharing (2 heads for MHA, 4 heads in 1 or 2 groups for MQA/GQA),
     the same biases, RoPE on all, part (one head of 8 dims) or none of each head, and the preset's MLP
     ratio ``F/E``. Returns :func:`audit_hf` keyword arguments."""
-    from .presets import PRESETS
-
-    p = PRESETS[name]
     cfg = p.config
     assert isinstance(cfg, AttentionConfig)  # latent attention: small_mla
     kw = small_structure(cfg)
@@ -730,20 +728,23 @@ def small_mla(cfg: MLAConfig) -> MLAConfig:
     return MLAConfig(12, 2, kv_rank=5, q_rank=None if cfg.q_rank is None else 5, nope_dim=3, rope_dim=2, v_dim=3)
 
 
-def _preset_audit(name: str, scope: str) -> tuple[tuple, Callable[[int], AuditResult]]:
-    """``(key, run)``: what audits preset ``name``'s structure at ``scope`` (presets with equal keys share one
-    audit) and ``run(seed)`` that does it."""
-    from .presets import ALL_PRESETS
-
-    p = ALL_PRESETS[name]
-    assert p.hf_type is not None
+def structure_audit(p: Preset, scope: str, name: str) -> tuple[tuple, Callable[[int], AuditResult]]:
+    """``(key, run)``: what audits the structure of ``p`` (a preset, or a config read by
+    :func:`attnid.configs.config_preset`, called ``name`` in errors) at ``scope``, through its family's real
+    module at a small width (presets with equal keys share one audit), and ``run(seed)`` that does it."""
+    if p.hf_type is None:
+        raise ValueError(f"hf: attnid builds no transformers module for {name} (it counts its attention only)")
+    if scope not in ("attention", "block"):
+        raise ValueError(f"scope: a structure is audited at scope attention or block, not {scope!r}")
+    if scope == "block" and p.model is None:
+        raise ValueError(f"scope: {name} has no block structure attnid counts")
     if isinstance(p.config, MLAConfig):
         small = small_mla(p.config)
         experts = 4 if scope == "block" and p.model is not None and p.model.experts else 0
         return (p.hf_type, scope, small, experts), lambda seed: audit_mla_hf(
             small, seed=seed, scope=scope, experts=experts
         )
-    kw = small_structure(p.config) if scope == "attention" else small_block_structure(name)
+    kw = small_structure(p.config) if scope == "attention" else small_block_structure(p)
     if not HF_TYPES[p.hf_type].groups and kw["groups"] != kw["heads"]:
         raise ValueError(f"preset: {name} shares keys across heads, which {p.hf_type} cannot express")
     return (p.hf_type, scope, tuple(sorted(kw.items()))), lambda seed: audit_hf(p.hf_type, seed=seed, scope=scope, **kw)
@@ -765,7 +766,7 @@ def verify_preset(name: str, *, seed: int = 0, scope: str = "attention") -> Audi
         raise ValueError(f"preset: {name} names no transformers model type that attnid can build")
     if scope == "block" and p.model is None:
         raise ValueError(f"preset: {name} has no block structure attnid counts")
-    return _preset_audit(name, scope)[1](seed)
+    return structure_audit(p, scope, name)[1](seed)
 
 
 def verify_presets(
@@ -789,7 +790,7 @@ def verify_presets(
         if p.hf_type is None or (scope == "block" and p.model is None):
             out[name] = None
             continue
-        key, run = _preset_audit(name, scope)
+        key, run = structure_audit(p, scope, name)
         if key not in done:
             done[key] = run(seed)  # raises HFAuditError on a difference
         out[name] = done[key]

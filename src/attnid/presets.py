@@ -47,7 +47,7 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "gpt2": Preset(
         "GPT-2 small (124M)",
-        AttentionConfig(768, 12, bias="all"),
+        AttentionConfig(768, 12, bias="all", causal=True),
         "gpt2",
         Model(
             12, 3072, 50257, True, "https://huggingface.co/openai-community/gpt2/blob/main/config.json", context=1024
@@ -55,7 +55,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "gpt2-xl": Preset(
         "GPT-2 XL (1.5B)",
-        AttentionConfig(1600, 25, bias="all"),
+        AttentionConfig(1600, 25, bias="all", causal=True),
         "gpt2",
         Model(
             48, 6400, 50257, True, "https://huggingface.co/openai-community/gpt2-xl/blob/main/config.json", context=1024
@@ -101,7 +101,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "mistral-7b": Preset(
         "Mistral-7B (GQA)",
-        AttentionConfig(4096, 32, groups=8, rope=True, causal=True, rope_base=1000000.0),
+        AttentionConfig(4096, 32, groups=8, rope=True, causal=True),  # v0.1: RoPE base 10,000
         "mistral",
         Model(32, 14336, 32000, False, "https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json"),
     ),
@@ -192,7 +192,8 @@ MLA_PRESETS: dict[str, Preset] = {
 ALL_PRESETS: dict[str, Preset] = {**PRESETS, **MLA_PRESETS}
 
 
-def _lookup(name: str) -> tuple[str, Preset]:
+def lookup(name: str) -> tuple[str, Preset]:
+    """``(key, preset)`` of a preset name (case and spaces do not matter); ``ValueError`` listing the names."""
     key = name.strip().lower() if isinstance(name, str) else name
     if key not in ALL_PRESETS:
         raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(ALL_PRESETS)}")
@@ -202,7 +203,7 @@ def _lookup(name: str) -> tuple[str, Preset]:
 def preset(name: str) -> AttentionConfig:
     """The attention config of preset ``name`` (latent-attention presets have an :class:`MLAConfig`: see
     :data:`MLA_PRESETS` and :func:`preset_count`)."""
-    key, p = _lookup(name)
+    key, p = lookup(name)
     if isinstance(p.config, MLAConfig):
         raise ValueError(f"preset: {key} has latent attention, which no AttentionConfig describes; count it by scope")
     return p.config
@@ -255,9 +256,17 @@ def preset_rows(
 def preset_block(name: str) -> BlockConfig:
     """The :class:`~attnid.counting.BlockConfig` of one decoder layer of preset ``name`` (a mixture-of-experts
     layer where the model has them)."""
-    key, p = _lookup(name)
+    key, p = lookup(name)
+    return block_of(p, key)
+
+
+def block_of(p: Preset, name: str) -> BlockConfig:
+    """The decoder layer of ``p`` (a preset, or a config read by :func:`attnid.configs.config_preset`, called
+    ``name`` in errors)."""
     if p.model is None or p.hf_type is None:
-        raise ValueError(f"scope: {key} has no block structure attnid counts (only its attention); use scope attention")
+        raise ValueError(
+            f"scope: {name} has no block structure attnid counts (only its attention); use scope attention"
+        )
     if isinstance(p.config, MLAConfig):
         m = p.model
         return BlockConfig(
@@ -270,12 +279,17 @@ def preset_count(name: str, scope: str = "attention") -> Count:
     """:class:`~attnid.counting.Count` of preset ``name``: one attention layer (``"attention"``), one whole
     decoder layer (``"block"``), or the whole model (``"model"``: every layer, embeddings, final norm and
     head; chapters 8 and 9). Presets without a counted block structure raise ``ValueError`` at the last two."""
-    key, p = _lookup(name)
+    key, p = lookup(name)
+    return scope_count(p, scope, key)
+
+
+def scope_count(p: Preset, scope: str, name: str) -> Count:
+    """:func:`preset_count` of ``p``: a preset, or a config read by :func:`attnid.configs.config_preset`."""
     if scope not in SCOPES:
         raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
     if scope == "attention":
         return count_mla(p.config) if isinstance(p.config, MLAConfig) else count(p.config)
-    block = preset_block(key)
+    block = block_of(p, name)
     if scope == "block":
         return count_block(block)
     assert p.hf_type is not None and p.model is not None

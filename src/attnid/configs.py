@@ -1,0 +1,291 @@
+"""A model's ``config.json`` read into what attnid counts: the attention config, the family and the whole
+model (:class:`attnid.presets.Preset`), through ``transformers``' own config classes so that every field a
+file leaves out takes the library's default, not ours (``attnid count --config``, ``audit --config``).
+
+Every field of the config is accounted for: attnid reads it (:func:`config_preset`), or it cannot change
+the count (:data:`NEUTRAL`, each with its reason), or it holds the value the family's audits were verified
+at (the config class's default). Any other value is refused by name, never ignored. The presets' released
+configs ship under ``data/configs/`` (:data:`CONFIG_DIR`); ``tests/test_configs.py`` checks that each one
+reads to its preset.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from .attention import AttentionConfig
+from .counting import MLAConfig
+from .families import HF_TYPES, MLA_TYPES, equivalent_config
+from .presets import Model, Preset
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "data" / "configs"
+SOURCE_KEY = "_attnid"  # in a shipped file: {"source": the released file, "note": what was transcribed}
+
+# fields whose value cannot change the count of any family, and why
+NEUTRAL: dict[str, str] = {
+    **dict.fromkeys(("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
+                     "model_type", "quantization_config", "_attn_implementation", "attn_implementation"),
+                    "bookkeeping: a name, a version, a storage type or a kernel"),
+    **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "use_cache", "pretraining_tp",
+                     "initializer_range", "init_std", "id2label", "label2id", "output_router_logits",
+                     "router_aux_loss_coef", "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size",
+                     "prefix", "task_specific_params", "gradient_checkpointing"),
+                    "tokens, caching, initialisation or a training loss: not the function of the weights"),
+    **dict.fromkeys(("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
+                     "summary_first_dropout", "classifier_dropout", "layerdrop", "activation_dropout"),
+                    "dropout: off when the function is evaluated"),
+    **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels"),
+                    "a classification head outside the language model"),
+    **dict.fromkeys(("sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
+                     "_sliding_window_pattern", "sliding_window_pattern", "rope_local_base_freq"),
+                    "a banded mask or a second RoPE base on some layers: the same parameters, still generic"),
+    **dict.fromkeys(("query_pre_attn_scalar", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+                     "reorder_and_upcast_attn", "routed_scaling_factor"),
+                    "a fixed factor (or its numerics): absorbed by the weights it multiplies, no new symmetry"),
+    "final_logit_softcapping": "c tanh(z / c) of the logits is one-to-one: it hides no parameter",
+    "n_ctx": "GPT-2's old name for n_positions, which transformers reads instead",
+    "rms_norm_eps": "a norm's ε; refused if not positive (released norms have ε > 0)",
+    "layer_norm_eps": "a norm's ε; refused if not positive",
+    "layer_norm_epsilon": "a norm's ε; refused if not positive",
+    "max_position_embeddings": "the longest input; a RoPE model has no position rows (read where it has)",
+}  # fmt: skip
+
+# fields that transformers' code does not read but fixes to one value: accepted at that value only
+FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
+                                    "position_embedding_type": "absolute"}  # fmt: skip
+
+# fields read by families attnid counts at scope attention only (their blocks are not modelled)
+ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "ffn_hidden_size", "num_hidden_layers", "vocab_size", "type_vocab_size",
+                          "hidden_act", "hidden_activation", "activation", "tie_word_embeddings", "parallel_attn",
+                          "num_ln_in_parallel_attn")  # fmt: skip
+
+# RoPE variants whose frequencies stay distinct (each rescales base^(-2i/D) by a factor that is monotone in
+# i, or uniformly): the count of plain RoPE holds
+DISTINCT_FREQUENCY_ROPE = ("default", "linear", "dynamic", "llama3", "yarn")
+
+# activations each MLP kind of attnid.counting stands for
+ACTIVATIONS: dict[str, tuple[str, ...]] = {
+    "gelu": ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python"),
+    "relu": ("relu",),
+    "swiglu": ("silu", "swish"),
+    "geglu": ("gelu_pytorch_tanh", "gelu", "gelu_new"),
+}
+ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation")
+
+ATTENTION_ONLY_TYPES = ("bert", "falcon", "gemma")  # counted at scope attention (no block attnid models)
+CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES)
+
+
+class ConfigError(ValueError):
+    """A config attnid cannot count: the message names the field (or the file) and why."""
+
+
+def read_config(path: str | Path) -> tuple[dict, str]:
+    """``(fields, source)`` of a ``config.json`` (or a folder holding one): its JSON object, and the released
+    file it names under :data:`SOURCE_KEY` (a shipped config) or else its path."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ConfigError(f"config: {p} is not a config.json file (or a folder holding one)")
+    try:
+        fields = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config: {p} is not JSON ({e})") from None
+    if not isinstance(fields, dict):
+        raise ConfigError(f"config: {p} holds a {type(fields).__name__}, not a JSON object")
+    note = fields.pop(SOURCE_KEY, None)
+    return fields, (note or {}).get("source", str(p)) if isinstance(note, dict) else str(p)
+
+
+def config_preset(path: str | Path) -> Preset:
+    """The :class:`~attnid.presets.Preset` of the model a ``config.json`` describes (counted like a preset by
+    :func:`attnid.presets.scope_count`); :class:`ConfigError` naming the field for anything attnid cannot
+    count."""
+    fields, source = read_config(path)
+    model_type = fields.get("model_type")
+    if not isinstance(model_type, str):
+        raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
+    if model_type == "gemma3" and isinstance(fields.get("text_config"), dict):  # the multimodal release
+        fields = {**fields["text_config"], "model_type": "gemma3_text"}
+        source += " (its text model; the vision tower is not counted)"
+        model_type = "gemma3_text"
+    hf_type = "gemma3" if model_type == "gemma3_text" else model_type
+    if hf_type not in CONFIG_TYPES:
+        raise ConfigError(f"config: model_type {model_type!r} is not a family attnid knows; it knows "
+                          f"{', '.join(CONFIG_TYPES)}")  # fmt: skip
+    c = _library_config(model_type, fields)
+    got: tuple[AttentionConfig | MLAConfig, Model | None, set[str]]
+    if hf_type in MLA_TYPES:
+        got = _read_latent(c)
+    elif hf_type in ATTENTION_ONLY_TYPES:
+        got = _read_attention_only(hf_type, c)
+    else:
+        got = _read_family(hf_type, c)
+    config, model, read = got
+    known = set(type(c)().to_dict())  # a field the class does not know is read by no code: never "read"
+    _refuse_unmodelled(c, (read & known) | {f for f in ACTIVATION_FIELDS if f in read}, hf_type)
+    if model is not None:
+        model = replace(model, source=source)
+    return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
+                  model)  # fmt: skip
+
+
+def _library_config(model_type: str, fields: dict):
+    """transformers' config object for ``fields``: the library's defaults for every field left out."""
+    import logging
+
+    import transformers
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)  # its notes on unusual values are ours to judge
+    try:
+        return transformers.AutoConfig.for_model(model_type, **{k: v for k, v in fields.items() if k != "model_type"})
+    except Exception as e:
+        why = e.__cause__ or e
+        raise ConfigError(f"config: transformers refuses this {model_type} config: {why}") from None
+
+
+def _rope(c, partial: bool) -> tuple[float, float]:
+    """``(base, rotated share)`` of a config's RoPE (full-attention layers' for Gemma 3); refuses a variant
+    whose frequencies could coincide."""
+    rp = c.rope_parameters or {}
+    if "full_attention" in rp:
+        rp = rp["full_attention"]
+    kind = rp.get("rope_type", "default")
+    if kind not in DISTINCT_FREQUENCY_ROPE:
+        raise ConfigError(f"rope_parameters: rope_type {kind!r} is not modelled (attnid counts RoPE whose "
+                          f"frequencies stay distinct: {', '.join(DISTINCT_FREQUENCY_ROPE)})")  # fmt: skip
+    share = rp.get("partial_rotary_factor", 1.0) if partial else 1.0
+    return float(rp.get("rope_theta", 10000.0)), float(share)
+
+
+def _activations(c, hf_type: str) -> set[str]:
+    """The MLP activation fields a config has, after checking that each value is one the family's MLP kind
+    (:data:`ACTIVATIONS`) stands for."""
+    names = {f for f in ACTIVATION_FIELDS if f in c.to_dict()}
+    mlp = HF_TYPES[hf_type].mlp
+    for name in sorted(names):
+        if getattr(c, name) not in ACTIVATIONS[mlp]:
+            raise ConfigError(f"{name}: {getattr(c, name)!r} is not modelled for {hf_type} (its {mlp} MLP has "
+                              f"{', '.join(ACTIVATIONS[mlp])})")  # fmt: skip
+    return names
+
+
+FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": ""}  # fixed by the family's code
+
+
+def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
+    """A family with a counted decoder layer (:data:`attnid.families.HF_TYPES`)."""
+    t = HF_TYPES[hf_type]
+    d = c.to_dict()
+    E, H = c.hidden_size, c.num_attention_heads
+    G = getattr(c, "num_key_value_heads", None) or H
+    D = getattr(c, "head_dim", None) or E // H
+    if hf_type in FAMILY_BIAS:
+        bias = FAMILY_BIAS[hf_type]
+    elif hf_type == "opt":
+        bias = "qkvo" if c.enable_bias else ""
+    else:
+        bias = "qkvo" if c.attention_bias else ""
+    read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "attention_bias", "enable_bias",
+            "num_hidden_layers", "vocab_size", "tie_word_embeddings", "rope_parameters", "attn_logit_softcapping",
+            "n_embd", "n_head", "n_layer", "n_inner", "intermediate_size", "ffn_dim", "word_embed_proj_dim",
+            *_activations(c, hf_type)}  # fmt: skip
+    if hf_type == "opt" and c.word_embed_proj_dim != E:
+        raise ConfigError(f"word_embed_proj_dim: {c.word_embed_proj_dim} != hidden_size {E} is not modelled "
+                          "(OPT's projections in and out of the embedding)")  # fmt: skip
+    rope_dims = None
+    base = 10000.0
+    if t.rotary is not None:
+        base, share = _rope(c, t.partial_rope)
+        rope_dims = int(D * share) if t.partial_rope else None  # as transformers takes it
+    eps = d.get("rms_norm_eps", 0.0) if t.qk_norm else 0.0
+    try:
+        cfg = equivalent_config(hf_type, embed=E, heads=H, groups=G, head_dim=D, rope_dims=rope_dims, bias=bias,
+                                norm_eps=eps)  # fmt: skip
+        if t.rotary is not None:
+            cfg = cfg.with_(rope_base=base)
+        if "attn_logit_softcapping" in d:
+            cfg = cfg.with_(logit_softcap=c.attn_logit_softcapping)
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+    ffn = c.n_inner or 4 * E if hf_type == "gpt2" else c.ffn_dim if hf_type == "opt" else c.intermediate_size
+    context = {"gpt2": "n_positions", "opt": "max_position_embeddings"}.get(hf_type)
+    if context:
+        read.add(context)
+    model = Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "",
+                  context=getattr(c, context) if context else 0)  # fmt: skip
+    return cfg, model, read
+
+
+def _read_latent(c) -> tuple[MLAConfig, Model, set[str]]:
+    """DeepSeek-V3's latent attention and its mixture of experts."""
+    if c.num_experts_per_tok < 2:
+        raise ConfigError(f"num_experts_per_tok: {c.num_experts_per_tok}; attnid counts two or more chosen experts")
+    if c.hidden_act not in ACTIVATIONS["swiglu"]:
+        raise ConfigError(f"hidden_act: {c.hidden_act!r} is not modelled (its gated experts have silu)")
+    _rope(c, partial=False)
+    try:
+        cfg = MLAConfig(c.hidden_size, c.num_attention_heads, kv_rank=c.kv_lora_rank, q_rank=c.q_lora_rank,
+                        nope_dim=c.qk_nope_head_dim, rope_dim=c.qk_rope_head_dim, v_dim=c.v_head_dim,
+                        norm_eps=c.rms_norm_eps)  # fmt: skip
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+    model = Model(c.num_hidden_layers, c.moe_intermediate_size, c.vocab_size, bool(c.tie_word_embeddings), "",
+                  experts=c.n_routed_experts, shared_ffn=c.n_shared_experts * c.moe_intermediate_size,
+                  dense_layers=c.first_k_dense_replace, dense_ffn=c.intermediate_size)  # fmt: skip
+    read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "kv_lora_rank", "q_lora_rank",
+            "qk_nope_head_dim", "qk_rope_head_dim", "qk_head_dim", "head_dim", "v_head_dim", "num_hidden_layers",
+            "moe_intermediate_size", "vocab_size", "tie_word_embeddings", "n_routed_experts", "n_shared_experts",
+            "first_k_dense_replace", "intermediate_size", "num_experts_per_tok", "hidden_act", "rope_parameters",
+            "rope_interleave"}  # fmt: skip
+    return cfg, model, read
+
+
+def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[str]]:
+    """BERT, Falcon and Gemma (1): their attention only."""
+    E, H = c.hidden_size, c.num_attention_heads
+    read = {"hidden_size", "num_attention_heads", *ATTENTION_ONLY_NEUTRAL}
+    try:
+        if hf_type == "bert":
+            read |= {"is_decoder"}
+            return AttentionConfig(E, H, bias="qkvo", causal=bool(c.is_decoder)), None, read
+        base, _ = _rope(c, partial=False)
+        if hf_type == "falcon":
+            if c.alibi:
+                raise ConfigError("alibi: ALiBi position biases are not modelled (attnid counts RoPE or none)")
+            G = c.num_kv_heads if c.new_decoder_architecture else 1 if c.multi_query else H
+            read |= {"num_kv_heads", "new_decoder_architecture", "multi_query", "bias", "alibi", "rope_parameters"}
+            cfg = AttentionConfig(E, H, groups=G, bias="qkvo" if c.bias else "", rope=True, causal=True,
+                                  rope_base=base)  # fmt: skip
+            return cfg, None, read
+        read |= {"num_key_value_heads", "head_dim", "attention_bias", "rope_parameters", "use_bidirectional_attention"}
+        cfg = AttentionConfig(E, H, groups=c.num_key_value_heads, head_dim=c.head_dim,
+                              bias="qkvo" if c.attention_bias else "", rope=True,
+                              causal=not c.use_bidirectional_attention, rope_base=base)  # fmt: skip
+        return cfg, None, read
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+
+
+def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
+    """Refuse, naming them, the fields attnid neither reads nor knows to be neutral that differ from the
+    config class's default (the value the family's audits were verified at); and a norm's ε ≤ 0."""
+    default = type(c)().to_dict()
+    bad = []
+    for k, v in c.to_dict().items():
+        if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):
+            bad.append(f"{k} = {v!r} (attnid counts norms with ε > 0)")
+        elif k in FIXED_BY_CODE:
+            if v != FIXED_BY_CODE[k]:
+                bad.append(f"{k} = {v!r} (transformers' code implements {FIXED_BY_CODE[k]!r} only)")
+        elif k not in read and k not in NEUTRAL and (k not in default or default[k] != v):
+            bad.append(f"{k} = {v!r}" + (f" (default {default[k]!r})" if k in default else " (a field unknown here)"))
+    if bad:
+        raise ConfigError(f"config: {'; '.join(bad)}: not modelled for {hf_type}, and it may change the count; "
+                          "attnid refuses rather than ignore it")  # fmt: skip
