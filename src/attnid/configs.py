@@ -126,8 +126,7 @@ def config_preset(path: str | Path) -> Preset:
     else:
         got = _read_family(hf_type, c)
     config, model, read = got
-    known = set(type(c)().to_dict())  # a field the class does not know is read by no code: never "read"
-    _refuse_unmodelled(c, (read & known) | {f for f in ACTIVATION_FIELDS if f in read}, hf_type)
+    _refuse_unmodelled(c, read, hf_type)
     if model is not None:
         model = replace(model, source=source)
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
@@ -277,6 +276,8 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
     """Refuse, naming them, the fields attnid neither reads nor knows to be neutral that differ from the
     config class's default (the value the family's audits were verified at); and a norm's ε ≤ 0."""
     default = type(c)().to_dict()
+    # a field the class does not know is read by no code (activations aside, which are checked): never "read"
+    read = (read & set(default)) | {f for f in ACTIVATION_FIELDS if f in read}
     bad = []
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):

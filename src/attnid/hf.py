@@ -755,17 +755,9 @@ def verify_preset(name: str, *, seed: int = 0, scope: str = "attention") -> Audi
     (:func:`small_structure`, :func:`small_mla`) or, with ``scope="block"``, its whole decoder layer
     (:func:`small_block_structure`; a mixture of four experts for a mixture-of-experts model); raises
     :class:`HFAuditError` unless the Jacobian count equals the closed form."""
-    from .presets import ALL_PRESETS
+    from .presets import lookup
 
-    if name not in ALL_PRESETS:
-        raise ValueError(f"preset: unknown name {name!r}; choose one of {', '.join(ALL_PRESETS)}")
-    if scope not in ("attention", "block"):
-        raise ValueError(f"scope: presets are verified at scope attention or block, not {scope!r}")
-    p = ALL_PRESETS[name]
-    if p.hf_type is None:
-        raise ValueError(f"preset: {name} names no transformers model type that attnid can build")
-    if scope == "block" and p.model is None:
-        raise ValueError(f"preset: {name} has no block structure attnid counts")
+    name, p = lookup(name)
     return structure_audit(p, scope, name)[1](seed)
 
 
