@@ -44,3 +44,79 @@ def test_a_collapsed_query_map_adds_exactly_the_closed_forms_directions(model_an
     assert r["unidentified"] - r["generic"] == collapsed_query_dims(cfg, rank, hyperplane_inputs=True) > 0
     c = audit_point(m, tokens, 1, method="certify")  # the certificate refuses a special point
     assert not c["at_generic"] and c["note"].startswith("not certified")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, corpus):
+    """A finished smoke run of a narrow model (E = 16, H = 2, two layers) that kept its weights."""
+    from attnid.lm.profiles import make_config
+    from attnid.lm.records import run_dir
+    from attnid.lm.train import train
+
+    base = tmp_path_factory.mktemp("runs")
+    cfg = make_config("smoke", "adamw", n_embd=16, n_head=2, block_size=8, max_iters=20, save_model=True)
+    train(cfg, out=base, data=corpus, progress=False)
+    return run_dir("smoke", "adamw", 0, base)
+
+
+def test_audit_run_gives_the_generic_count_at_every_layer(tiny_run, capsys):
+    import json
+
+    from attnid.cli import main
+
+    assert main(["audit", "--run", str(tiny_run), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["layer"] for r in out["layers"]] == [0, 1]
+    for r in out["layers"]:
+        assert r["at_generic"] and r["unidentified"] == r["generic"] == 336 and r["gap"] > 1e4
+        assert 0 < r["weakest"] < 1 and r["method"] == "dense"
+    assert main(["audit", "--run", str(tiny_run), "--layer", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "layer 1" in text and "layer 0" not in text and "every layer at a generic point" in text
+
+
+def test_audit_run_sees_a_planted_collapsed_head(tiny_run, tmp_path, capsys):
+    import json
+    import shutil
+
+    from attnid.cli import main
+
+    planted = tmp_path / "planted"
+    shutil.copytree(tiny_run, planted)
+    ck = torch.load(planted / "model.pt", weights_only=False)
+    D = 8
+    ck["model"]["blocks.0.attn.c_attn.weight"][:D] = 0.0  # head 0's query map of layer 0 collapsed to rank 0
+    ck["model"]["blocks.0.attn.c_attn.bias"][:D] = 0.0
+    torch.save(ck, planted / "model.pt")
+    assert main(["audit", "--run", str(planted), "--json", "--method", "dense"]) == 0
+    l0, l1 = json.loads(capsys.readouterr().out)["layers"]
+    cfg = GPTConfig(block_size=8, n_layer=2, n_head=2, n_embd=16).attention_config()
+    assert l0["unidentified"] - l0["generic"] == collapsed_query_dims(cfg, 0, hyperplane_inputs=True) == 56
+    assert not l0["at_generic"] and l1["at_generic"]
+
+
+@pytest.mark.parametrize(
+    "args, word",
+    [
+        (["--layer", "2"], "layer must be an integer from 0 to 1"),
+        (["--layer", "-1"], "layer must be an integer from 0 to 1"),
+        (["--embed", "8"], "--embed cannot be combined with --run"),
+        (["--hf", "llama"], "--hf cannot be combined with --run"),
+        (["--seq-len", "0"], "--seq-len cannot be combined with --run"),
+    ],
+)
+def test_audit_run_refuses_by_name(tiny_run, args, word, capsys):
+    from attnid.cli import main
+
+    assert main(["audit", "--run", str(tiny_run), *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and word in lines[0]
+
+
+def test_audit_refuses_a_layer_without_a_run_and_a_run_without_weights(tmp_path, capsys):
+    from attnid.cli import main
+
+    assert main(["audit", "--embed", "8", "--heads", "2", "--layer", "0"]) == 2
+    assert "give --run DIR" in capsys.readouterr().err
+    assert main(["audit", "--run", str(tmp_path)]) == 1  # a missing file, not a bad flag
+    assert "no trained model" in capsys.readouterr().err

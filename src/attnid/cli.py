@@ -276,16 +276,27 @@ def _audit_mla(a) -> int:
     return _report_hf_audit(r, a.json)
 
 
+AUDIT_DEFAULTS = {"method": "auto", "norm_eps": 0.0, "seed": 0}  # `attnid audit`'s flags that have a default
+
+
+def _given_flags(a, allowed: tuple[str, ...]) -> list[str]:
+    """The flags of ``attnid audit`` given (a value other than its default; 0 is a value) outside ``allowed``."""
+    return [
+        f"--{k.replace('_', '-')}"
+        for k, v in vars(a).items()
+        if k not in (*allowed, "command", "func")
+        and v is not None
+        and v is not False
+        and not (k in AUDIT_DEFAULTS and v == AUDIT_DEFAULTS[k])
+    ]
+
+
 def _audit_config(a) -> int:
     """``attnid audit --config PATH [--block]``: the config's family, its real module at the config's structure
     and a small width (as ``presets --verify``), compared with the closed form."""
     from .hf import structure_audit
 
-    given = [f"--{k.replace('_', '-')}" for k, v in vars(a).items()
-             if k not in ("config", "block", "seed", "json", "threads", "command", "func", "method")
-             and v not in (None, False)]  # fmt: skip
-    if a.method != "auto":
-        given.append("--method")
+    given = _given_flags(a, ("config", "block", "seed", "json", "threads"))
     if given:
         raise ValueError(f"config: {', '.join(given)} cannot be combined with --config (the config fixes the "
                          "structure; the audit its small width)")  # fmt: skip
@@ -294,8 +305,38 @@ def _audit_config(a) -> int:
     return _report_hf_audit(r, a.json)
 
 
+def _audit_run(a) -> int:
+    """``attnid audit --run DIR [--layer K]``: the attention layers of a trained run at their trained weights, on
+    validation text, against the generic count (:mod:`attnid.lm.points`)."""
+    from .lm.data import load
+    from .lm.points import GENERIC_KEYS, audit_run
+
+    given = _given_flags(a, ("run", "layer", "seed", "json", "threads", "method"))
+    if given:
+        raise ValueError(f"run: {', '.join(given)} cannot be combined with --run (the run's model fixes the "
+                         "structure, its validation text the data)")  # fmt: skip
+    layers = None if a.layer is None else [a.layer]
+    rows = audit_run(a.run, load(), layers=layers, seed=a.seed, method=a.method, progress=not a.json)
+    if a.json:
+        print(strict_json({"run": str(a.run), "layers": rows}))
+        return 0
+    print(f"{'':<14}" + "".join(f"{'layer ' + str(r['layer']):>16}" for r in rows))
+    for k in [*GENERIC_KEYS[1:], "seconds", "note"]:
+        cells = [r[k] for r in rows]
+        if k == "note" and not any(cells):
+            continue
+        print(f"{k:<14}" + "".join(f"{c:>16.3e}" if isinstance(c, float) else f"{c!s:>16}" for c in cells))
+    special = [r["layer"] for r in rows if not r["at_generic"]]
+    print("every layer at a generic point" if not special else f"special point at layer(s) {special}: see note")
+    return 0
+
+
 def cmd_audit(a) -> int:
     _set_threads(a)
+    if a.run is not None:
+        return _audit_run(a)
+    if a.layer is not None:
+        raise ValueError("layer: --layer chooses a layer of a trained run; give --run DIR")
     if a.config is not None:
         return _audit_config(a)
     if a.max_memory is not None and not (math.isfinite(a.max_memory) and a.max_memory > 0):
@@ -307,6 +348,11 @@ def cmd_audit(a) -> int:
         if a.kv_rank is not None or a.q_rank is not None or a.experts is not None:
             raise ValueError(f"kv-rank/q-rank/experts: only {', '.join(MLA_TYPES)} has latents and experts")
         return _audit_hf(a)
+    return _audit_layer(a)
+
+
+def _audit_layer(a) -> int:
+    """``attnid audit [architecture flags]``: our column-form layer, compared with the closed form."""
     whole = [f for f, v in (("--block", a.block), ("--model", a.model), ("--ffn", a.ffn), ("--layers", a.layers),
                             ("--vocab", a.vocab), ("--tied/--untied", a.tied), ("--experts", a.experts))
              if v not in (None, False)]  # fmt: skip
@@ -623,6 +669,13 @@ def _audit_parser(sub) -> None:
         help="--block, --model, or the attention of a type with QK-norm: every norm's epsilon (default 0: exact scale "
         "symmetry)",
     )
+    g = p.add_argument_group("trained points (chapter 10)")
+    g.add_argument(
+        "--run", metavar="DIR",
+        help="a trained run's folder (with model.pt: `attnid train --save-model`): audit its attention layers at "
+        "their trained weights on validation text ($ATTNID_DATA or the downloaded corpus)",
+    )  # fmt: skip
+    g.add_argument("--layer", type=int, help="--run: only this layer (default: every layer)")
     _threads_arg(p)
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
     p.set_defaults(func=cmd_audit)

@@ -10,6 +10,9 @@ strongest (``σ_kept / σ_max``).
 The generic count of a layer behind a LayerNorm is the layer's own (:func:`attnid.counting.count`) plus one
 direction per biased query/key/value row (:func:`attnid.counting.biased_reader_rows`): the normalised inputs
 lie on a hyperplane, and a reader's weights can move across it while its bias takes back the constant.
+
+:func:`gpt_layer_invariants` and :func:`model_distances` compare trained layers modulo their symmetries
+(:mod:`attnid.invariants`), with the block's LayerNorm folded in.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..attention import AttentionConfig, AttentionParams, flatten, from_fused
 from ..audit import RTOL, _audit_data_size, _certify, _layer_fn, jacobian_rank
 from ..certify import CertificateError
 from ..counting import biased_reader_rows, count
+from ..invariants import Invariants, fold_layernorm, invariant_distance, layer_invariants
 from ..symmetry import tangent_basis
 from .data import CharData
 from .gpt import GPT, Block, CausalSelfAttention
@@ -137,12 +141,48 @@ def validation_tokens(data: CharData, model: GPT, n_params: int, *, seed: int = 
     return x
 
 
-def audit_run(d: str | Path, data: CharData, *, layers: list[int] | None = None, seed: int = 0) -> list[dict]:
+def audit_run(
+    d: str | Path,
+    data: CharData,
+    *,
+    layers: list[int] | None = None,
+    seed: int = 0,
+    method: str = "auto",
+    progress: bool = False,
+) -> list[dict]:
     """:func:`audit_point` of every attention layer (or ``layers``) of the trained run in folder ``d``
-    (``model.pt``: a run trained with ``save_model``), on validation windows drawn with ``seed``."""
+    (``model.pt``: a run trained with ``save_model``), on validation windows drawn with ``seed``; ``method`` as
+    :func:`audit_point`'s."""
+    from tqdm.auto import tqdm
+
     from .train import load_model
 
     model = load_model(Path(d)).to(torch.float64)
+    n_layer = len(model.blocks)
+    chosen = list(range(n_layer)) if layers is None else layers
+    bad = [k for k in chosen if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n_layer)]
+    if bad or not chosen:
+        raise ValueError(f"layer must be an integer from 0 to {n_layer - 1}, got {bad or chosen}")
     n = flatten(layer_params(_block(model, 0).attn)[1]).numel()
     tokens = validation_tokens(data, model, n, seed=seed)
-    return [audit_point(model, tokens, k) for k in (range(len(model.blocks)) if layers is None else layers)]
+    return [audit_point(model, tokens, k, method=method) for k in tqdm(chosen, desc="layers", disable=not progress)]
+
+
+def gpt_layer_invariants(model: GPT, layer: int) -> Invariants:
+    """The invariants (:func:`attnid.invariants.layer_invariants`) of attention layer ``layer`` of ``model``, with
+    its block's first LayerNorm folded in (:func:`attnid.invariants.fold_layernorm`)."""
+    block = _block(model, layer)
+    with torch.no_grad():
+        cfg, p = layer_params(block.attn)
+        return layer_invariants(*fold_layernorm(cfg, p, block.ln_1.weight, block.ln_1.bias))
+
+
+def model_distances(a: GPT, b: GPT, *, relative: bool = True) -> list[float]:
+    """The distance modulo symmetry (:func:`attnid.invariants.invariant_distance`) of every attention layer of two
+    GPTs of one shape, layer by layer."""
+    if len(a.blocks) != len(b.blocks):
+        raise ValueError(f"models of different depth: {len(a.blocks)} vs {len(b.blocks)} layers")
+    return [
+        invariant_distance(gpt_layer_invariants(a, k), gpt_layer_invariants(b, k), relative=relative)
+        for k in range(len(a.blocks))
+    ]
