@@ -72,6 +72,12 @@
 # - {doc}`09_recent_attention`: QK-norm leaves one layer of Qwen3-8B
 #   {glue:text}`09_recent_attention.ipynb::qwen_qk:,` unidentified query–key directions, not
 #   {glue:text}`09_recent_attention.ipynb::qwen_qk_without:,`; soft-capping identifies the key bias.
+# - {doc}`10_your_model`: {glue:text}`10_your_model.ipynb::narrow_generic:d` of the
+#   {glue:text}`10_your_model.ipynb::narrow_layers:d` layers of trained narrow runs sit at the generic
+#   count, their weakest identified direction down to
+#   {glue:text}`10_your_model.ipynb::narrow_weakest_min:.0e` of the strongest; moving a trained model
+#   along its symmetries changes its invariants by at most
+#   {glue:text}`10_your_model.ipynb::sym_max_invariants:.0e`.
 #
 # ## The answer in one line
 #

@@ -18,8 +18,14 @@ from attnid.invariants import (
     layer_invariants,
 )
 from attnid.lm.gpt import GPT, GPTConfig
-from attnid.lm.points import gpt_layer_invariants, hyperplane_directions, layer_params, model_distances
-from attnid.lm.train import rebalance_model
+from attnid.lm.points import (
+    gpt_layer_invariants,
+    identified_moves,
+    layer_params,
+    model_distances,
+    raw_distance,
+    symmetry_moves,
+)
 from attnid.rope import random_commutant
 from attnid.symmetry import absorb_value_bias, shift_key_bias, transform_qk, transform_vo
 
@@ -166,60 +172,22 @@ def _gpt() -> GPT:
     return model
 
 
-def _copy(model: GPT) -> GPT:
-    twin = _gpt()
-    twin.load_state_dict(model.state_dict())
-    return twin
-
-
-def _gpt_symmetries(model: GPT) -> dict[str, GPT]:
-    E, H = model.cfg.n_embd, model.cfg.n_head
-    D = E // H
-    out = {}
-    m = _copy(model)
-    rebalance_model(m)
-    out["rebalancing"] = m
-    m = _copy(model)
-    with torch.no_grad():  # the LayerNorm's scale traded into the query, key and value maps
-        d = torch.rand(E, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) + 0.5
-        m.blocks[0].ln_1.weight.mul_(d)
-        m.blocks[0].ln_1.bias.mul_(d)
-        m.blocks[0].attn.c_attn.weight.div_(d)
-    out["norm-weight trade"] = m
-    m = _copy(model)
-    with torch.no_grad():  # along the LayerNorm's hyperplane: every biased reader row at once
-        attn, ln = m.blocks[1].attn, m.blocks[1].ln_1
-        cfg, p = layer_params(attn)
-        step = hyperplane_directions(cfg, p, ln).sum(1)
-        q = unflatten(flatten(p) + 0.7 * step, p)
-        W = torch.cat([q[k].reshape(-1, E) for k in ("W_Q", "W_K", "W_V")])
-        b = torch.cat([q[k].reshape(-1) for k in ("b_Q", "b_K", "b_V")])
-        attn.c_attn.weight.copy_(W)
-        attn.c_attn.bias.copy_(b)
-    out["hyperplane"] = m
-    m = _copy(model)
-    with torch.no_grad():  # heads swapped in the fused maps
-        rows = torch.arange(3 * E).reshape(3, H, D)[:, [1, 0]].reshape(-1)
-        attn = m.blocks[0].attn
-        attn.c_attn.weight.copy_(attn.c_attn.weight[rows])
-        attn.c_attn.bias.copy_(attn.c_attn.bias[rows])
-        attn.c_proj.weight.copy_(attn.c_proj.weight[:, torch.arange(E).reshape(H, D)[[1, 0]].reshape(-1)])
-    out["permutation"] = m
-    return out
-
-
 def test_a_gpts_symmetries_leave_its_layer_invariants_equal():
     model = _gpt()
     tokens = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
     logits = model(tokens)[0]
-    for name, m in _gpt_symmetries(model).items():
+    moves = symmetry_moves(model)
+    assert set(moves) == {
+        "rebalancing", "value–output map", "norm-weight trade", "LayerNorm hyperplane", "head permutation"
+    }  # fmt: skip
+    for name, m in moves.items():
         assert (m(tokens)[0] - logits).abs().max() < 1e-9 * logits.abs().max(), name  # a symmetry indeed
         assert max(model_distances(model, m)) < TOL, name
-    moved = _copy(model)
-    with torch.no_grad():  # planted: the output map of layer 1 changed
-        moved.blocks[1].attn.c_proj.weight.mul_(1.01)
-    d0, d1 = model_distances(model, moved)
-    assert d0 < TOL and d1 > 1e-3
+        assert max(raw_distance(model, m, k) for k in (0, 1)) > 1e-3, name  # the weights did move
+    for name, m in identified_moves(model).items():  # planted: moves that change the function
+        d0, d1 = model_distances(model, m)
+        assert d0 > 1e-3 and d1 < TOL, name
+        assert (m(tokens)[0] - logits).abs().max() > 1e-4 * logits.abs().max(), name
 
 
 def test_fold_layernorm_is_the_layer_behind_its_norm():

@@ -120,3 +120,76 @@ def test_audit_refuses_a_layer_without_a_run_and_a_run_without_weights(tmp_path,
     assert "give --run DIR" in capsys.readouterr().err
     assert main(["audit", "--run", str(tmp_path)]) == 1  # a missing file, not a bad flag
     assert "no trained model" in capsys.readouterr().err
+
+
+def test_audit_run_keeps_its_audits_for_this_model(tiny_run, tmp_path, corpus, monkeypatch):
+    import shutil
+
+    from attnid.lm import points
+
+    d = tmp_path / "run"
+    shutil.copytree(tiny_run, d)
+    first = points.audit_run(d, corpus, layers=[1], cache=True)
+    computed = []
+    monkeypatch.setattr(points, "audit_point", lambda *a, **k: computed.append(a[2]) or {"layer": a[2]})
+    assert points.audit_run(d, corpus, layers=[1], cache=True) == first and computed == []  # reused
+    points.audit_run(d, corpus, cache=True)
+    assert computed == [0]  # only the layer not yet audited
+    ck = torch.load(d / "model.pt", weights_only=False)
+    ck["model"]["blocks.1.attn.c_proj.bias"] += 1.0
+    torch.save(ck, d / "model.pt")
+    points.audit_run(d, corpus, layers=[1], cache=True)
+    assert computed == [0, 1]  # another model.pt: audited again
+
+
+def test_motion_along_the_symmetry_is_undone_by_the_orbit_fit(tiny_run, tmp_path):
+    import shutil
+
+    from attnid.lm.points import model_from_snapshot, snapshot_distances
+    from attnid.lm.train import load_snapshots, rebalance_model
+
+    rows = snapshot_distances(tiny_run)
+    assert sorted({r["step"] for r in rows}) == [0, 1, 20] and {r["layer"] for r in rows} == {0, 1}
+    for r in rows:
+        if r["step"] == 0:
+            assert r["raw"] == r["orbit"] == r["invariant"] == 0
+        else:
+            assert 0 < r["orbit"] <= r["raw"] and r["invariant"] > 1e-4
+    assert sorted({r["step"] for r in snapshot_distances(tiny_run, points=1)}) == [0, 20]  # the last one kept
+    # planted: the last snapshot replaced by the first one moved along the symmetry only
+    d = tmp_path / "run"
+    shutil.copytree(tiny_run, d)
+    cfg, snaps = load_snapshots(d)
+    m = model_from_snapshot(cfg, snaps[0])
+    with torch.no_grad():
+        m.blocks[0].attn.c_attn.bias.uniform_(-0.5, 0.5)  # off the zero-bias init, where rebalancing is trivial
+    snaps[0] = {k: v.float() for k, v in m.state_dict().items() if k in snaps[0]}
+    rebalance_model(m)
+    with torch.no_grad():  # and the LayerNorm's scale traded into the maps that read it
+        m.blocks[1].ln_1.weight.mul_(2.0)
+        m.blocks[1].ln_1.bias.mul_(2.0)
+        m.blocks[1].attn.c_attn.weight.div_(2.0)
+    snaps[20] = {k: v.float() for k, v in m.state_dict().items() if k in snaps[20]}
+    ck = torch.load(d / "model.pt", weights_only=False)
+    ck["snapshots"] = snaps
+    torch.save(ck, d / "model.pt")
+    last = [r for r in snapshot_distances(d) if r["step"] == 20]
+    assert all(r["raw"] > 0.05 and r["orbit"] < 1e-5 * r["raw"] and r["invariant"] < 1e-6 for r in last), last
+
+
+def test_the_orbit_fit_undoes_each_symmetry_and_not_an_identified_move():
+    from attnid.lm.points import identified_moves, orbit_distance, symmetry_moves
+
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=8, n_layer=2, n_head=2, n_embd=8, vocab_size=11)).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    for name, b in symmetry_moves(m).items():
+        for k in (0, 1):
+            raw, orbit = orbit_distance(m, b, k)
+            assert orbit <= 1e-6 * max(raw, 1.0), (name, k, raw, orbit)
+        assert max(orbit_distance(m, b, k)[0] for k in (0, 1)) > 0.1, name  # the weights did move
+    for name, b in identified_moves(m).items():  # planted: a change of the function stays at a distance
+        raw, orbit = orbit_distance(m, b, 0)
+        assert 0.3 * raw < orbit <= raw, (name, raw, orbit)

@@ -6,7 +6,7 @@ import torch
 from attnid.lm import data as data_mod
 from attnid.lm.profiles import CASES, PROFILES, make_config
 from attnid.lm.records import load_run
-from attnid.lm.train import Interrupted, rebalance_model, train
+from attnid.lm.train import Interrupted, load_model, load_snapshots, rebalance_model, train
 
 # one case per way of training: SGD, weight decay, AdamW, rebalancing, a deeper model, a head width apart from E/H
 # (the other cases change a learning rate or a head count: test_the_other_cases_run_and_learn)
@@ -197,7 +197,20 @@ def test_heads_analysis_is_in_the_record(smoke_runs):
     assert len(h["importance"]) == 2 and len(h["importance"][0]) == 4
     assert h["pruning_curve"][0]["loss"] == h["baseline"] and len(h["pruning_curve"]) == 9
     assert all(1.0 <= r <= 17 for layer in h["effective_rank"] for r in layer)  # D + 1 with the bias column
-    assert not (out / "smoke" / "adamw" / "model.pt").exists()
+
+
+def test_the_smoke_profile_keeps_the_model_and_its_snapshots(smoke_runs):
+    """model.pt (on by default at smoke and cpu): the final weights, and the attention layers' and their norms'
+    weights at step 0 and at every evaluation (chapter 10)."""
+    out, _runs = smoke_runs
+    d = out / "smoke" / "adamw"
+    model = load_model(d)
+    _cfg, snaps = load_snapshots(d)
+    assert sorted(snaps) == [0, 1, 25, 50]
+    kept = {k for k in model.state_dict() if ".attn." in k or ".ln_1." in k}
+    assert set(snaps[0]) == kept and len(kept) == 2 * 6  # per layer: c_attn, c_proj, ln_1 (weight, bias each)
+    assert all(torch.equal(snaps[50][k], model.state_dict()[k].float()) for k in kept)
+    assert not torch.equal(snaps[0]["blocks.0.attn.c_attn.weight"], snaps[1]["blocks.0.attn.c_attn.weight"])
 
 
 def test_resume_with_another_thread_count_is_identical(corpus, tmp_path):
@@ -215,6 +228,8 @@ def test_resume_with_another_thread_count_is_identical(corpus, tmp_path):
     finally:
         torch.set_num_threads(before)
     assert resumed["rows"] == full["rows"] and resumed["threads"] == 2
+    a, b = (load_snapshots(tmp_path / x / "smoke" / "adamw")[1] for x in "ab")  # kept through the checkpoint
+    assert sorted(a) == sorted(b) and all(torch.equal(a[s][k], b[s][k]) for s in a for k in a[s])
 
 
 def test_corpus_errors_give_the_remedy_of_their_source(tmp_path, monkeypatch):

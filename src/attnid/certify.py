@@ -42,7 +42,10 @@ from .symmetry import tangent_basis
 
 
 class CertificateError(RuntimeError):
-    """The certify method could not certify the count (bad directions, or too little data)."""
+    """The certify method could not certify the count (bad directions, or too little data). ``kept_ratio``:
+    where the rest was not of full rank, the certificate's bound on its smallest singular value over σ_max."""
+
+    kept_ratio: float | None = None
 
 
 class StageTimer:
@@ -381,11 +384,13 @@ def _checked(resid: torch.Tensor, cert: Certificate, sigma_max: float, rtol: flo
             f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})"
         )
     if not cert.certified:
-        raise CertificateError(
+        err = CertificateError(
             f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
             f"are too few (smallest kept singular value {cert.kept / sigma_max:.1e} σ_max); rerun with a larger "
             "--batch, or --method dense at a small width"
         )
+        err.kept_ratio = cert.kept / sigma_max  # the certificate's lower bound on σ_min / σ_max, below rtol
+        raise err
     return worst
 
 

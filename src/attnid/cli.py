@@ -326,8 +326,14 @@ def _audit_run(a) -> int:
         if k == "note" and not any(cells):
             continue
         print(f"{k:<14}" + "".join(f"{c:>16.3e}" if isinstance(c, float) else f"{c!s:>16}" for c in cells))
-    special = [r["layer"] for r in rows if not r["at_generic"]]
-    print("every layer at a generic point" if not special else f"special point at layer(s) {special}: see note")
+    special = [r["layer"] for r in rows if r["at_generic"] is False]
+    undecided = [r["layer"] for r in rows if r["at_generic"] is None]
+    if special:
+        print(f"special point at layer(s) {special}: more unidentified directions than the generic count")
+    if undecided:
+        print(f"undecided at layer(s) {undecided}: see note (--method dense decides at a small width)")
+    if not special and not undecided:
+        print("every layer at a generic point")
     return 0
 
 
@@ -437,7 +443,10 @@ def cmd_presets(a) -> int:
 
 
 def _run_options(a) -> dict:
-    return {"precision": a.precision, "compile": a.compile, "save_model": a.save_model}
+    """The execution flags of ``train``/``experiments``; ``--save-model`` only where given (the profile's
+    default otherwise: on at smoke and cpu)."""
+    save = {} if a.save_model is None else {"save_model": a.save_model}
+    return {"precision": a.precision, "compile": a.compile, **save}
 
 
 def _set_threads(a) -> None:
@@ -605,7 +614,11 @@ def _exec_args(p: argparse.ArgumentParser) -> None:
         help="auto: bf16 autocast on CUDA, fp32 on the CPU (the metrics are float64 either way)",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
-    p.add_argument("--save-model", action="store_true", help="also write model.pt (the book never needs it)")
+    p.add_argument(
+        "--save-model", action=argparse.BooleanOptionalAction,
+        help="write model.pt: the final weights and the attention layers' weights at every evaluation (chapter 10; "
+        "default: on at the smoke and cpu profiles)",
+    )  # fmt: skip
     _threads_arg(p)
 
 

@@ -136,8 +136,11 @@ def config_preset(path: str | Path) -> Preset:
 def _library_config(model_type: str, fields: dict):
     """transformers' config object for ``fields``: the library's defaults for every field left out."""
     import logging
+    import warnings
 
-    import transformers
+    with warnings.catch_warnings():  # its import warns about the environment (tqdm without ipywidgets), not the file
+        warnings.simplefilter("ignore")
+        import transformers
 
     logging.getLogger("transformers").setLevel(logging.ERROR)  # its notes on unusual values are ours to judge
     try:

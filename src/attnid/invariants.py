@@ -198,12 +198,13 @@ def head_matching(a: Invariants, b: Invariants) -> list[int]:
 
 def invariant_distance(a: Invariants, b: Invariants, *, relative: bool = False) -> float:
     """Frobenius distance between the invariants of ``a`` and of ``b`` after :func:`head_matching` (zero iff
-    the two layers are the same function, up to the rounding of float64); ``relative``: over ``‖a‖``."""
+    the two layers are the same function, up to the rounding of float64); ``relative``: over the larger of
+    ``‖a‖`` and ``‖b‖``."""
     perm = head_matching(a, b)
     sq = float(_head_costs(a, b)[torch.arange(a.cfg.H), torch.tensor(perm)].sum())
     sq += sum(float((a.layer[k] - b.layer[k]).pow(2).sum()) for k in a.layer)
     d = math.sqrt(max(sq, 0.0))
-    return d / float(a.vector().norm()) if relative else d
+    return d / max(float(a.vector().norm()), float(b.vector().norm())) if relative else d
 
 
 # ------------------------------------------------------------------------------ behind a LayerNorm

@@ -17,20 +17,22 @@ lie on a hyperplane, and a reader's weights can move across it while its bias ta
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..attention import AttentionConfig, AttentionParams, flatten, from_fused
+from ..attention import AttentionConfig, AttentionParams, flatten, from_fused, unflatten
 from ..audit import RTOL, _audit_data_size, _certify, _layer_fn, jacobian_rank
 from ..certify import CertificateError
 from ..counting import biased_reader_rows, count
 from ..invariants import Invariants, fold_layernorm, invariant_distance, layer_invariants
 from ..symmetry import tangent_basis
+from . import records
 from .data import CharData
-from .gpt import GPT, Block, CausalSelfAttention
+from .gpt import GPT, Block, CausalSelfAttention, GPTConfig
 
 DENSE_MAX_PARAMS = 3000  # above this a trained point is certified (the dense Jacobian grows as n²)
 GENERIC_KEYS = ("layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "method")
@@ -98,8 +100,10 @@ def audit_point(model: GPT, tokens: torch.Tensor, layer: int, *, method: str = "
     """Audit attention layer ``layer`` of ``model`` at its weights on ``tokens`` ``(B, L)`` (see the module
     docstring): ``layer``, ``params``, ``rank``, ``unidentified``, ``generic`` (the count at generic weights),
     ``at_generic`` (equal), ``gap`` (smallest kept over largest dropped singular value), ``weakest``
-    (``σ_kept / σ_max``), ``method`` (``dense`` or ``certify``; ``certify`` raises nothing at a special point:
-    it reports ``at_generic = False`` with the certificate's reason in ``note``)."""
+    (``σ_kept / σ_max``), ``method`` (``dense`` or ``certify``). ``certify`` raises nothing where it cannot
+    certify the count (a special point, or identified directions weaker than its bound can tell from null ones):
+    ``rank``, ``unidentified`` and ``at_generic`` are then ``None`` (undecided), ``weakest`` the certificate's
+    lower bound, and ``note`` its reason."""
     attn = _block(model, layer).attn
     cfg, p = layer_params(attn)
     n = flatten(p).numel()
@@ -123,10 +127,10 @@ def audit_point(model: GPT, tokens: torch.Tensor, layer: int, *, method: str = "
         try:
             r = _certify(cfg, p, X, rtol=rtol, directions=known)
             out.update(rank=r.rank, gap=r.sv_gap, weakest=r.details["sigma_kept"] / r.details["sigma_max"])
-        except CertificateError as e:  # a special point: the known directions are not the whole null space
-            out.update(rank=None, gap=None, weakest=None, note=f"not certified: {e}")
+        except CertificateError as e:  # a special point, or one too close to it for the certificate's bound
+            out.update(rank=None, gap=None, weakest=e.kept_ratio, note=f"not certified: {e}")
     out["unidentified"] = None if out["rank"] is None else n - out["rank"]
-    out["at_generic"] = out["unidentified"] == generic
+    out["at_generic"] = None if out["rank"] is None else out["unidentified"] == generic
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -141,6 +145,9 @@ def validation_tokens(data: CharData, model: GPT, n_params: int, *, seed: int = 
     return x
 
 
+POINTS_FILE = "points.json"  # a run folder's cached trained-point audits (keyed by model.pt's digest)
+
+
 def audit_run(
     d: str | Path,
     data: CharData,
@@ -149,23 +156,44 @@ def audit_run(
     seed: int = 0,
     method: str = "auto",
     progress: bool = False,
+    cache: bool = False,
 ) -> list[dict]:
     """:func:`audit_point` of every attention layer (or ``layers``) of the trained run in folder ``d``
     (``model.pt``: a run trained with ``save_model``), on validation windows drawn with ``seed``; ``method`` as
-    :func:`audit_point`'s."""
-    from tqdm.auto import tqdm
+    :func:`audit_point`'s. ``cache``: reuse and extend the audits kept in the folder's ``points.json`` for this
+    ``model.pt`` (its sha256), ``seed`` and ``method`` (a certified audit of a cpu-profile layer takes half a
+    minute)."""
+    from tqdm import tqdm  # not tqdm.auto: in a notebook without ipywidgets it warns on import
 
+    from .data import sha256
     from .train import load_model
 
-    model = load_model(Path(d)).to(torch.float64)
+    d = Path(d)
+    model = load_model(d).to(torch.float64)
     n_layer = len(model.blocks)
     chosen = list(range(n_layer)) if layers is None else layers
     bad = [k for k in chosen if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n_layer)]
     if bad or not chosen:
         raise ValueError(f"layer must be an integer from 0 to {n_layer - 1}, got {bad or chosen}")
-    n = flatten(layer_params(_block(model, 0).attn)[1]).numel()
-    tokens = validation_tokens(data, model, n, seed=seed)
-    return [audit_point(model, tokens, k, method=method) for k in tqdm(chosen, desc="layers", disable=not progress)]
+    key = f"{sha256(d / 'model.pt')}/seed {seed}/{method}"
+    kept = _read_points(d).get(key, {}) if cache else {}
+    todo = [k for k in chosen if str(k) not in kept]
+    if todo:
+        n = flatten(layer_params(_block(model, 0).attn)[1]).numel()
+        tokens = validation_tokens(data, model, n, seed=seed)
+        for k in tqdm(todo, desc="layers", disable=not progress):
+            kept[str(k)] = audit_point(model, tokens, k, method=method)
+            if cache:  # after every layer: an interrupted audit keeps what it finished
+                records.atomic_write(d / POINTS_FILE, json.dumps({**_read_points(d), key: kept}, indent=1).encode())
+    return [kept[str(k)] for k in chosen]
+
+
+def _read_points(d: Path) -> dict:
+    f = d / POINTS_FILE
+    try:
+        return json.loads(f.read_text()) if f.exists() else {}
+    except (OSError, ValueError):  # a damaged cache is recomputed
+        return {}
 
 
 def gpt_layer_invariants(model: GPT, layer: int) -> Invariants:
@@ -186,3 +214,238 @@ def model_distances(a: GPT, b: GPT, *, relative: bool = True) -> list[float]:
         invariant_distance(gpt_layer_invariants(a, k), gpt_layer_invariants(b, k), relative=relative)
         for k in range(len(a.blocks))
     ]
+
+
+def model_from_snapshot(cfg: GPTConfig, weights: dict[str, torch.Tensor]) -> GPT:
+    """A float64 :class:`GPT` carrying a snapshot's attention layers and norms (:attr:`attnid.lm.train.Run.snapshots`);
+    its other weights are those of a fresh model, which no attention invariant reads."""
+    model = GPT(cfg).double()
+    missing = [k for k in weights if k not in model.state_dict()]
+    if missing:
+        raise ValueError(f"snapshot: {missing[:3]} are not weights of this model")
+    model.load_state_dict({k: v.double() for k, v in weights.items()}, strict=False)
+    return model
+
+
+def raw_distance(a: GPT, b: GPT, layer: int) -> float:
+    """``‖θ_a − θ_b‖ / max(‖θ_a‖, ‖θ_b‖)`` over attention layer ``layer`` and its LayerNorm: the weights' own
+    distance, symmetry moves included."""
+    va, vb = (torch.cat([p.detach().reshape(-1).double() for p in _layer_weights(m, layer)]) for m in (a, b))
+    return float((va - vb).norm() / max(va.norm(), vb.norm()))
+
+
+def _layer_weights(model: GPT, layer: int) -> list[torch.Tensor]:
+    block = _block(model, layer)
+    return [*block.attn.parameters(), *block.ln_1.parameters()]
+
+
+def snapshot_distances(d: str | Path, *, points: int | None = None) -> list[dict]:
+    """Over training, from the snapshots of the run in folder ``d``: per snapshot step and layer, the weights'
+    distance from initialisation and the distance from initialisation to the step's symmetry orbit
+    (:func:`orbit_distance`), and whether the two layers are the same function (the relative distance of their
+    invariants, :func:`model_distances`). ``points``: at most this many steps after step 0, evenly spaced, the
+    last included (every step: ``None``). Rows ``{"step", "layer", "raw", "orbit", "invariant"}``."""
+    from .train import load_snapshots
+
+    cfg, snaps = load_snapshots(Path(d))
+    steps = sorted(snaps)
+    if points is not None:
+        if not (isinstance(points, int) and points > 0):
+            raise ValueError(f"points must be a positive integer or None, got {points!r}")
+        later, n = steps[1:], min(points, len(steps) - 1)
+        steps = [steps[0], *sorted({later[round((i + 1) * len(later) / n) - 1] for i in range(n)})]
+    init = model_from_snapshot(cfg, snaps[steps[0]])
+    rows = []
+    for step in steps:
+        m = model_from_snapshot(cfg, snaps[step])
+        invariant = model_distances(init, m)
+        for k in range(len(m.blocks)):
+            raw, orbit = orbit_distance(init, m, k) if step != steps[0] else (0.0, 0.0)
+            rows.append({"step": step, "layer": k, "raw": raw, "orbit": orbit, "invariant": invariant[k]})
+    return rows
+
+
+# ------------------------------------------------------------------------------ moves of a whole GPT
+def _copy(model: GPT) -> GPT:
+    twin = GPT(model.cfg).to(next(model.parameters()).dtype)
+    twin.load_state_dict(model.state_dict())
+    return twin.eval()
+
+
+def symmetry_moves(model: GPT, *, seed: int = 0) -> dict[str, GPT]:
+    """Copies of ``model`` moved along the symmetries of its attention layers (chapters 2–4 and 10), each
+    leaving its outputs unchanged: ``"rebalancing"`` (every head, :func:`attnid.lm.train.rebalance_model`),
+    ``"value–output map"`` (an invertible ``S`` per head of layer 0: ``W_V -> S W_V``, ``W_O -> W_O S⁻¹``),
+    ``"norm-weight trade"`` (layer 0's LayerNorm scaled by ``d``, the maps that read it by ``1/d``),
+    ``"LayerNorm hyperplane"`` (the last layer's biased reader rows moved across the norm's hyperplane,
+    :func:`hyperplane_directions`; with biases) and ``"head permutation"`` (layer 0's first two heads swapped;
+    with two heads or more)."""
+    from .train import rebalance_model
+
+    g = torch.Generator().manual_seed(seed)
+    moves = {
+        "rebalancing": rebalance_model,
+        "value–output map": lambda m: _move_value_output(m, g),
+        "norm-weight trade": lambda m: _trade_norm_weight(m, g),
+    }
+    if model.cfg.bias:
+        moves["LayerNorm hyperplane"] = _cross_hyperplane
+    if model.cfg.n_head > 1:
+        moves["head permutation"] = _swap_heads
+    out = {}
+    for name, move in moves.items():
+        m = _copy(model)
+        with torch.no_grad():
+            move(m)
+        out[name] = m
+    return out
+
+
+def _move_value_output(m: GPT, g: torch.Generator) -> None:
+    attn = _block(m, 0).attn
+    E, H, D = m.cfg.n_embd, m.cfg.n_head, attn.head_dim
+    dtype = attn.c_attn.weight.dtype
+    for h in range(H):
+        S = (torch.randn(D, D, generator=g, dtype=torch.float64) / D**0.5 + 2 * torch.eye(D)).to(dtype)
+        rows, cols = slice(2 * E + h * D, 2 * E + (h + 1) * D), slice(h * D, (h + 1) * D)
+        attn.c_attn.weight[rows] = S @ attn.c_attn.weight[rows]
+        if attn.c_attn.bias is not None:
+            attn.c_attn.bias[rows] = S @ attn.c_attn.bias[rows]
+        attn.c_proj.weight[:, cols] = attn.c_proj.weight[:, cols] @ torch.linalg.inv(S)
+
+
+def _trade_norm_weight(m: GPT, g: torch.Generator) -> None:
+    block = _block(m, 0)
+    d = (torch.rand(m.cfg.n_embd, generator=g, dtype=torch.float64) + 0.5).to(block.ln_1.weight.dtype)
+    block.ln_1.weight.mul_(d)
+    if block.ln_1.bias is not None:
+        block.ln_1.bias.mul_(d)
+    block.attn.c_attn.weight.div_(d)
+
+
+def _cross_hyperplane(m: GPT) -> None:
+    last = _block(m, len(m.blocks) - 1)
+    cfg, p = layer_params(last.attn)
+    q = unflatten(flatten(p) + 0.5 * hyperplane_directions(cfg, p, last.ln_1).sum(1), p)
+    last.attn.c_attn.weight.copy_(torch.cat([q[k].reshape(-1, cfg.E) for k in ("W_Q", "W_K", "W_V")]))
+    last.attn.c_attn.bias.copy_(torch.cat([q[k].reshape(-1) for k in ("b_Q", "b_K", "b_V")]))
+
+
+def _swap_heads(m: GPT) -> None:
+    attn = _block(m, 0).attn
+    H, D = attn.n_head, attn.head_dim
+    order = torch.arange(H)
+    order[[0, 1]] = order[[1, 0]]
+    rows = torch.arange(3 * H * D).reshape(3, H, D)[:, order].reshape(-1)
+    attn.c_attn.weight.copy_(attn.c_attn.weight[rows])
+    if attn.c_attn.bias is not None:
+        attn.c_attn.bias.copy_(attn.c_attn.bias[rows])
+    attn.c_proj.weight.copy_(attn.c_proj.weight[:, torch.arange(H * D).reshape(H, D)[order].reshape(-1)])
+
+
+def identified_moves(model: GPT, *, size: float = 1e-2, seed: int = 0) -> dict[str, GPT]:
+    """Copies of ``model`` moved by a relative ``size`` along directions that change its function: ``"output
+    map"`` (layer 0's ``c_proj`` scaled by ``1 + size``) and ``"random direction"`` (every attention weight of
+    layer 0 plus ``size`` times Gaussian noise of its own scale)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    m = _copy(model)
+    with torch.no_grad():
+        _block(m, 0).attn.c_proj.weight.mul_(1 + size)
+    out["output map"] = m
+    m = _copy(model)
+    with torch.no_grad():
+        for p in _block(m, 0).attn.parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            p.add_(size * p.detach().abs().mean() * noise)
+    out["random direction"] = m
+    return out
+
+
+# ------------------------------------------------------------------------------ distance to a symmetry orbit
+def orbit_distance(a: GPT, b: GPT, layer: int, *, max_iter: int = 300) -> tuple[float, float]:
+    """``(raw, orbit)``: the distance ``‖θ_b − θ_a‖`` between attention layer ``layer`` of two GPTs (its weights
+    and its LayerNorm's), and the distance from ``θ_a`` to the nearest point of ``θ_b``'s symmetry orbit,
+    ``min_g ‖g·θ_b − θ_a‖``, fitted over the symmetries of :func:`symmetry_moves` (the heads matched first, then
+    per head an invertible query–key map ``S`` and value–output map ``T``, the key-bias shift, the value bias moved
+    into the output bias, the LayerNorm's scale traded with the maps that read it, and every biased reader row
+    moved across the norm's hyperplane) by L-BFGS in float64, from ``b``'s norm scale traded to ``a``'s and the
+    least-squares ``S`` and ``T`` that then map ``b``'s augmented query and value maps onto ``a``'s.
+    ``orbit / raw``: the share of the distance that no symmetry can undo (an upper bound: a local fit)."""
+    from ..invariants import head_matching
+
+    p0, ln0 = _orbit_point(a, layer)
+    p1, ln1 = _orbit_point(b, layer)
+    target = torch.cat([flatten(p0), *ln0])
+    raw = float((torch.cat([flatten(p1), *ln1]) - target).norm())  # before the heads are matched
+    perm = head_matching(gpt_layer_invariants(a, layer), gpt_layer_invariants(b, layer))
+    p1 = {k: v if k == "b_O" else v[perm] for k, v in p1.items()}  # every other tensor is per head (G = H)
+    H, D, E = p1["W_Q"].shape
+
+    # the start: the LayerNorm's scale traded to a's (d = γ_a / γ_b where the signs agree), then the least-squares
+    # S and T with S b ≈ a on the augmented columns that the norm's hyperplane leaves (a biased reader row moves
+    # along u = [1/γ; −β·(1/γ)], so the columns are compared modulo u)
+    ratio = ln0[0] / ln1[0]
+    zeros = {"c": torch.zeros(H, D, dtype=torch.float64), "delta": torch.zeros(H, D, dtype=torch.float64),
+             "alpha": torch.zeros(3, H, D, dtype=torch.float64)}  # fmt: skip
+    eye = torch.eye(D, dtype=torch.float64).expand(H, D, D).clone()
+    logd = torch.where(ratio > 0, ratio.abs().log(), torch.zeros_like(ratio))
+    traded, ln_t = _act(p1, ln1, {"S": eye, "T": eye, "logd": logd, **zeros})
+    u = torch.cat([1.0 / ln_t[0], -(ln_t[1] / ln_t[0]).sum()[None]])
+    off_u = torch.eye(E + 1, dtype=torch.float64) - torch.outer(u, u) / (u @ u)
+
+    def start(k: str) -> torch.Tensor:
+        a0, a1 = (torch.cat([p[f"W_{k}"], p[f"b_{k}"][..., None]], -1) @ off_u for p in (p0, traded))
+        return a0 @ torch.linalg.pinv(a1)
+
+    vars_ = {"S": start("Q"), "T": start("V"), "logd": logd, **zeros}
+    for v in vars_.values():
+        v.requires_grad_(True)
+    opt = torch.optim.LBFGS(list(vars_.values()), max_iter=max_iter, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-14, tolerance_change=1e-16)  # fmt: skip
+
+    def loss() -> torch.Tensor:
+        opt.zero_grad()
+        p, ln = _act(p1, ln1, vars_)
+        out = (torch.cat([flatten(p), *ln]) - target).pow(2).sum()
+        out.backward()
+        return out
+
+    opt.step(loss)
+    with torch.no_grad():
+        p, ln = _act(p1, ln1, vars_)
+        orbit = float((torch.cat([flatten(p), *ln]) - target).norm())
+    return raw, min(orbit, raw)
+
+
+def _orbit_point(model: GPT, layer: int) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    block = _block(model, layer)
+    with torch.no_grad():
+        _, p = layer_params(block.attn)
+        ln = [block.ln_1.weight.detach().double().clone()]
+        ln.append(torch.zeros_like(ln[0]) if block.ln_1.bias is None else block.ln_1.bias.detach().double().clone())
+    if "b_Q" not in p:
+        raise ValueError("orbit_distance: needs a layer with biases (the GPT of this book has them)")
+    return {k: v.detach().clone() for k, v in p.items()}, ln
+
+
+def _act(p: dict, ln: list, v: dict) -> tuple[dict, list]:
+    """The symmetry element ``v`` applied to layer ``p`` and its LayerNorm ``ln`` (``[γ, β]``)."""
+    d = v["logd"].exp()
+    g, beta = ln[0] * d, ln[1] * d
+    w = 1.0 / g
+    out = {}
+    for i, (W, b) in enumerate((("W_Q", "b_Q"), ("W_K", "b_K"), ("W_V", "b_V"))):
+        Wd = p[W] / d + v["alpha"][i][..., None] * w  # the scale trade, then across the hyperplane
+        out[W], out[b] = Wd, p[b] - v["alpha"][i] * (w @ beta)
+    Q = v["S"] @ torch.cat([out["W_Q"], out["b_Q"][..., None]], -1)
+    K = torch.linalg.solve(v["S"].transpose(-1, -2), torch.cat([out["W_K"], out["b_K"][..., None]], -1))
+    E = p["W_Q"].shape[-1]
+    out["W_Q"], out["b_Q"], out["W_K"] = Q[..., :E], Q[..., E], K[..., :E]
+    out["b_K"] = K[..., E] + v["c"]
+    out["W_V"] = v["T"] @ out["W_V"]
+    b_V = (v["T"] @ out["b_V"][..., None])[..., 0]
+    out["W_O"] = torch.linalg.solve(v["T"].transpose(-1, -2), p["W_O"].transpose(-1, -2)).transpose(-1, -2)
+    out["b_V"] = b_V + v["delta"]
+    out["b_O"] = p["b_O"] - torch.einsum("hec,hc->e", out["W_O"], v["delta"])
+    return out, [g, beta]

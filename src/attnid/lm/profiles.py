@@ -16,9 +16,9 @@ from .gpt import GPTConfig, ModelShape
 PROFILES: dict[str, dict] = {
     # seconds: tests and CI
     "smoke": dict(batch_size=16, max_iters=50, warmup_iters=5, eval_interval=25, eval_iters=4, ckpt_interval=20,
-                  rebalance_interval=20, head_batches=3),
+                  rebalance_interval=20, head_batches=3, save_model=True),
     # about 20 s per run on 2 CPU cores
-    "cpu": {},
+    "cpu": dict(save_model=True),  # model.pt: a few MB a run, read by chapter 10
     # the paper's depth, heads and dropout (6 x 6, 0.2) at a width and context one CPU core trains in about 7 min
     # per run (0.19-0.20 s per step with the probe, one thread, measured on 2 shared cores): E = 96 keeps the
     # paper's head size small but above the cpu profile's (D = 16), context 64 twice the cpu profile's, and batch 16
@@ -51,14 +51,18 @@ class Suite:
 
 SGD_LR = 0.5  # the paper's SGD learning rate (§5); the sweep halves it
 ADAMW = dict(optimizer="adamw", lr=1e-3, weight_decay=0.1)
+OPTIMIZERS_OF_THE_PAPER = {  # §5's four optimizer cases
+    "sgd": dict(optimizer="sgd", lr=SGD_LR, weight_decay=0.0),
+    "sgd_wd": dict(optimizer="sgd", lr=SGD_LR, weight_decay=1e-3),
+    "adamw": ADAMW,
+    "adamw_rebalance": dict(ADAMW, rebalance=True),
+}
+POINTS_WIDTH = dict(n_embd=16, n_head=2)  # 1,104 parameters per attention layer: its Jacobian is formed whole
 SUITES: dict[str, Suite] = {
     # chapter 6: the paper's four optimizer cases, then the SGD learning-rate sweep
     "dynamics": Suite(
         cases={
-            "sgd": dict(optimizer="sgd", lr=SGD_LR, weight_decay=0.0),
-            "sgd_wd": dict(optimizer="sgd", lr=SGD_LR, weight_decay=1e-3),
-            "adamw": ADAMW,
-            "adamw_rebalance": dict(ADAMW, rebalance=True),
+            **OPTIMIZERS_OF_THE_PAPER,
             **{
                 f"sgd_lr{lr:g}": dict(optimizer="sgd", lr=lr, weight_decay=0.0)
                 for lr in (SGD_LR / 2, SGD_LR / 4, SGD_LR / 8)
@@ -81,6 +85,11 @@ SUITES: dict[str, Suite] = {
             "cpu": dict(max_iters=1000, eval_interval=250, ckpt_interval=250),
             "mid": dict(max_iters=1000, eval_interval=250, ckpt_interval=250),
         },
+    ),
+    # chapter 10: the four optimizer cases at a width whose trained layers are audited exactly (dense Jacobians)
+    "points": Suite(
+        cases={f"points_{case}": dict(changes, **POINTS_WIDTH) for case, changes in OPTIMIZERS_OF_THE_PAPER.items()},
+        seeds={"smoke": (0,), "cpu": (0,), "mid": (0,), "paper": (0,)},
     ),
 }
 CASES: dict[str, dict] = {case: changes for suite in SUITES.values() for case, changes in suite.cases.items()}
@@ -155,7 +164,7 @@ class RunConfig(ModelShape):
     # execution: how the run is computed, not what it computes (not part of a record's identity)
     precision: str = "auto"  # "fp32" | "tf32" | "bf16" (autocast) | "auto": bf16 on CUDA, fp32 elsewhere
     compile: bool = False  # torch.compile the model (CUDA only)
-    save_model: bool = False  # also write model.pt (the book never needs it)
+    save_model: bool = False  # also write model.pt: final weights, attention weights at each evaluation (chapter 10)
 
     EXECUTION_FIELDS = ("device", "precision", "compile", "save_model")
 

@@ -159,7 +159,16 @@ def write_rows(d: Path, rows: list[dict]) -> None:
     atomic_write(d / ROWS_FILE, encode_rows(rows))
 
 
-OWNED_FILES = ("config.json", ROWS_FILE, LEGACY_ROWS_FILE, "heads.json", "summary.json", "checkpoint.pt", "model.pt")
+OWNED_FILES = (
+    "config.json",
+    ROWS_FILE,
+    LEGACY_ROWS_FILE,
+    "heads.json",
+    "summary.json",
+    "checkpoint.pt",
+    "model.pt",
+    "points.json",
+)
 
 
 def replace_record(new: Path, d: Path) -> None:

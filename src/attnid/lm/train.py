@@ -330,6 +330,9 @@ class Checkpoint:
     threads: int  # CPU reductions depend on the thread count
     elapsed: float  # seconds of training before this checkpoint
     history: list = field(default_factory=list)  # [[first step, end step, seeds batched with or None]]
+    snapshots: dict = field(default_factory=dict)  # Run.snapshots
+
+    OPTIONAL = ("history", "snapshots")  # absent from checkpoints written before them
 
     def save(self, path: Path) -> None:
         buf = io.BytesIO()
@@ -340,9 +343,12 @@ class Checkpoint:
     def load(cls, path: Path) -> Checkpoint:
         try:
             ck = torch.load(path, map_location="cpu", weights_only=False)  # RNG states stay on the host
-            return cls(**{f.name: ck[f.name] for f in fields(cls) if f.name in ck or f.name != "history"})
+            return cls(**{f.name: ck[f.name] for f in fields(cls) if f.name in ck or f.name not in cls.OPTIONAL})
         except Exception as e:
             raise RecordError(f"{path}: damaged checkpoint ({type(e).__name__}); rerun with --force") from None
+
+
+SNAPSHOT_PARTS = (".attn.", ".ln_1.")  # what Run.snapshots keeps: the attention layers and the norms they read
 
 
 @dataclass
@@ -361,6 +367,18 @@ class Run:
     elapsed: float = 0.0
     history: list = field(default_factory=list)  # the segments before this process's (Checkpoint.history)
     segment: tuple[int, list[int] | None] = (0, None)  # this process's: first step, seeds batched with
+    # with save_model: step -> the attention layers' weights and their LayerNorms' (SNAPSHOT_PARTS), float32 on
+    # the CPU, at step 0 and at every evaluation (chapter 10 measures their motion modulo symmetry)
+    snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+    def snapshot(self, step: int) -> None:
+        """Keep the weights of :data:`SNAPSHOT_PARTS` after ``step`` steps (with ``save_model`` only)."""
+        if self.cfg.save_model:
+            self.snapshots[step] = {
+                k: v.detach().to("cpu", torch.float32, copy=True)
+                for k, v in self.model.state_dict().items()
+                if any(part in k for part in SNAPSHOT_PARTS)
+            }
 
     def history_to(self, step: int) -> list:
         """The training history up to ``step``: earlier segments, then this process's, merged with the last
@@ -391,6 +409,7 @@ class Run:
             cuda_rng=torch.cuda.get_rng_state() if cuda else None,
             rows=self.rows,
             rebalances=self.rebalances,
+            snapshots=self.snapshots,
             beta0=beta0,
             threads=torch.get_num_threads(),
             elapsed=self.elapsed + seconds,
@@ -405,6 +424,7 @@ class Run:
         if self.device.startswith("cuda") and ck.cuda_rng is not None:
             torch.cuda.set_rng_state(ck.cuda_rng)
         self.rows, self.rebalances, self.elapsed, self.history = ck.rows, ck.rebalances, ck.elapsed, ck.history
+        self.snapshots = ck.snapshots
         if ck.threads and ck.threads != torch.get_num_threads():
             torch.set_num_threads(ck.threads)  # CPU reductions depend on the thread count: resume exactly
 
@@ -626,9 +646,9 @@ def provenance_of(history: list) -> dict:
 
 
 def save_model(run: Run, d: Path) -> None:
-    """``model.pt``: the trained weights and the model's config (``RunConfig.save_model``)."""
+    """``model.pt``: the trained weights, the model's config and the run's snapshots (``RunConfig.save_model``)."""
     buf = io.BytesIO()
-    torch.save({"model": run.model.state_dict(), "gpt_config": vars(run.model.cfg)}, buf)
+    torch.save({"model": run.model.state_dict(), "gpt_config": vars(run.model.cfg), "snapshots": run.snapshots}, buf)
     records.atomic_write(d / "model.pt", buf.getvalue())
 
 
@@ -642,6 +662,9 @@ def train_group(group: Group, *, progress: bool, metrics: bool, stop_after: int 
     start, beta0 = _resume(group) if save else (0, None)
     probe = IdentificationProbe(runs[0].model, opt, beta0=beta0, qk_params=group.qk_params) if metrics else None
     law = beta_law_factor(cfg)
+    if start == 0:
+        for run in runs:
+            run.snapshot(0)
     bar = Progress(cfg, start, progress)
     group.module.train()
     t0 = time.perf_counter()
@@ -664,6 +687,8 @@ def train_group(group: Group, *, progress: bool, metrics: bool, stop_after: int 
             for s, run in enumerate(runs):
                 rebalance_hook(run, it)
                 row = evaluation_hook(run, it, rows[s], group.part(losses, s), lr)
+                if row is not None and Key.VAL_LOSS in row:
+                    run.snapshot(it + 1)
                 if row is not None:
                     if probe is not None and Key.VAL_LOSS in row:
                         sv = probe.qk_singular_values() if sv is None else sv
@@ -733,3 +758,14 @@ def load_model(d: Path, device: str = "cpu") -> GPT:
     model = GPT(GPTConfig(**ck["gpt_config"])).to(device)
     model.load_state_dict(ck["model"])
     return model.eval()
+
+
+def load_snapshots(d: Path) -> tuple[GPTConfig, dict[int, dict[str, torch.Tensor]]]:
+    """The model config and the snapshots (:attr:`Run.snapshots`) kept in a finished run's ``model.pt``."""
+    f = Path(d) / "model.pt"
+    if not f.exists():
+        raise FileNotFoundError(f"no trained model at {f}; rerun with save_model=True (`attnid train --save-model`)")
+    ck = torch.load(f, map_location="cpu", weights_only=False)
+    if not ck.get("snapshots"):
+        raise FileNotFoundError(f"{f} keeps no snapshots (written before they were kept); rerun with --force")
+    return GPTConfig(**ck["gpt_config"]), ck["snapshots"]
