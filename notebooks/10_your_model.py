@@ -40,7 +40,8 @@
 profile = "cpu"
 seed = 0
 device = "auto"
-# your model: the fields of a config.json (any family attnid knows; a field it cannot count is refused)
+# your model: the fields of a config.json (a family attnid knows;
+# a field it cannot count is refused by name)
 my_config = {
     "model_type": "llama",
     "hidden_size": 2048,
@@ -51,8 +52,9 @@ my_config = {
     "vocab_size": 32000,
     "tie_word_embeddings": False,
 }
-# audit chapter 6's own runs (16,640 parameters a layer: the certificate, about half a minute a layer, kept in
-# each run's points.json); None: at every profile but smoke
+# audit chapter 6's own runs by the certificate (about half a minute
+# a layer, kept in each run's points.json); None: at every profile
+# but smoke
 certify_chapter6 = None
 
 # %% tags=["hide-input"]
@@ -201,7 +203,9 @@ else:
 # $1 - (\text{orbit}/\text{weights})^2$, at the end of training.
 
 # %% tags=["hide-input"] mystnb={"figure": {"name": "fig-motion", "caption": "Chapter 6's optimizer runs of this build (profile and seed as set above): distance of the attention layers (weights and LayerNorm) from their initialisation over training, of the weights themselves and to the symmetry orbit of the weights at that step (Frobenius norm, mean over layers)."}}
-frame = ch.motion_frame(profile, seed=seed)
+frame = ch.motion_frame(
+    profile, seed=seed, points=1 if profile == "smoke" else ch.MOTION_POINTS
+)
 fig = ch.fig_motion(frame)
 
 # %% tags=["hide-input"]

@@ -10,7 +10,7 @@ import torch
 from attnid.dynamics import unidentified_step_fraction
 from attnid.lm import analysis, records
 from attnid.lm.analysis import load_suite
-from attnid.lm.claims import CLAIM_IDS, evaluate_claims
+from attnid.lm.claims import CLAIM_IDS, POINT_CLAIM_IDS, evaluate_claims
 from attnid.lm.metrics import SCHEMA, Key, check_row
 from attnid.lm.profiles import make_config
 from attnid.lm.records import Record, RecordError, committed_root, load_run
@@ -72,7 +72,7 @@ def test_claims_cli_json_is_strict(paper, capsys):
 
     assert main(["claims", "--profile", "paper", "--json"]) == 0
     rows = _strict(capsys.readouterr().out)
-    assert [r["id"] for r in rows] == list(CLAIM_IDS)
+    assert [r["id"] for r in rows] == [*CLAIM_IDS, *POINT_CLAIM_IDS]  # chapter 10's after the paper's
     for r in rows:
         assert {"id", "claim", "profile", "value", "threshold", "control", "seeds", "verdict"} <= set(r)
         assert r["verdict"] in ("yes", "no", "inconclusive", "pending") and r["profile"] == "paper"

@@ -413,3 +413,94 @@ def test_the_drift_order_is_read_per_seed(good):
     assert row["values"] == pytest.approx([2 / 3, 1, 1]) and row["verdict"] == "yes"
     row = _verdicts(PLANTS["drift_earlier_layers"](good))["drift_earlier_layers"]
     assert row["values"] == pytest.approx([0, 0, 0]) and row["verdict"] == "no"
+
+
+# ------------------------------------------------------------------------------ chapter 10: trained points
+def _tiny_gpt(seed: int):
+    import torch
+
+    from attnid.lm.gpt import GPT, GPTConfig
+
+    torch.manual_seed(seed)
+    m = GPT(GPTConfig(block_size=8, n_layer=1, n_head=2, n_embd=8, vocab_size=11)).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return m
+
+
+def _kept_run(d: Path, case: str, seed: int, init, final) -> Record:
+    """A record folder whose model.pt keeps ``init`` (step 0) and ``final`` (step 10) as its snapshots."""
+    import torch
+
+    d.mkdir(parents=True)
+    keep = lambda m: {k: v.float() for k, v in m.state_dict().items() if ".attn." in k or ".ln_1." in k}  # noqa: E731
+    ck = {"model": final.state_dict(), "gpt_config": vars(final.cfg), "snapshots": {0: keep(init), 10: keep(final)}}
+    torch.save(ck, d / "model.pt")
+    cfg = make_config("smoke", case, seed=seed, n_layer=1, n_head=2, n_embd=8, block_size=8).as_dict()
+    return Record(d, cfg, {}, [])
+
+
+def test_planted_wd_moves_along_symmetry(tmp_path):
+    """SGD + weight decay's final weights its initial ones moved along the symmetry only, SGD's moved by noise:
+    the claim holds; the two swapped (weight decay moving nowhere along the symmetry): ``no``."""
+    import torch
+
+    from attnid.lm.points import symmetry_moves
+
+    claim = next(c for c in claims.POINT_CLAIMS if c.id == "wd_moves_along_symmetry")
+
+    def suite(swap: bool) -> SuiteRuns:
+        runs = SuiteRuns("smoke", "dynamics")
+        for s in (0, 1, 2):
+            init = _tiny_gpt(s)
+            along = symmetry_moves(init, seed=s)["rebalancing"]
+            noisy = _tiny_gpt(s)
+            with torch.no_grad():
+                for p in noisy.blocks[0].attn.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+            finals = {"sgd_wd": along, "sgd": noisy} if not swap else {"sgd_wd": noisy, "sgd": along}
+            for case, final in finals.items():
+                rec = _kept_run(tmp_path / f"{'swap' if swap else 'ok'}-{case}-s{s}", case, s, init, final)
+                runs.runs.setdefault(case, {})[s] = rec
+        return runs
+
+    ok = evaluate_claim(claim, suite(False))
+    assert ok["verdict"] == "yes" and ok["low"] > 0.5, ok
+    planted = evaluate_claim(claim, suite(True))
+    assert planted["verdict"] == "no" and planted["high"] < -0.5, planted
+
+
+def test_planted_trained_point_off_the_generic_count(corpus, tmp_path):
+    """The four narrow runs at their trained weights: the claim holds; one of them with a collapsed head: ``no``."""
+    import shutil
+
+    import torch
+
+    from attnid.lm.train import train
+
+    claim = next(c for c in claims.POINT_CLAIMS if c.id == "trained_points_generic")
+    cfg = make_config("smoke", "points_adamw", block_size=8, max_iters=20)
+    train(cfg, out=tmp_path / "trained", data=corpus, progress=False)
+    source = tmp_path / "trained" / "smoke" / "points_adamw"
+    from attnid.lm.points import audit_run
+
+    audit_run(source, corpus, cache=True)  # its points.json travels with the copies: only a changed model.pt is audited
+
+    def suite(plant: bool) -> SuiteRuns:
+        runs = SuiteRuns("smoke", "points")
+        for case in claims.POINT_CASES:
+            d = tmp_path / f"{'plant' if plant else 'ok'}-{case}"
+            shutil.copytree(source, d)
+            if plant and case == "points_sgd":  # head 0's query map of layer 1 collapsed to rank 0
+                ck = torch.load(d / "model.pt", weights_only=False)
+                ck["model"]["blocks.1.attn.c_attn.weight"][:8] = 0.0
+                ck["model"]["blocks.1.attn.c_attn.bias"][:8] = 0.0
+                torch.save(ck, d / "model.pt")
+            runs.runs[case] = {0: Record(d, {**cfg.as_dict(), "case": case}, {}, [])}
+        return runs
+
+    ok = evaluate_claim(claim, suite(False))
+    assert ok["verdict"] == "yes" and ok["value"] == 0 and 0 < ok["control_value"] < 1, ok
+    planted = evaluate_claim(claim, suite(True))
+    assert planted["verdict"] == "no" and planted["value"] == 1, planted

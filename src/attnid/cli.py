@@ -573,7 +573,7 @@ def cmd_experiments(a) -> int:
 def cmd_claims(a) -> int:
     """The §5 claims evaluated on the records found (chapter 6's table); trains nothing."""
     from .lm.analysis import load_suite
-    from .lm.claims import evaluate_claims
+    from .lm.claims import evaluate_claims, evaluate_point_claims
     from .lm.profiles import check_profile
 
     check_profile(a.profile)
@@ -585,21 +585,30 @@ def cmd_claims(a) -> int:
         seeds = sorted({int(s) for s in parts})
     if a.runs and not Path(a.runs).is_dir():
         raise ValueError(f"runs: {a.runs} is not a folder of run records (<runs>/<profile>/<case>)")
-    runs = load_suite(a.profile, "dynamics", seeds=seeds, base=Path(a.runs) if a.runs else None)
+    base = Path(a.runs) if a.runs else None
+    runs = load_suite(a.profile, "dynamics", seeds=seeds, base=base)
+    points = load_suite(a.profile, "points", seeds=seeds, base=base)
     rows = evaluate_claims(runs)
+    point_rows = evaluate_point_claims({"dynamics": runs, "points": points})
     if a.json:
-        print(strict_json(rows))
+        print(strict_json(rows + point_rows))
         return 0
     print(f"profile {a.profile}: the paper's §5 claims on {sum(len(v) for v in runs.runs.values())} records")
-    print(f"{'id':<22}{'value':>11}{'range':>22}  {'test':<10}{'seeds':>6}  verdict")
+    _print_claims(rows)
+    print(f"chapter 10, trained points: {sum(len(v) for v in points.runs.values())} more records")
+    _print_claims(point_rows)
+    return 0
+
+
+def _print_claims(rows: list[dict]) -> None:
+    print(f"{'id':<25}{'value':>11}{'range':>22}  {'test':<10}{'seeds':>6}  verdict")
     for r in rows:
         v = "-" if r["value"] is None else f"{r['value']:.3g}"
         rng = "" if r["low"] is None or r["seeds"] < 2 else f"{r['low']:.3g} .. {r['high']:.3g}"
-        print(f"{r['id']:<22}{v:>11}{rng:>22}  {r['op']} {r['threshold']:<8g}{r['seeds']:>6}  {r['verdict']}"
+        print(f"{r['id']:<25}{v:>11}{rng:>22}  {r['op']} {r['threshold']:<8g}{r['seeds']:>6}  {r['verdict']}"
               + (f" ({r['reason']})" if r["reason"] else ""))  # fmt: skip
         if r["depends_on"]:
             print(f"{'':<4}{r['depends_on']}")
-    return 0
 
 
 def _threads_arg(p: argparse.ArgumentParser) -> None:

@@ -189,7 +189,8 @@ def points_sentence(t: pd.DataFrame, what: str) -> str:
         text += (
             f" Where undecided, the certificate bounds the weakest identified direction from below only, by "
             f"{f['x_bound_min']:.1e} to {f['x_bound_max']:.1e} of the strongest, under its rank cut of 1e-9: the "
-            "point may be special, or just as weakly identified as the exact audits show."
+            "point may be special, as weakly identified as the exact audits of the narrow runs show, or the "
+            "validation windows too few for the bound."
         )
     return text
 
@@ -205,7 +206,7 @@ def motion_frame(profile: str, *, seed: int = 0, points: int = MOTION_POINTS, ba
     for case in OPTIMIZER_CASES:
         d = records.run_dir(profile, case, seed, base)
         try:
-            frames.append(pd.DataFrame(snapshot_distances(d, points=points)).assign(case=case))
+            frames.append(pd.DataFrame(snapshot_distances(d, points=points, cache=True)).assign(case=case))
         except FileNotFoundError:
             continue
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -226,22 +227,24 @@ def fig_motion(frame: pd.DataFrame):
     optimizer case (mean over layers)."""
     import matplotlib.pyplot as plt
 
+    from ..plotting import panels
+
     cases = [c for c in OPTIMIZER_CASES if not frame.empty and c in set(frame["case"])]
     if not cases:  # runs without snapshots (the paper-scale records): say so where the figure would be
-        fig, ax = plt.subplots(figsize=(6, 1.5))
+        fig, ax = plt.subplots(figsize=(7.0, 1.5))
         ax.text(0.5, 0.5, "no run of chapter 6 kept its snapshots (model.pt)", ha="center", va="center")
         ax.set_axis_off()
         return fig
-    fig, axes = plt.subplots(1, len(cases), figsize=(3.2 * len(cases), 3.0), sharey=True, squeeze=False)
-    for ax, case in zip(axes[0], cases):
+    fig, axes = panels(len(cases), height=3.0, sharey=True)
+    for ax, case in zip(axes.flat, cases):
         f = frame[frame["case"] == case].groupby("step")[["raw", "orbit"]].mean()
         ax.plot(f.index, f["raw"], marker="o", label="weights")
         ax.plot(f.index, f["orbit"], marker="s", label="to the symmetry orbit")
         ax.set_title(CASE_LABELS[case])
         ax.set_xlabel("training step")
-    axes[0][0].set_ylabel("distance from initialisation\n(Frobenius, mean over layers)")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+    for ax in axes[:, 0]:
+        ax.set_ylabel("distance from init\n(mean over layers)")
+    axes[0][0].legend()
     return fig
 
 

@@ -12,7 +12,10 @@ direction per biased query/key/value row (:func:`attnid.counting.biased_reader_r
 lie on a hyperplane, and a reader's weights can move across it while its bias takes back the constant.
 
 :func:`gpt_layer_invariants` and :func:`model_distances` compare trained layers modulo their symmetries
-(:mod:`attnid.invariants`), with the block's LayerNorm folded in.
+(:mod:`attnid.invariants`), with the block's LayerNorm folded in; :func:`orbit_distance` measures, in the
+weights' own units, how far one layer is from the symmetry orbit of another, and :func:`snapshot_distances`
+follows a run's layers from initialisation with both. :func:`symmetry_moves` and :func:`identified_moves` move
+a whole GPT along each symmetry, and along directions that change its function.
 """
 
 from __future__ import annotations
@@ -239,15 +242,21 @@ def _layer_weights(model: GPT, layer: int) -> list[torch.Tensor]:
     return [*block.attn.parameters(), *block.ln_1.parameters()]
 
 
-def snapshot_distances(d: str | Path, *, points: int | None = None) -> list[dict]:
+def snapshot_distances(d: str | Path, *, points: int | None = None, cache: bool = False) -> list[dict]:
     """Over training, from the snapshots of the run in folder ``d``: per snapshot step and layer, the weights'
     distance from initialisation and the distance from initialisation to the step's symmetry orbit
     (:func:`orbit_distance`), and whether the two layers are the same function (the relative distance of their
     invariants, :func:`model_distances`). ``points``: at most this many steps after step 0, evenly spaced, the
-    last included (every step: ``None``). Rows ``{"step", "layer", "raw", "orbit", "invariant"}``."""
+    last included (every step: ``None``). ``cache``: reuse and extend the rows kept in the folder's
+    ``points.json`` for this ``model.pt`` (an orbit fit takes seconds). Rows ``{"step", "layer", "raw", "orbit",
+    "invariant"}``."""
+    from .data import sha256
     from .train import load_snapshots
 
-    cfg, snaps = load_snapshots(Path(d))
+    d = Path(d)
+    cfg, snaps = load_snapshots(d)
+    key = f"{sha256(d / 'model.pt')}/motion"
+    kept = _read_points(d).get(key, {}) if cache else {}
     steps = sorted(snaps)
     if points is not None:
         if not (isinstance(points, int) and points > 0):
@@ -257,11 +266,17 @@ def snapshot_distances(d: str | Path, *, points: int | None = None) -> list[dict
     init = model_from_snapshot(cfg, snaps[steps[0]])
     rows = []
     for step in steps:
+        if all(f"{step}/{k}" in kept for k in range(cfg.n_layer)):
+            rows += [kept[f"{step}/{k}"] for k in range(cfg.n_layer)]
+            continue
         m = model_from_snapshot(cfg, snaps[step])
         invariant = model_distances(init, m)
         for k in range(len(m.blocks)):
             raw, orbit = orbit_distance(init, m, k) if step != steps[0] else (0.0, 0.0)
             rows.append({"step": step, "layer": k, "raw": raw, "orbit": orbit, "invariant": invariant[k]})
+            kept[f"{step}/{k}"] = rows[-1]
+        if cache:
+            records.atomic_write(d / POINTS_FILE, json.dumps({**_read_points(d), key: kept}, indent=1).encode())
     return rows
 
 
