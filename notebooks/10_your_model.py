@@ -217,6 +217,17 @@ if not motion.empty:
 md(ch.motion_sentence(motion))
 
 # %% [markdown]
+# ## Verdicts
+#
+# The chapter's two readings are claims of `attnid claims`, after the paper's, each with a test that
+# plants a violation and sees its verdict turn to `no`: the narrow runs' layers sit at the generic count
+# (a theorem check on exact audits: one seed decides), and weight decay moves SGD's weights along the
+# symmetry (a statistic of training: three seeds).
+
+# %% tags=["hide-input"]
+table(ch.table_claims(profile))
+
+# %% [markdown]
 # ## Doing this for your own model
 #
 # * `attnid count --config path/to/config.json --scope attention|block|model`: the counts, term by term.

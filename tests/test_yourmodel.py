@@ -108,3 +108,6 @@ def test_points_table_audits_a_kept_run_and_names_the_missing(corpus, tmp_path):
     assert len(missing) == 3 and set(missing["note"]) == {"no weights kept (model.pt)"}
     frame = ch.motion_frame("smoke", base=tmp_path)  # chapter 6's runs: none in this folder
     assert frame.empty
+    claims = ch.table_claims("smoke", base=tmp_path).set_index("id")
+    assert claims.loc["trained_points_generic", "verdict"] == "pending"  # three of the four runs are missing
+    assert claims.loc["wd_moves_along_symmetry", "verdict"] == "pending"

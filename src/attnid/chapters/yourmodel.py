@@ -269,6 +269,19 @@ def motion_facts(t: pd.DataFrame) -> dict:
     return {"along_min": float(t["along the symmetry"].min()), "along_max": float(t["along the symmetry"].max())}
 
 
+# ------------------------------------------------------------------------------ verdicts
+def table_claims(profile: str, *, base: Path | None = None) -> pd.DataFrame:
+    """Chapter 10's claims (:data:`attnid.lm.claims.POINT_CLAIMS`) on this profile's records, as ``attnid claims``
+    prints them after the paper's."""
+    from ..lm.analysis import load_suite
+    from ..lm.claims import evaluate_point_claims
+
+    suites = {s: load_suite(profile, s, base=base) for s in READS}
+    rows = evaluate_point_claims(suites)
+    t = pd.DataFrame(rows)[["id", "claim", "value", "op", "threshold", "seeds", "verdict", "reason"]]
+    return with_formats(t, value="{:.3g}", threshold="{:g}")
+
+
 def load_trained(profile: str, case: str, *, seed: int = 0, base: Path | None = None) -> GPT | None:
     """The final model of a run (``model.pt``), or ``None`` if it kept none."""
     d = records.run_dir(profile, case, seed, base)
