@@ -185,7 +185,8 @@ if certify:
     md(ch.points_sentence(wide, "chapter 6's runs"))
 else:
     md(
-        f"Not audited at the {profile} profile (`certify_chapter6`); `attnid audit --run` audits one run."
+        f"Not audited at the {profile} profile (`certify_chapter6`); "
+        "`attnid audit --run DIR` audits a run."
     )
 
 # %% [markdown]
