@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
@@ -180,12 +181,17 @@ def head_matching(a: Invariants, b: Invariants) -> list[int]:
     """The permutation ``π`` of heads (within key/value groups, groups moving as wholes) that makes ``b``'s
     head ``π[h]`` closest to ``a``'s head ``h``: exact, by an assignment within every pair of groups and then
     one between the groups (the cost of a group pairing is its best within-group assignment)."""
+    return _matched(a, b)[0]
+
+
+def _matched(a: Invariants, b: Invariants) -> tuple[list[int], float]:
+    """:func:`head_matching`'s permutation and the squared distance of the matched heads."""
     _check_comparable(a, b)
     cfg = a.cfg
     n = cfg.H // cfg.G
     cost = _head_costs(a, b).numpy()
     inner: dict[tuple[int, int], tuple[float, list[int]]] = {}
-    group_cost = torch.zeros(cfg.G, cfg.G, dtype=torch.float64).numpy()
+    group_cost = np.zeros((cfg.G, cfg.G))
     for g in range(cfg.G):
         for h in range(cfg.G):
             block = cost[g * n : (g + 1) * n, h * n : (h + 1) * n]
@@ -193,15 +199,15 @@ def head_matching(a: Invariants, b: Invariants) -> list[int]:
             inner[g, h] = (float(block[rows, cols].sum()), [h * n + int(c) for c in cols])
             group_cost[g, h] = inner[g, h][0]
     _, partner = linear_sum_assignment(group_cost)
-    return [j for g in range(cfg.G) for j in inner[g, int(partner[g])][1]]
+    perm = [j for g in range(cfg.G) for j in inner[g, int(partner[g])][1]]
+    return perm, float(cost[np.arange(cfg.H), perm].sum())
 
 
 def invariant_distance(a: Invariants, b: Invariants, *, relative: bool = False) -> float:
     """Frobenius distance between the invariants of ``a`` and of ``b`` after :func:`head_matching` (zero iff
     the two layers are the same function, up to the rounding of float64); ``relative``: over the larger of
     ``‖a‖`` and ``‖b‖``."""
-    perm = head_matching(a, b)
-    sq = float(_head_costs(a, b)[torch.arange(a.cfg.H), torch.tensor(perm)].sum())
+    _, sq = _matched(a, b)
     sq += sum(float((a.layer[k] - b.layer[k]).pow(2).sum()) for k in a.layer)
     d = math.sqrt(max(sq, 0.0))
     return d / max(float(a.vector().norm()), float(b.vector().norm())) if relative else d

@@ -187,8 +187,13 @@ def audit_run(
         for k in tqdm(todo, desc="layers", disable=not progress):
             kept[str(k)] = audit_point(model, tokens, k, method=method)
             if cache:  # after every layer: an interrupted audit keeps what it finished
-                records.atomic_write(d / POINTS_FILE, json.dumps({**_read_points(d), key: kept}, indent=1).encode())
+                _keep_points(d, key, kept)
     return [kept[str(k)] for k in chosen]
+
+
+def _keep_points(d: Path, key: str, entry: dict) -> None:
+    """Write ``entry`` under ``key`` into the folder's ``points.json``, beside what it already keeps."""
+    records.atomic_write(d / POINTS_FILE, json.dumps({**_read_points(d), key: entry}, indent=1).encode())
 
 
 def _read_points(d: Path) -> dict:
@@ -276,7 +281,7 @@ def snapshot_distances(d: str | Path, *, points: int | None = None, cache: bool 
             rows.append({"step": step, "layer": k, "raw": raw, "orbit": orbit, "invariant": invariant[k]})
             kept[f"{step}/{k}"] = rows[-1]
         if cache:
-            records.atomic_write(d / POINTS_FILE, json.dumps({**_read_points(d), key: kept}, indent=1).encode())
+            _keep_points(d, key, kept)
     return rows
 
 
