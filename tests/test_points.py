@@ -117,7 +117,7 @@ def test_audit_refuses_a_layer_without_a_run_and_a_run_without_weights(tmp_path,
     from attnid.cli import main
 
     assert main(["audit", "--embed", "8", "--heads", "2", "--layer", "0"]) == 2
-    assert "give --run DIR" in capsys.readouterr().err
+    assert "give --run or --checkpoint" in capsys.readouterr().err
     assert main(["audit", "--run", str(tmp_path)]) == 1  # a missing file, not a bad flag
     assert "no trained model" in capsys.readouterr().err
 

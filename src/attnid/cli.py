@@ -309,7 +309,7 @@ def _audit_run(a) -> int:
     """``attnid audit --run DIR [--layer K]``: the attention layers of a trained run at their trained weights, on
     validation text, against the generic count (:mod:`attnid.lm.points`)."""
     from .lm.data import load
-    from .lm.points import GENERIC_KEYS, audit_run
+    from .lm.points import audit_run
 
     given = _given_flags(a, ("run", "layer", "seed", "json", "threads", "method"))
     if given:
@@ -317,8 +317,31 @@ def _audit_run(a) -> int:
                          "structure, its validation text the data)")  # fmt: skip
     layers = None if a.layer is None else [a.layer]
     rows = audit_run(a.run, load(), layers=layers, seed=a.seed, method=a.method, progress=not a.json)
-    if a.json:
-        print(strict_json({"run": str(a.run), "layers": rows}))
+    return _print_points({"run": str(a.run)}, rows, a.json)
+
+
+def _audit_checkpoint(a) -> int:
+    """``attnid audit --checkpoint DIR [--layer K]``: a transformers checkpoint's attention layers at their trained
+    weights, against the generic count (:mod:`attnid.checkpoints`)."""
+    from .checkpoints import audit_checkpoint
+
+    given = _given_flags(a, ("checkpoint", "layer", "seed", "json", "threads", "max_memory"))
+    if given:
+        raise ValueError(f"checkpoint: {', '.join(given)} cannot be combined with --checkpoint (its config fixes "
+                         "the structure, its weights the point)")  # fmt: skip
+    layers = None if a.layer is None else [a.layer]
+    max_memory = None if a.max_memory is None else a.max_memory * 2**30
+    rows = audit_checkpoint(a.checkpoint, layers=layers, seed=a.seed, max_memory=max_memory, progress=not a.json)
+    return _print_points({"checkpoint": str(a.checkpoint)}, rows, a.json)
+
+
+def _print_points(source: dict, rows: list[dict], as_json: bool) -> int:
+    """Trained-point audits (:func:`attnid.lm.points.audit_point`'s rows): JSON, or a table of a column per layer
+    and a one-line verdict."""
+    from .lm.points import GENERIC_KEYS
+
+    if as_json:
+        print(strict_json({**source, "layers": rows}))
         return 0
     print(f"{'':<14}" + "".join(f"{'layer ' + str(r['layer']):>16}" for r in rows))
     for k in [*GENERIC_KEYS[1:], "seconds", "note"]:
@@ -339,14 +362,18 @@ def _audit_run(a) -> int:
 
 def cmd_audit(a) -> int:
     _set_threads(a)
-    if a.run is not None:
-        return _audit_run(a)
-    if a.layer is not None:
-        raise ValueError("layer: --layer chooses a layer of a trained run; give --run DIR")
-    if a.config is not None:
-        return _audit_config(a)
+    if a.run is not None and a.checkpoint is not None:
+        raise ValueError("run/checkpoint: give --run DIR or --checkpoint DIR, not both")
     if a.max_memory is not None and not (math.isfinite(a.max_memory) and a.max_memory > 0):
         raise ValueError(f"max-memory must be a positive number of GiB, got {a.max_memory}")
+    if a.run is not None:
+        return _audit_run(a)
+    if a.checkpoint is not None:
+        return _audit_checkpoint(a)
+    if a.layer is not None:
+        raise ValueError("layer: --layer chooses a layer of a trained run or checkpoint; give --run or --checkpoint")
+    if a.config is not None:
+        return _audit_config(a)
     if a.hf is not None:
         if a.hf.strip().lower() in MLA_TYPES:
             a.hf = a.hf.strip().lower()
@@ -697,7 +724,12 @@ def _audit_parser(sub) -> None:
         help="a trained run's folder (with model.pt: `attnid train --save-model`): audit its attention layers at "
         "their trained weights on validation text ($ATTNID_DATA or the downloaded corpus)",
     )  # fmt: skip
-    g.add_argument("--layer", type=int, help="--run: only this layer (default: every layer)")
+    g.add_argument(
+        "--checkpoint", metavar="DIR",
+        help="a transformers save_pretrained folder of a family attnid knows (read offline): audit its attention "
+        "layers at their trained weights on the hidden states its own model makes from random tokens",
+    )  # fmt: skip
+    g.add_argument("--layer", type=int, help="--run or --checkpoint: only this layer (default: every layer)")
     _threads_arg(p)
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
     p.set_defaults(func=cmd_audit)

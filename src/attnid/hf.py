@@ -117,10 +117,16 @@ def _prepare(
                 p.copy_((1.0 if norm_params[id(p)] == "weight" else 0.0) + 0.3 * z)
             else:
                 p.copy_(z / E**0.5)
+    return set_norms(module, exact=exact_norms, norm_eps=norm_eps)
+
+
+def set_norms(module: torch.nn.Module, *, exact: bool = True, norm_eps: float | None = None) -> torch.nn.Module:
+    """Every norm of ``module``: with ``exact``, RMSNorm computes in the input's float64 (transformers' float32
+    cast patched out); ``ε = norm_eps`` when given. Returns ``module``, changed in place."""
     for m in module.modules():
         if type(m).__name__.endswith("RMSNorm"):
             gemma = type(m).__name__.startswith("Gemma")
-            if exact_norms:
+            if exact:
                 m.forward = types.MethodType(_gemma_rms_norm_float64 if gemma else _rms_norm_float64, m)
             if norm_eps is not None:
                 setattr(m, "eps" if gemma else "variance_epsilon", norm_eps)

@@ -1,0 +1,181 @@
+"""Trained ``transformers`` checkpoints (chapter 10): a ``save_pretrained`` folder of a family attnid knows,
+loaded offline in float64, each attention layer audited at its trained weights on the hidden states that
+really enter it (the checkpoint's own model run on seeded random tokens of its vocabulary).
+
+The reference is the generic count of the layer's config (:func:`attnid.counting.count`, read from the
+folder's ``config.json`` by :func:`attnid.configs.config_preset`), corrected for what the inputs themselves
+do: a LayerNorm puts them on an affine hyperplane, which adds one direction per biased query, key and value
+row (:func:`attnid.counting.biased_reader_rows`, as for attnid's own runs in :mod:`attnid.lm.points`). The
+hyperplane is read off the inputs (:func:`input_deficiency`), not assumed from the family; inputs that span
+less (a norm without shift, a vocabulary smaller than the width) are refused, since the count would then
+describe the data.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .attention import AttentionConfig
+from .audit import RTOL, audit_module, check_seed, default_data_size
+from .configs import ConfigError, config_preset
+from .counting import biased_reader_rows, count
+from .families import HF_TYPES
+from .hf import HFAuditError, _check_memory, _float64_softmax, _transformers, set_norms
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+SPAN_RTOL = 1e-9  # an input direction whose singular value is this far below the largest is not spanned
+
+
+def load_checkpoint(path: str | Path) -> tuple[AttentionConfig, str, torch.nn.Module]:
+    """``(cfg, hf_type, model)``: the attention config of a ``save_pretrained`` folder (its ``config.json`` read
+    as :func:`attnid.configs.config_preset` reads any config, refusing what attnid does not model), its family,
+    and its causal LM loaded offline in float64, eval mode, every RMSNorm computing in float64."""
+    d = Path(path)
+    if not d.is_dir():
+        raise ConfigError(f"checkpoint: {d} is not a folder (give the folder save_pretrained wrote)")
+    if not any((d / f).is_file() for f in WEIGHT_FILES):
+        raise ConfigError(f"checkpoint: {d} holds no weights ({', '.join(WEIGHT_FILES)}); for a config alone use "
+                          "--config")  # fmt: skip
+    preset = config_preset(d)
+    if preset.hf_type not in HF_TYPES or not isinstance(preset.config, AttentionConfig):
+        known = ", ".join(HF_TYPES)
+        raise ConfigError(f"checkpoint: attnid audits trained checkpoints of {known}; this one is "
+                          f"{preset.description.split(' config')[0]}")  # fmt: skip
+    hf_type = preset.hf_type
+    tf = _transformers()
+    eager = HF_TYPES[hf_type].softcap is not None  # sdpa cannot cap the scores
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    tf.utils.logging.disable_progress_bar()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = tf.AutoModelForCausalLM.from_pretrained(
+                d, local_files_only=True, dtype=torch.float64, attn_implementation="eager" if eager else "sdpa"
+            )
+        except Exception as e:  # a damaged or mismatched weight file (safetensors has its own error types)
+            raise ConfigError(f"checkpoint: transformers cannot load {d}: {type(e).__name__}: {e}") from None
+    return preset.config, hf_type, set_norms(model.eval(), exact=True)
+
+
+def attention_layers(model: torch.nn.Module, hf_type: str) -> list[torch.nn.Module]:
+    """The attention modules of ``model``, first layer first."""
+    name = HF_TYPES[hf_type].attention
+    return [m for m in model.modules() if type(m).__name__ == name]
+
+
+def layer_calls(model: torch.nn.Module, hf_type: str, ids: torch.Tensor) -> list[tuple[torch.Tensor, tuple, dict]]:
+    """For each attention layer, ``(x, args, kwargs)``: the hidden states ``(B, L, E)`` it reads when ``model``
+    runs on ``ids`` ``(B, L)``, and the rest of its call (position tables, mask) as the model made it."""
+    calls: list[tuple[torch.Tensor, tuple, dict]] = []
+
+    def keep(module, args, kwargs):
+        kw = dict(kwargs)
+        x = kw.pop("hidden_states") if "hidden_states" in kw else args[0]
+        rest = args if "hidden_states" in kwargs else args[1:]
+        calls.append((x.detach(), rest, kw))
+
+    hooks = [m.register_forward_pre_hook(keep, with_kwargs=True) for m in attention_layers(model, hf_type)]
+    try:
+        with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):
+            model(input_ids=ids, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return calls
+
+
+def input_deficiency(x: torch.Tensor, rtol: float = SPAN_RTOL) -> tuple[int, int]:
+    """``(linear, affine)``: how many dimensions the tokens ``x`` ``(..., E)`` leave out of the space (directions
+    ``a`` with ``a·x = 0`` for all of them) and of affine space (``a·x = c``; a LayerNorm's hyperplane is one)."""
+    X = x.reshape(-1, x.shape[-1]).to(torch.float64)
+    ones = X.pow(2).mean().sqrt() * torch.ones(X.shape[0], 1, dtype=X.dtype)  # the constant, at the inputs' scale
+
+    def missing(A: torch.Tensor) -> int:
+        s = torch.linalg.svdvals(A)
+        return A.shape[1] - int((s > rtol * s[0]).sum())
+
+    return missing(X), missing(torch.cat([X, ones], 1))
+
+
+def generic_count_on(cfg: AttentionConfig, x: torch.Tensor) -> tuple[int, bool]:
+    """``(count, hyperplane)``: the unidentified directions of ``cfg``'s layer at generic weights on inputs ``x``
+    ``(..., E)``: :func:`attnid.counting.count`, plus :func:`attnid.counting.biased_reader_rows` where the inputs
+    lie on an affine hyperplane. Other inputs spanning less than the space are refused (:class:`HFAuditError`)."""
+    linear, affine = input_deficiency(x)
+    if linear == 0 and affine == 0:
+        return count(cfg).unidentified, False
+    if linear == 0 and affine == 1 and all(c in cfg.bias for c in "qkv"):
+        return count(cfg).unidentified + biased_reader_rows(cfg), True
+    if linear == 0 and affine == 1:
+        raise HFAuditError("inputs: the layer's inputs lie on a hyperplane (a LayerNorm's) and some query, key or "
+                           "value rows have no bias; attnid derives that case for biased rows only")  # fmt: skip
+    raise HFAuditError(
+        f"inputs: the layer's inputs span only {cfg.E - max(linear, affine - 1)} of {cfg.E} dimensions "
+        f"(linear deficiency {linear}, affine {affine}), so its count would describe the data, not the weights "
+        "(a norm without shift, or a vocabulary narrower than the width)"
+    )
+
+
+def audit_checkpoint(
+    path: str | Path,
+    *,
+    layers: list[int] | None = None,
+    seed: int = 0,
+    rtol: float = RTOL,
+    max_memory: float | None = None,
+    progress: bool = False,
+) -> list[dict]:
+    """Audit each attention layer (or ``layers``) of the checkpoint in folder ``path`` at its trained weights: the
+    dense Jacobian on the hidden states entering it (the model run on seeded random tokens, as many as
+    :func:`attnid.audit.default_data_size` asks), against :func:`generic_count_on` those inputs. Rows have the
+    keys of :func:`attnid.lm.points.audit_point` (``layer``, ``params``, ``rank``, ``unidentified``, ``generic``,
+    ``at_generic``, ``gap``, ``weakest``, ``method``, ``note``, ``seconds``) and ``hyperplane``. A layer whose
+    dense Jacobian needs more than ``max_memory`` bytes (default: the memory available) is refused before
+    anything is run."""
+    from tqdm import tqdm
+
+    check_seed(seed)
+    cfg, hf_type, model = load_checkpoint(path)
+    attns = attention_layers(model, hf_type)
+    chosen = list(range(len(attns))) if layers is None else layers
+    bad = [k for k in chosen if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < len(attns))]
+    if bad or not chosen:
+        raise ValueError(f"layer must be an integer from 0 to {len(attns) - 1}, got {bad or chosen}")
+    n = sum(p.numel() for p in attns[0].parameters())
+    B, L = default_data_size(cfg, n)
+    field = "n_positions" if hf_type == "gpt2" else "max_position_embeddings"  # learned or rotary positions
+    config: Any = model.config  # a transformers PretrainedConfig
+    context = getattr(config, field, None)
+    if context is not None and context < L:
+        raise ValueError(f"checkpoint: the audit reads sequences of {L} tokens; the model has {context} positions")
+    _check_memory(f"{hf_type} attention", cfg.E, n, B * L * cfg.E, max_memory, "checkpoint")
+    vocab = config.vocab_size
+    ids = torch.randint(0, vocab, (B, L), generator=torch.Generator().manual_seed(20_000 + seed))
+    calls = layer_calls(model, hf_type, ids)
+    eager = HF_TYPES[hf_type].softcap is not None
+    rows = []
+    for k in tqdm(chosen, desc="layers", disable=not progress):
+        x, args, kw = calls[k]
+        t0 = time.perf_counter()
+        generic, hyperplane = generic_count_on(cfg, x)
+
+        def forward(call, h, args=args, kw=kw):
+            with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
+                return call(h, *args, **kw)
+
+        r = audit_module(attns[k], (x,), forward=forward, rtol=rtol)
+        sv = r.singular_values or [1.0]
+        rows.append({
+            "layer": k, "params": n, "rank": r.rank, "unidentified": r.unidentified, "generic": generic,
+            "at_generic": r.unidentified == generic, "gap": r.sv_gap, "weakest": sv[r.rank - 1] / sv[0],
+            "method": "dense", "note": "", "hyperplane": hyperplane, "seconds": time.perf_counter() - t0,
+        })  # fmt: skip
+    return rows

@@ -1,0 +1,138 @@
+"""Trained transformers checkpoints (attnid.checkpoints, `attnid audit --checkpoint`): a save_pretrained folder
+audited at its weights, against the generic count on the inputs it really sees."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from attnid.checkpoints import audit_checkpoint, generic_count_on, input_deficiency
+from attnid.cli import main
+from attnid.configs import ConfigError
+from attnid.counting import biased_reader_rows, collapsed_query_dims, count
+from attnid.families import equivalent_config
+from attnid.hf import HFAuditError, build_model
+
+E, H, D = 16, 2, 8
+
+
+def save(model, d):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(d)
+    return d
+
+
+def tiny(hf_type: str, **kw):
+    """A 2-layer ``hf_type`` LM with seeded random weights (norm weights and shifts away from 1 and 0)."""
+    cfg = equivalent_config(hf_type, embed=E, heads=H, **kw)
+    model, _ = build_model(hf_type, cfg, ffn=24, layers=2, vocab=64, tied=False, seq_len=64, seed=1)
+    return cfg, model
+
+
+def collapse_gpt2_query(model, layer: int, rank: int) -> None:
+    """Head 0's augmented query map ``[W_Q | b_Q]`` of ``layer`` cut to ``rank`` (0: removed)."""
+    a = model.transformer.h[layer].attn
+    with torch.no_grad():
+        Wb = torch.cat([a.c_attn.weight[:, :D], a.c_attn.bias[None, :D]], 0)  # (E + 1, D): GPT-2's Conv1D layout
+        U, s, Vh = torch.linalg.svd(Wb, full_matrices=False)
+        cut = U[:, :rank] @ torch.diag(s[:rank]) @ Vh[:rank]
+        a.c_attn.weight[:, :D] = cut[:E]
+        a.c_attn.bias[:D] = cut[E]
+
+
+def test_a_random_gpt2_checkpoint_is_generic_and_a_collapsed_head_adds_the_closed_form(tmp_path):
+    cfg, model = tiny("gpt2")
+    rows = audit_checkpoint(save(model, tmp_path / "generic"))
+    generic = count(cfg).unidentified + biased_reader_rows(cfg)  # a LayerNorm's hyperplane: one per biased row
+    assert [(r["layer"], r["unidentified"], r["generic"], r["at_generic"]) for r in rows] == [
+        (0, generic, generic, True),
+        (1, generic, generic, True),
+    ]
+    assert all(r["hyperplane"] and r["gap"] > 1e6 and 0 < r["weakest"] < 1 for r in rows)
+    for rank in (0, 1):  # the verdict flips, by exactly the closed form's extra directions
+        _, model = tiny("gpt2")
+        collapse_gpt2_query(model, 1, rank)
+        (row,) = audit_checkpoint(save(model, tmp_path / f"rank{rank}"), layers=[1])
+        extra = collapsed_query_dims(cfg, rank, hyperplane_inputs=True)
+        assert (row["unidentified"], row["at_generic"]) == (generic + extra, False), rank
+        assert row["gap"] > 1e6
+
+
+def test_a_llama_checkpoint_with_grouped_keys_reads_on_unconstrained_inputs(tmp_path):
+    cfg, model = tiny("llama", groups=1)
+    (row,) = audit_checkpoint(save(model, tmp_path), layers=[1])
+    assert (row["unidentified"], row["generic"], row["hyperplane"]) == (72, count(cfg).unidentified, False)
+    assert row["gap"] > 1e6
+
+
+def test_the_inputs_span_is_read_off_the_tokens():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 6, generator=g, dtype=torch.float64)
+    assert input_deficiency(x) == (0, 0)
+    w = torch.randn(6, generator=g, dtype=torch.float64)
+    on_plane = x - ((x @ w - 3.0) / (w @ w))[:, None] * w  # w·x = 3 for every token
+    assert input_deficiency(on_plane) == (0, 1)
+    through_origin = x - ((x @ w) / (w @ w))[:, None] * w
+    assert input_deficiency(through_origin) == (1, 1)
+    cfg = equivalent_config("gpt2", embed=6, heads=2)
+    assert generic_count_on(cfg, x) == (count(cfg).unidentified, False)
+    assert generic_count_on(cfg, on_plane) == (count(cfg).unidentified + biased_reader_rows(cfg), True)
+    with pytest.raises(HFAuditError, match="span only 5 of 6"):
+        generic_count_on(cfg, through_origin)
+    x8 = torch.randn(200, 8, generator=g, dtype=torch.float64)
+    w8 = torch.randn(8, generator=g, dtype=torch.float64)
+    with pytest.raises(HFAuditError, match="no bias"):  # Llama's readers have no bias to take the constant back
+        generic_count_on(equivalent_config("llama", embed=8, heads=2), x8 - ((x8 @ w8 - 3.0) / (w8 @ w8))[:, None] * w8)
+
+
+def test_a_layernorm_without_shift_is_refused_not_miscounted(tmp_path):
+    _, model = tiny("gpt2")
+    with torch.no_grad():
+        model.transformer.h[0].ln_1.bias.zero_()  # its inputs now lie on a hyperplane through the origin
+    with pytest.raises(HFAuditError, match="span only 15 of 16"):
+        audit_checkpoint(save(model, tmp_path), layers=[0])
+
+
+def test_a_folder_that_is_no_checkpoint_of_a_known_family_is_refused(tmp_path):
+    _, model = tiny("llama")
+    d = save(model, tmp_path / "ok")
+    with pytest.raises(ValueError, match="layer must be an integer from 0 to 1"):
+        audit_checkpoint(d, layers=[2])
+    with pytest.raises(ConfigError, match="not a folder"):
+        audit_checkpoint(d / "config.json")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text((d / "config.json").read_text())
+    with pytest.raises(ConfigError, match="holds no weights"):
+        audit_checkpoint(bare)
+    (bare / "model.safetensors").write_bytes(b"not a weight file")
+    with pytest.raises(ConfigError, match="cannot load"):
+        audit_checkpoint(bare)
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 16, "num_attention_heads": 2}))
+    (bert / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"audits trained checkpoints of gpt2.*this one is bert"):
+        audit_checkpoint(bert)
+
+
+def test_cli_audits_a_checkpoint_and_refuses_the_flags_it_fixes(tmp_path, capsys):
+    _, model = tiny("gpt2")
+    d = str(save(model, tmp_path))
+    assert main(["audit", "--checkpoint", d, "--layer", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["checkpoint"] == d and [r["at_generic"] for r in out["layers"]] == [True]
+    for extra, why in (
+        (["--embed", "8"], "--embed cannot be combined with --checkpoint"),
+        (["--method", "dense"], "--method cannot be combined with --checkpoint"),
+        (["--run", d], "give --run DIR or --checkpoint DIR, not both"),
+        (["--max-memory", "0"], "max-memory must be a positive number"),
+    ):
+        assert main(["audit", "--checkpoint", d, *extra]) == 2
+        assert why in capsys.readouterr().err
+    assert main(["audit", "--checkpoint", d, "--max-memory", "1e-9"]) == 2
+    assert "GiB" in capsys.readouterr().err
