@@ -173,10 +173,13 @@ table(narrow.assign(case=narrow["case"].map(ch.CASE_LABELS)))
 md(ch.points_sentence(narrow, "the narrow runs"))
 
 # %% [markdown]
-# Chapter 6's own runs are audited by the certificate of chapter 1 (known null directions, the rest
-# certified of full rank), which needs the weakest identified direction above its rank cut
-# ($10^{-9}\,\sigma_{\max}$). A certificate that fails says *undecided*, with its lower bound on that
-# direction: the point may be special, or merely too close to one for the bound.
+# Chapter 6's own runs are audited by the certificate of chapter 1: the known null directions are
+# checked to be null, and the rest certified of full rank. Here $W_O$ is square ($HC = E$), so the
+# layer's Jacobian is $W_O$ times one factor per key/value group; the rank of the product is the sum of
+# the groups' ranks when $W_O$ is invertible, and each factor's rank is decided at its own scale (its
+# smallest singular value above $10^{-9}$ of its largest). The weakest identified direction of the
+# whole layer is then bounded from below by the product of the two weakest ones, which a trained,
+# ill-conditioned $W_O$ pulls far down. A certificate that fails says *undecided*, with that bound.
 
 # %% tags=["hide-input"]
 if certify:

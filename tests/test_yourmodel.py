@@ -66,7 +66,9 @@ def test_points_sentence_says_what_the_table_holds():
     text = ch.points_sentence(generic, "the narrow runs")
     assert text.startswith("Of the 2 layers of the narrow runs, 2 sit at the generic count.")
     assert "1.0e-08 to 1.0e-03" in text and "in 1 of those 2 layers it is below 1e-06" in text
-    assert "undecided" not in text
+    assert "undecided" not in text and "at least" not in text
+    text = ch.points_sentence(generic.assign(method="certify"), "chapter 6's runs")
+    assert "is at least 1.0e-08 to 1.0e-03 of the strongest (the certificate's lower bound" in text
     planted = _points([("sgd", 0, True, 1e-3), ("sgd", 1, False, 1e-3), ("adamw", 0, None, 1e-11)])
     text = ch.points_sentence(planted, "x")
     assert "1 sit at the generic count, 1 have more unidentified directions than it (a special point) and 1 are" in text

@@ -5,13 +5,14 @@ forming it, in five steps (each a function below).
    coordinate, so that block's rank is ``E·rank(Z)`` and its range is projected out exactly.
 2. :func:`certification_blocks`: the known null directions (:func:`attnid.symmetry.tangent_basis`, or
    those supplied), and the parts of the remaining parameters φ certified on their own (one per
-   key/value group where ``W_O`` is injective, else the whole φ); in each, the known directions pin
-   ``k_b`` coordinates by LU pivoting, and the rest are free.
+   key/value group where ``W_O`` is injective, else the whole φ). A group is certified on the orthogonal
+   complement of its known directions (a QR); the whole φ on the coordinates left free when the known
+   directions pin ``k_b`` of them by LU pivoting (its sketch reads coordinates).
 3. :func:`null_residuals` and :func:`largest_singular_value`: ``‖J t‖ / ‖t‖`` of every known direction
    (forward mode) and ``‖J‖₂`` (block power iteration), which sets the tolerance's scale.
-4. :func:`per_group_certificate` (``W_O`` injective): each group's exact projected Jacobian on its free
-   coordinates, its smallest singular value from a QR; or :func:`whole_sketch_certificate`: one Gaussian
-   sketch of side ``n_free`` and its condition number.
+4. :func:`per_group_certificate` (``W_O`` injective): each group's exact projected Jacobian on the
+   complement, its smallest singular value from a QR (exactly the group's weakest identified direction);
+   or :func:`whole_sketch_certificate`: one Gaussian sketch of side ``n_free`` and its condition number.
 5. :func:`certify`: the known directions must be null and the rest of full rank, or
    :class:`CertificateError`; then ``rank = E·rank(Z) + n_free``.
 """
@@ -113,7 +114,9 @@ def smallest_singular_value(K: torch.Tensor, gen: torch.Generator, *, upper_tria
 class _JacobianBlock:
     """A part of the projected Jacobian certified on its own: ``fn(theta)`` its outputs ``(B, rows, L)``
     (flattened), ``cols`` the indices of ``theta`` that are φ coordinates (in θ's order), ``T`` the known
-    null directions restricted to them ``(len(cols), k_b)``. ``free``: the coordinates left after pinning."""
+    null directions restricted to them ``(len(cols), k_b)``. Where it is certified: ``free``, the coordinates
+    left after pinning (the whole sketch), or ``complement`` ``(len(cols), n_free)``, an orthonormal basis of
+    the complement of ``T`` (a key/value group)."""
 
     fn: Callable[[torch.Tensor], torch.Tensor]
     theta: torch.Tensor
@@ -121,8 +124,14 @@ class _JacobianBlock:
     T: torch.Tensor
     rows: int
     free: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    complement: torch.Tensor | None = None
     t_cond: float = 1.0
     shape: tuple[int, int] = (0, 0)  # (batch, tokens) of the audited inputs
+
+    @property
+    def n_free(self) -> int:
+        """The dimension certified of full rank."""
+        return len(self.free) if self.complement is None else self.complement.shape[1]
 
 
 def splits_by_group(cfg: AttentionConfig) -> bool:
@@ -199,6 +208,24 @@ def _pin_known_directions(block: _JacobianBlock, rtol: float) -> None:
     block.free = np.setdiff1d(np.arange(n_b), np.sort(order[:k]))
 
 
+def _complement_known_directions(block: _JacobianBlock, rtol: float) -> None:
+    """An orthonormal basis of the complement of the block's known directions (a complete QR of ``T``, whose
+    pivot ratio ``|R_kk|`` must clear ``rtol``) as ``block.complement``."""
+    n_b, k = block.T.shape
+    if k > n_b:
+        raise CertificateError(f"certify: {k} supplied null directions for {n_b} coordinates are not independent")
+    Q, R = torch.linalg.qr(block.T, mode="complete")
+    if k:
+        diag = R.diagonal().abs()
+        block.t_cond = float(diag.min() / diag.max())
+        if block.t_cond < rtol:
+            raise CertificateError(
+                f"certify: the supplied null directions are not independent (QR pivot ratio "
+                f"{block.t_cond:.1e} < rtol {rtol:.0e}); the count would be wrong"
+            )
+    block.complement = Q[:, k:].contiguous()
+
+
 # ------------------------------------------------------------------------------ the five steps
 @dataclass
 class OutputBlock:
@@ -243,7 +270,10 @@ def certification_blocks(
     split = _head_group_blocks(cfg, p, X, phi_idx, T, rtol)
     blocks, wo_min = split if split is not None else ([_JacobianBlock(f, theta, phi_idx, T[phi_idx], cfg.E)], None)
     for block in blocks:
-        _pin_known_directions(block, rtol)
+        if split is None:
+            _pin_known_directions(block, rtol)
+        else:
+            _complement_known_directions(block, rtol)
     return blocks, wo_min
 
 
@@ -285,14 +315,15 @@ def _projector(Qz: torch.Tensor, Bsz: int, L: int) -> Callable[[torch.Tensor], t
 @dataclass
 class Certificate:
     """Steps 4–5: which route certified the free coordinates, the smallest singular value it vouches for
-    (``kept``), whether that clears ``rtol·σ_max``, and the route's own number (the sketch's condition
-    number, or ``σ_min(W_O)``)."""
+    (``kept``), whether the rest is certified of full rank, and the route's own numbers (the sketch's condition
+    number; or ``σ_min(W_O)`` and the weakest group's ``σ_min / σ_max``)."""
 
     route: str
     kept: float
     certified: bool
     sketch_cond: float | None = None
     wo_min: float | None = None
+    group_ratio: float | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -345,31 +376,40 @@ def per_group_certificate(
     chunk: int,
     bar=None,
 ) -> Certificate:
-    """Step 4, per-group route: each group's exact projected Jacobian on its free coordinates (a JVP per
-    coordinate), its smallest singular value from the R of a QR;
-    ``σ_min(P J_φ | free) >= σ_min(W_O) · min_g σ_min(P J_g | free)``."""
+    """Step 4, per-group route: each group's exact projected Jacobian on the complement of its known
+    directions (a JVP per basis vector), its smallest and largest singular values from the R of a QR.
+
+    The projected φ-Jacobian is ``(W_O ⊗ I)`` times the groups' Jacobians side by side, so with ``W_O``
+    injective its rank is the sum of theirs: each group is certified of full rank at its own scale
+    (``σ_min > rtol·σ_max`` of the group), and ``kept = σ_min(W_O) · min_g σ_min(P J_g)``, a lower bound on the
+    whole Jacobian's weakest identified direction (``W_O``'s condition number enters it; at a trained point
+    it can fall below ``rtol·σ_max`` of the whole while every factor's rank is clear)."""
     build = factor = 0.0
-    s_min = math.inf
+    s_min, ratio = math.inf, math.inf
     for block in blocks:
         t0 = time.perf_counter()
-        cols = block.cols[block.free]
+        assert block.complement is not None
+        basis = block.complement.T  # (n_free, n_b)
         Bsz, L = block.shape
-        M = torch.empty(len(cols), Bsz * block.rows * L, dtype=torch.float64)
-        for j in range(0, len(cols), chunk):
-            rows = min(chunk, len(cols) - j)
-            V = torch.zeros(rows, block.theta.numel(), dtype=torch.float64)
-            V[torch.arange(rows), cols[j : j + rows]] = 1
-            cols_j = vmap(lambda t, b=block: jvp(b.fn, (b.theta,), (t,))[1])(V)
+        M = torch.empty(len(basis), Bsz * block.rows * L, dtype=torch.float64)
+        for j in range(0, len(basis), chunk):
+            rows = min(chunk, len(basis) - j)
+            cols_j = vmap(lambda t, b=block: jvp(b.fn, (b.theta,), (t,))[1])(basis[j : j + rows])
             M[j : j + rows] = vmap(project)(cols_j.reshape(rows, Bsz, block.rows, L))
             _tick(bar, rows)
         t1 = time.perf_counter()
         if len(M):
             R = torch.linalg.qr(M.T, mode="r").R
-            s_min = min(s_min, smallest_singular_value(R, gen, upper_triangular=True))
+            low = smallest_singular_value(R, gen, upper_triangular=True)
+            high = top_singular_value(lambda V, R=R: (R.T @ (R @ V.T)).T, R.shape[0], gen)
+            s_min, ratio = min(s_min, low), min(ratio, low / high if high > 0 else 0.0)
         build, factor = build + t1 - t0, factor + time.perf_counter() - t1
     kept = wo_min * s_min if math.isfinite(s_min) else sigma_max
     seconds = {"block_jacobians": build, "block_factors": factor}
-    return Certificate("per-group QR", kept, kept > rtol * sigma_max, wo_min=wo_min, seconds=seconds)
+    group_ratio = ratio if math.isfinite(ratio) else 1.0
+    return Certificate(
+        "per-group QR", kept, group_ratio > rtol, wo_min=wo_min, group_ratio=group_ratio, seconds=seconds
+    )
 
 
 def _checked(resid: torch.Tensor, cert: Certificate, sigma_max: float, rtol: float) -> float:
@@ -384,12 +424,16 @@ def _checked(resid: torch.Tensor, cert: Certificate, sigma_max: float, rtol: flo
             f"Jacobian (largest ‖J t‖/‖t‖ = {worst:.2e} > rtol·σ_max = {rtol * sigma_max:.2e})"
         )
     if not cert.certified:
+        weakest = (
+            f"a key/value group's weakest direction {cert.group_ratio:.1e} of its strongest"
+            if cert.group_ratio is not None
+            else f"smallest kept singular value {cert.kept / sigma_max:.1e} σ_max"
+        )
         err = CertificateError(
             f"certify: the Jacobian has null directions beyond the {k} supplied ones, or the data "
-            f"are too few (smallest kept singular value {cert.kept / sigma_max:.1e} σ_max); rerun with a larger "
-            "--batch, or --method dense at a small width"
+            f"are too few ({weakest}); rerun with a larger --batch, or --method dense at a small width"
         )
-        err.kept_ratio = cert.kept / sigma_max  # the certificate's lower bound on σ_min / σ_max, below rtol
+        err.kept_ratio = cert.kept / sigma_max  # the certificate's lower bound on σ_min / σ_max
         raise err
     return worst
 
@@ -405,13 +449,14 @@ def _details(
         "rank_Z": out.rank_z,
         "params_output_block": out.params,
         "known_null_dirs": k,
-        "free_params": sum(len(b.free) for b in blocks),
+        "free_params": sum(b.n_free for b in blocks),
         "certificate": cert.route,
         "jacobian_blocks": len(blocks),  # one per key/value group when W_O is injective, else 1
         "sketch_cond": cert.sketch_cond,  # whole sketch only
         "W_O_sigma_min": cert.wo_min,  # per-group only
+        "group_kept_ratio": cert.group_ratio,  # per-group only: the weakest group's σ_min / σ_max
         "null_residual_max": worst,
-        "tangent_lu_ratio": min(b.t_cond for b in blocks),
+        "known_pivot_ratio": min(b.t_cond for b in blocks),  # of the known directions' QR (groups) or LU
         "Z_singular_gap": out.z_gap,
     }
 
@@ -456,7 +501,7 @@ def certify(
     blocks, wo_min = certification_blocks(cfg, p, X, f, T, rtol)
     for block in blocks:
         block.shape = (Bsz, L)
-    n_free = sum(len(b.free) for b in blocks)
+    n_free = sum(b.n_free for b in blocks)
     timer("tangent_lu")
     resid = null_residuals(f, theta, T, chunk)
     timer("null_residuals")

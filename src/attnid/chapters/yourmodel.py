@@ -178,19 +178,21 @@ def points_sentence(t: pd.DataFrame, what: str) -> str:
     text = f"Of the {f['x_layers']} layers of {what}, " + ", ".join(parts[:-1]) + (" and " * (len(parts) > 1))
     text += parts[-1] + "."
     decided = f["x_layers"] - f["x_undecided"]
+    certified = "method" in t and bool((t["method"] == "certify").any())
     if decided and np.isfinite(f["x_weakest_min"]):
         text += (
-            f" Where decided, the weakest identified direction is {f['x_weakest_min']:.1e} to "
-            f"{f['x_weakest_max']:.1e} of the strongest; in {f['x_weak']} of those {decided} layers it is below "
-            f"{WEAK:.0e}: a step along it moves the output less than a millionth as much as the same step along the "
-            "strongest."
-        )
+            f" Where decided, the weakest identified direction is {'at least ' * certified}"
+            f"{f['x_weakest_min']:.1e} to {f['x_weakest_max']:.1e} of the strongest"
+            + (" (the certificate's lower bound: the weakest direction of W_O times that of the weakest "
+               "key/value group, each of them certified clear of zero at its own scale)" if certified else "")
+            + f"; in {f['x_weak']} of those {decided} layers it is below {WEAK:.0e}: a step along it moves the "
+            "output less than a millionth as much as the same step along the strongest."
+        )  # fmt: skip
     if f["x_undecided"] and np.isfinite(f["x_bound_min"]):
         text += (
             f" Where undecided, the certificate bounds the weakest identified direction from below only, by "
-            f"{f['x_bound_min']:.1e} to {f['x_bound_max']:.1e} of the strongest, under its rank cut of 1e-9: the "
-            "point may be special, as weakly identified as the exact audits of the narrow runs show, or the "
-            "validation windows too few for the bound."
+            f"{f['x_bound_min']:.1e} to {f['x_bound_max']:.1e} of the strongest, and could not show every factor "
+            "of the Jacobian of full rank: the point may be special, or the validation windows too few."
         )
     return text
 

@@ -103,7 +103,8 @@ def audit_point(model: GPT, tokens: torch.Tensor, layer: int, *, method: str = "
     """Audit attention layer ``layer`` of ``model`` at its weights on ``tokens`` ``(B, L)`` (see the module
     docstring): ``layer``, ``params``, ``rank``, ``unidentified``, ``generic`` (the count at generic weights),
     ``at_generic`` (equal), ``gap`` (smallest kept over largest dropped singular value), ``weakest``
-    (``σ_kept / σ_max``), ``method`` (``dense`` or ``certify``). ``certify`` raises nothing where it cannot
+    (``σ_kept / σ_max``; with ``certify`` its lower bound, :func:`attnid.certify.per_group_certificate`),
+    ``method`` (``dense`` or ``certify``). ``certify`` raises nothing where it cannot
     certify the count (a special point, or identified directions weaker than its bound can tell from null ones):
     ``rank``, ``unidentified`` and ``at_generic`` are then ``None`` (undecided), ``weakest`` the certificate's
     lower bound, and ``note`` its reason."""
@@ -149,6 +150,7 @@ def validation_tokens(data: CharData, model: GPT, n_params: int, *, seed: int = 
 
 
 POINTS_FILE = "points.json"  # a run folder's cached trained-point audits (keyed by model.pt's digest)
+AUDIT_VERSION = "v2"  # in the cache key: audits of an earlier certificate are not reused (v2: per-group factors)
 
 
 def audit_run(
@@ -178,7 +180,7 @@ def audit_run(
     bad = [k for k in chosen if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n_layer)]
     if bad or not chosen:
         raise ValueError(f"layer must be an integer from 0 to {n_layer - 1}, got {bad or chosen}")
-    key = f"{sha256(d / 'model.pt')}/seed {seed}/{method}"
+    key = f"{sha256(d / 'model.pt')}/seed {seed}/{method}/{AUDIT_VERSION}"
     kept = _read_points(d).get(key, {}) if cache else {}
     todo = [k for k in chosen if str(k) not in kept]
     if todo:
