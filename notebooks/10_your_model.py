@@ -56,6 +56,10 @@ my_config = {
 # a layer, kept in each run's points.json); None: at every profile
 # but smoke
 certify_chapter6 = None
+# a transformers checkpoint of your own (the folder save_pretrained
+# writes; a small one of a family attnid knows), audited at its
+# trained weights; None: none
+my_checkpoint = None
 
 # %% tags=["hide-input"]
 import torch
@@ -193,6 +197,20 @@ else:
     )
 
 # %% [markdown]
+# A checkpoint saved by `transformers` (`save_pretrained`) is audited the same way by
+# `attnid audit --checkpoint DIR`: the folder's `config.json` is read as above, the model is loaded
+# offline in float64, and each attention layer is audited on the hidden states its own model makes
+# from random tokens. Whether those inputs lie on a hyperplane (a LayerNorm's) is read off the inputs
+# themselves; inputs that span less than the width are refused, since the count would then describe
+# the data. Set `my_checkpoint` in the parameters cell to audit one here.
+
+# %% tags=["hide-input"]
+if my_checkpoint is not None:
+    table(ch.table_checkpoint(my_checkpoint, seed=seed))
+else:
+    md("No checkpoint given (`my_checkpoint`).")
+
+# %% [markdown]
 # ## How much of the weights' motion is motion along the symmetry
 #
 # Two layers are the same function exactly when their invariants agree, but the invariants are products
@@ -239,6 +257,8 @@ table(ch.table_claims(profile))
 #   config's structure and a small width, its Jacobian rank against the closed form.
 # * `attnid audit --run DIR [--layer K]`: a trained attnid run at its trained weights (`attnid train`
 #   keeps `model.pt` at the smoke and cpu profiles; `--save-model` elsewhere).
+# * `attnid audit --checkpoint DIR [--layer K]`: a small `transformers` checkpoint at its trained
+#   weights, each attention layer against the generic count on its own inputs.
 # * `attnid.invariants.layer_invariants(cfg, params)` and `invariant_distance(a, b)`: the invariants of
 #   any layer in the column form of chapter 1 (`attnid.attention.from_fused` and `from_torch_mha`
 #   convert common layouts), and the distance between two layers modulo their symmetries.

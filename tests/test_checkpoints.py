@@ -136,3 +136,13 @@ def test_cli_audits_a_checkpoint_and_refuses_the_flags_it_fixes(tmp_path, capsys
         assert why in capsys.readouterr().err
     assert main(["audit", "--checkpoint", d, "--max-memory", "1e-9"]) == 2
     assert "GiB" in capsys.readouterr().err
+
+
+def test_chapter_table_of_a_checkpoint(tmp_path):
+    from attnid.chapters import yourmodel as ch
+
+    cfg, model = tiny("gpt2")
+    t = ch.table_checkpoint(save(model, tmp_path))
+    generic = count(cfg).unidentified + biased_reader_rows(cfg)
+    assert list(t["layer"]) == [0, 1] and list(t["unidentified"]) == [generic, generic]
+    assert t["at_generic"].all() and t["hyperplane"].all() and "weakest" in t.attrs["formats"]

@@ -139,6 +139,16 @@ def table_points(
 POINT_COLUMNS = ("layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "seconds")
 
 
+def table_checkpoint(path: str | Path, *, seed: int = 0) -> pd.DataFrame:
+    """:func:`attnid.checkpoints.audit_checkpoint` of every attention layer of a ``transformers`` checkpoint
+    folder, with the columns of :func:`table_points` and whether the inputs lie on a hyperplane."""
+    from ..checkpoints import audit_checkpoint
+
+    rows = audit_checkpoint(path, seed=seed)
+    df = pd.DataFrame([{**{k: r[k] for k in POINT_COLUMNS}, "hyperplane": r["hyperplane"]} for r in rows])
+    return with_formats(df, params="{:,.0f}", gap="{:.1e}", weakest="{:.1e}", seconds="{:.1f}")
+
+
 def points_facts(t: pd.DataFrame, key: str) -> dict:
     """Glue values of a :func:`table_points` table, prefixed ``key``: layers audited, at the generic count, special,
     undecided, without weights; the weakest identified direction over the decided layers (``weakest_min``,
