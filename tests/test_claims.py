@@ -465,10 +465,15 @@ def test_planted_wd_moves_along_symmetry(tmp_path):
                 runs.runs.setdefault(case, {})[s] = rec
         return runs
 
-    ok = evaluate_claim(claim, suite(False))
-    assert ok["verdict"] == "yes" and ok["low"] > 0.5, ok
+    runs = suite(False)
+    ok = evaluate_claim(claim, runs)
+    assert ok["verdict"] == "yes" and ok["low"] > 0.5 and ok["side"] == "with chapter 10", ok
     planted = evaluate_claim(claim, suite(True))
-    assert planted["verdict"] == "no" and planted["high"] < -0.5, planted
+    assert planted["verdict"] == "no" and planted["high"] < -0.5 and planted["side"] == "against chapter 10", planted
+    one = SuiteRuns("smoke", "dynamics")
+    one.runs = {case: {0: by_seed[0]} for case, by_seed in runs.runs.items()}
+    alone = evaluate_claim(claim, one)  # the book's own claim: the seed lies with chapter 10, not "the paper"
+    assert alone["verdict"] == "inconclusive" and "1 seed, with chapter 10; 3 needed" in alone["reason"], alone
 
 
 def test_planted_trained_point_off_the_generic_count(corpus, tmp_path):

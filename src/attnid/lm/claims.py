@@ -325,7 +325,7 @@ class Claim:
     says what the verdict depends on, computed from the records; ``rho`` names the ρ measure the value uses;
     ``detail`` adds keys to the row from every seed's records. ``stand_in`` maps a case to the one whose records
     stand in for it at profiles whose suite does not run it (``sgd_deep`` at paper scale, where ``sgd`` has 6
-    layers).
+    layers). ``stated_by`` says whose claim it is (the paper's, or a chapter's own), in the side the seeds lie on.
     """
 
     id: str
@@ -346,6 +346,7 @@ class Claim:
     stand_in: tuple[tuple[str, str], ...] = ()
     values: Callable[[list[Cases]], list[float]] | None = None
     suite: str = "dynamics"  # the suite whose records it reads
+    stated_by: str = "the paper"  # whose claim it is: the seeds lie "with" or "against" it
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -651,6 +652,7 @@ POINT_CLAIMS: tuple[Claim, ...] = (
         control=weakest_point,
         kind="theorem",
         suite="points",
+        stated_by="chapter 10",
     ),
     Claim(
         id="wd_moves_along_symmetry",
@@ -666,6 +668,7 @@ POINT_CLAIMS: tuple[Claim, ...] = (
         cases=("sgd", "sgd_wd"),
         control_text="plain SGD's share",
         control=lambda c: along_symmetry(c["sgd"]),
+        stated_by="chapter 10",
     ),
 )
 POINT_CLAIM_IDS = tuple(c.id for c in POINT_CLAIMS)
@@ -698,12 +701,12 @@ def _seed_cases(runs: SuiteRuns, seed: int, cases: dict[str, str]) -> Cases:
     return {**c, **{k: c[v] for k, v in cases.items()}}
 
 
-def seed_side(holds: list[bool]) -> str:
-    """On which side of the threshold the seeds lie: ``"with the paper"``, ``"against the paper"`` or
-    ``"split"``."""
+def seed_side(holds: list[bool], stated_by: str = "the paper") -> str:
+    """On which side of the threshold the seeds lie: ``"with the paper"``, ``"against the paper"`` (or with and
+    against whoever ``stated_by`` names) or ``"split"``."""
     if all(holds):
-        return "with the paper"
-    return "against the paper" if not any(holds) else "split"
+        return f"with {stated_by}"
+    return f"against {stated_by}" if not any(holds) else "split"
 
 
 def _blank_row(claim: Claim, runs: SuiteRuns, cases: dict[str, str], seeds: list[int]) -> dict:
@@ -760,14 +763,14 @@ def verdict_of(claim: Claim, seeds: list[int], vals: list[float], layers: int) -
             f"the value is not finite for seed(s) {', '.join(map(str, bad))} (a zero or missing quantity)",
             None,
         )
-    side = seed_side(holds)
+    side = seed_side(holds, claim.stated_by)
     if layers < claim.min_layers:
         return "inconclusive", f"needs ≥ {claim.min_layers} layers, the model has {layers}", side
     if len(seeds) < claim.min_seeds:
         n = len(seeds)
         return "inconclusive", f"{n} seed{'s' * (n > 1)}, {side}; {claim.min_seeds} needed for a spread", side
     if side != "split":
-        return ("yes" if side == "with the paper" else "no"), "", side
+        return ("yes" if all(holds) else "no"), "", side
     return "inconclusive", f"the seeds' range {min(vals):.3g} to {max(vals):.3g} crosses the threshold", side
 
 
