@@ -335,3 +335,30 @@ def test_a_data_ratio_that_is_not_a_positive_number_is_refused_by_name(ratio):
     """``ratio`` = 0 once fell back to the default silently (``ratio or 3``): every value is honoured or refused."""
     with pytest.raises(ValueError, match="ratio must be a positive number"):
         audit(AttentionConfig(8, 2), ratio=ratio)
+
+
+def test_an_ill_conditioned_output_map_is_certified_factor_by_factor():
+    """One head's W_O scaled by 1e-7: the product bound σ_min(W_O) · σ_min(group) falls under 1e-9 σ_max, but
+    W_O is still injective (1e-7 > 1e-9 of its scale) and every group is clear at its own: certified, with the
+    count that the dense Jacobian shows at a finer cut. Scaled to 0 (not injective), the count changes and the
+    certificate refuses (test_a_singular_output_map_is_not_split_by_group)."""
+    from attnid.attention import init_params
+
+    cfg = AttentionConfig(16, 4, bias="all")
+    p = init_params(cfg, seed=0)
+    p["W_O"][1] *= 1e-7
+    run, _ = _certify_at(cfg, p)
+    r = run()
+    d = r.details
+    assert d["certificate"] == "per-group QR" and d["sigma_kept"] / d["sigma_max"] < 1e-9 < d["group_kept_ratio"]
+    fine = _dense_at(cfg, p, rtol=1e-13)
+    assert r.unidentified == fine.unidentified == count(cfg).unidentified and fine.sv_gap > 1e3
+
+
+def _dense_at(cfg, p, rtol):
+    from attnid.attention import attention, flatten, unflatten
+    from attnid.audit import default_data_size, jacobian_rank, random_inputs
+
+    B, L = default_data_size(cfg, flatten(p).numel())
+    X = random_inputs(cfg, B, L)
+    return jacobian_rank(lambda v: attention(X, unflatten(v, p), cfg).reshape(-1), flatten(p), rtol=rtol)
