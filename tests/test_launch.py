@@ -219,3 +219,37 @@ def test_sigterm_stops_a_local_suite_and_its_jobs(corpus, tmp_path):
     assert lines[-1].startswith("attnid: stopped by SIGTERM: the running jobs (") and "Traceback" not in err
     assert not _job_processes(str(runs))  # no job outlives the command
     assert not list(runs.glob("cpu/*/summary.json"))  # and none finished after the stop
+
+
+def test_a_job_that_ignores_the_stop_is_killed_with_its_run(monkeypatch):
+    """A run that does not end on SIGINT within STOP_WAIT_S is killed, and the run with its controller: nothing
+    is left to write records after the command (an orphaned run would go on training)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from attnid.lm import launch
+
+    code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print(flush=True); time.sleep(600)"
+    controller = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {code!r}])"],
+        stdout=subprocess.PIPE,
+    )
+
+    class Job:
+        _process = controller
+
+        def done(self) -> bool:
+            return controller.poll() is not None
+
+    assert controller.stdout is not None
+    controller.stdout.readline()  # the run ignores SIGINT from here on
+    (run,) = launch._descendants(controller.pid)
+    deadline = time.monotonic() + 60
+    monkeypatch.setattr(launch, "STOP_WAIT_S", 0.5)
+    assert launch.stop_jobs([Job()])
+    assert controller.poll() == -signal.SIGKILL
+    while os.path.exists(f"/proc/{run}") and "Z" not in open(f"/proc/{run}/stat").read().split()[2]:
+        assert time.monotonic() < deadline, "the run outlived its controller"
+        time.sleep(0.05)

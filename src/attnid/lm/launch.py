@@ -76,15 +76,24 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, children first."""
+    out = []
+    for child in _children(pid):
+        out += [child, *_descendants(child)]
+    return out
+
+
 def stop_jobs(jobs: list) -> list:
     """Stop local submitit jobs (SIGINT: a run saves nothing more and resumes from its last checkpoint), wait for
     them to end (:data:`STOP_WAIT_S`, then SIGKILL) and return those that were still running."""
     running = [j for j in jobs if not j.done()]
-    for j in running:
+    tasks: dict[int, list[int]] = {}
+    for i, j in enumerate(running):
         proc = getattr(j, "_process", None)  # submitit's LocalJob keeps its controller's Popen here
-        tasks = _children(proc.pid) if proc is not None else []
-        if tasks:  # the run itself: its controller then ends on its own, without a traceback on our stderr
-            for pid in tasks:
+        tasks[i] = _descendants(proc.pid) if proc is not None else []
+        if tasks[i]:  # the run itself: its controller then ends on its own, without a traceback on our stderr
+            for pid in tasks[i]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGINT)
         else:
@@ -92,9 +101,12 @@ def stop_jobs(jobs: list) -> list:
     deadline = time.monotonic() + STOP_WAIT_S
     while any(not j.done() for j in running) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for j in running:
+    for i, j in enumerate(running):
         proc = getattr(j, "_process", None)  # submitit's LocalJob keeps its Popen here
         if not j.done() and proc is not None:
+            for pid in [*tasks[i], *_descendants(proc.pid)]:  # the run too: it would outlive its controller
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             proc.kill()
             proc.wait()
     return running
