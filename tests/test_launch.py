@@ -250,6 +250,15 @@ def test_a_job_that_ignores_the_stop_is_killed_with_its_run(monkeypatch):
     monkeypatch.setattr(launch, "STOP_WAIT_S", 0.5)
     assert launch.stop_jobs([Job()])
     assert controller.poll() == -signal.SIGKILL
-    while os.path.exists(f"/proc/{run}") and "Z" not in open(f"/proc/{run}/stat").read().split()[2]:
+    while _running(run):
         assert time.monotonic() < deadline, "the run outlived its controller"
         time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux's /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
