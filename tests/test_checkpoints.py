@@ -62,6 +62,22 @@ def test_a_random_gpt2_checkpoint_is_generic_and_a_collapsed_head_adds_the_close
         assert row["gap"] > 1e6
 
 
+def test_a_rope_head_without_its_query_map_adds_its_whole_key_map(tmp_path):
+    """Qwen2 (RoPE, biased q, k, v; RMSNorm: no hyperplane), head 0 of layer 1 with W_Q = 0 and b_Q = 0: its
+    scores vanish, so its key map and bias, D (E + 1) directions, are unidentified, where a generic RoPE head
+    leaves D (its commutant) and identifies the key bias: D E more. The no-RoPE closed form, (D − 0)(E − D), does
+    not apply, and collapsed_query_dims refuses RoPE rather than give it."""
+    cfg, model = tiny("qwen2")
+    a = model.model.layers[1].self_attn
+    with torch.no_grad():
+        a.q_proj.weight[:D] = 0
+        a.q_proj.bias[:D] = 0
+    (row,) = audit_checkpoint(save(model, tmp_path), layers=[1])
+    assert row["unidentified"] - row["generic"] == D * E and not row["hyperplane"] and row["gap"] > 1e6
+    with pytest.raises(ValueError, match="without RoPE"):
+        collapsed_query_dims(cfg, 0, hyperplane_inputs=False)
+
+
 def test_a_llama_checkpoint_with_grouped_keys_reads_on_unconstrained_inputs(tmp_path):
     cfg, model = tiny("llama", groups=1)
     (row,) = audit_checkpoint(save(model, tmp_path), layers=[1])

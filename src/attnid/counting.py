@@ -451,9 +451,12 @@ def collapsed_query_dims(cfg: AttentionConfig, rank: int, *, hyperplane_inputs: 
     inputs that the scores see (``E``, one less on a LayerNorm's hyperplane; the constant one is lost to the
     softmax). The differential of ``(A, B) ↦ AᵀB`` at rank ``r`` has image ``E_q D + r E_k − r D`` (rows in
     ``B``'s row space plus columns in ``Aᵀ``'s column space, less their intersection), so the head leaves
-    ``D E_k − r (E_k − D)`` unidentified, ``D²`` at ``r = D`` (chapter 10). Needs biased keys and queries."""
+    ``D E_k − r (E_k − D)`` unidentified, ``D²`` at ``r = D`` (chapter 10). Needs biased keys and queries, and
+    no RoPE."""
     if not ("q" in cfg.bias and "k" in cfg.bias):
         raise ValueError("collapsed_query_dims: derived for a layer with query and key biases")
+    if cfg.rope:  # a Qwen2 head without its query map adds D·E, not D(E − D) (tests/test_checkpoints.py)
+        raise ValueError("collapsed_query_dims: derived without RoPE (the rotations identify more of the key map)")
     if not (isinstance(rank, int) and 0 <= rank <= cfg.D):
         raise ValueError(f"rank must be an integer in [0, D={cfg.D}], got {rank!r}")
     key_dims = cfg.E - 1 if hyperplane_inputs else cfg.E
