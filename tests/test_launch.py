@@ -191,8 +191,8 @@ def _job_processes(marker: str) -> list[int]:
 
 @pytest.mark.slow
 def test_sigterm_stops_a_local_suite_and_its_jobs(corpus, tmp_path):
-    """SIGTERM to `experiments --launcher local --parallel 2`: its jobs are stopped and waited for, it says so in
-    one line and exits 143, and nothing is left running to write records after it."""
+    """SIGTERM to `experiments --launcher local --parallel 2`, started as in the background: its jobs are stopped
+    and waited for, it says so in one line and exits 143, and nothing is left running to write records after it."""
     import signal
     import subprocess
     import sys
@@ -203,6 +203,8 @@ def test_sigterm_stops_a_local_suite_and_its_jobs(corpus, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnid", "experiments", "--profile", "cpu", "--launcher", "local", "--parallel", "2",
          "--seed", "0", "--threads", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # as a command started in the background (`cmd &`): SIGINT ignored, and its jobs inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300

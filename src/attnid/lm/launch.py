@@ -134,10 +134,13 @@ class SlurmOptions:
 
 def run_job(config: dict, force: bool = False, threads: int | None = None) -> dict:
     """One run, as a job executes it: train (with ``threads`` CPU threads if given) and return the summary
-    (without its rows)."""
+    (without its rows). Ctrl-C stops it (:func:`stop_jobs` sends SIGINT) even where the suite was started in the
+    background, whose children inherit SIGINT ignored."""
     from .data import load
     from .train import train
 
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if threads is not None:
         import torch
 
