@@ -88,12 +88,11 @@ def stop_jobs(jobs: list) -> list:
     """Stop local submitit jobs (SIGINT: a run saves nothing more and resumes from its last checkpoint), wait for
     them to end (:data:`STOP_WAIT_S`, then SIGKILL) and return those that were still running."""
     running = [j for j in jobs if not j.done()]
-    tasks: dict[int, list[int]] = {}
-    for i, j in enumerate(running):
+    for j in running:
         proc = getattr(j, "_process", None)  # submitit's LocalJob keeps its controller's Popen here
-        tasks[i] = _descendants(proc.pid) if proc is not None else []
-        if tasks[i]:  # the run itself: its controller then ends on its own, without a traceback on our stderr
-            for pid in tasks[i]:
+        tasks = _descendants(proc.pid) if proc is not None else []
+        if tasks:  # the run itself: its controller then ends on its own, without a traceback on our stderr
+            for pid in tasks:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGINT)
         else:
@@ -101,10 +100,10 @@ def stop_jobs(jobs: list) -> list:
     deadline = time.monotonic() + STOP_WAIT_S
     while any(not j.done() for j in running) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for i, j in enumerate(running):
+    for j in running:
         proc = getattr(j, "_process", None)  # submitit's LocalJob keeps its Popen here
         if not j.done() and proc is not None:
-            for pid in [*tasks[i], *_descendants(proc.pid)]:  # the run too: it would outlive its controller
+            for pid in _descendants(proc.pid):  # the run too (read while its controller lives): it would outlive it
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.kill()
