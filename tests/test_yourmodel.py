@@ -68,7 +68,8 @@ def test_points_sentence_says_what_the_table_holds():
     assert "1.0e-08 to 1.0e-03" in text and "in 1 of those 2 layers it is below 1e-06" in text
     assert "undecided" not in text and "at least" not in text
     text = ch.points_sentence(generic.assign(method="certify"), "chapter 6's runs")
-    assert "is at least 1.0e-08 to 1.0e-03 of the strongest (the certificate's lower bound" in text
+    assert "the certificate bounds the weakest identified direction from below by 1.0e-08 to 1.0e-03" in text
+    assert "a millionth" not in text  # a lower bound says nothing of how weak the direction is
     planted = _points([("sgd", 0, True, 1e-3), ("sgd", 1, False, 1e-3), ("adamw", 0, None, 1e-11)])
     text = ch.points_sentence(planted, "x")
     assert "1 sit at the generic count, 1 have more unidentified directions than it (a special point) and 1 are" in text
@@ -105,6 +106,7 @@ def test_points_table_audits_a_kept_run_and_names_the_missing(corpus, tmp_path):
     t = ch.table_points("smoke", corpus, base=tmp_path)
     kept = t[t["case"] == "adamw"]
     assert list(kept["layer"]) == [0, 1] and list(kept["unidentified"]) == list(kept["generic"]) == [336, 336]
+    assert list(kept["method"]) == ["dense", "dense"]  # the sentence words a certificate's bound by it
     assert (tmp_path / "smoke" / "points_adamw" / "points.json").exists()  # kept for the next build
     missing = t[t["case"] != "adamw"]
     assert len(missing) == 3 and set(missing["note"]) == {"no weights kept (model.pt)"}

@@ -136,7 +136,9 @@ def table_points(
     return with_formats(df, params="{:,.0f}", gap="{:.1e}", weakest="{:.1e}", seconds="{:.1f}")
 
 
-POINT_COLUMNS = ("layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "seconds")
+POINT_COLUMNS = (
+    "layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "method", "seconds",
+)  # fmt: skip
 
 
 def table_checkpoint(path: str | Path, *, seed: int = 0) -> pd.DataFrame:
@@ -189,15 +191,19 @@ def points_sentence(t: pd.DataFrame, what: str) -> str:
     text += parts[-1] + "."
     decided = f["x_layers"] - f["x_undecided"]
     certified = "method" in t and bool((t["method"] == "certify").any())
-    if decided and np.isfinite(f["x_weakest_min"]):
+    if decided and np.isfinite(f["x_weakest_min"]) and certified:
         text += (
-            f" Where decided, the weakest identified direction is {'at least ' * certified}"
-            f"{f['x_weakest_min']:.1e} to {f['x_weakest_max']:.1e} of the strongest"
-            + (" (the certificate's lower bound: the weakest direction of W_O times that of the weakest "
-               "key/value group, each of them certified clear of zero at its own scale)" if certified else "")
-            + f"; in {f['x_weak']} of those {decided} layers it is below {WEAK:.0e}: a step along it moves the "
-            "output less than a millionth as much as the same step along the strongest."
-        )  # fmt: skip
+            f" Where decided, the certificate bounds the weakest identified direction from below by "
+            f"{f['x_weakest_min']:.1e} to {f['x_weakest_max']:.1e} of the strongest: the weakest direction of W_O "
+            "times that of the weakest key/value group, each of them certified clear of zero at its own scale."
+        )
+    elif decided and np.isfinite(f["x_weakest_min"]):
+        text += (
+            f" Where decided, the weakest identified direction is {f['x_weakest_min']:.1e} to "
+            f"{f['x_weakest_max']:.1e} of the strongest; in {f['x_weak']} of those {decided} layers it is below "
+            f"{WEAK:.0e}: a step along it moves the output less than a millionth as much as the same step along the "
+            "strongest."
+        )
     if f["x_undecided"] and np.isfinite(f["x_bound_min"]):
         text += (
             f" Where undecided, the certificate bounds the weakest identified direction from below only, by "
