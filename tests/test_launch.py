@@ -233,9 +233,11 @@ def test_a_job_that_ignores_the_stop_is_killed_with_its_run(monkeypatch):
 
     from attnid.lm import launch
 
-    code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print(flush=True); time.sleep(600)"
+    # the run: ignores SIGINT, says so, then trains until its input closes (here: until it is killed)
+    code = "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); print(flush=True); sys.stdin.read()"
     controller = subprocess.Popen(
         [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {code!r}])"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
 
@@ -252,9 +254,13 @@ def test_a_job_that_ignores_the_stop_is_killed_with_its_run(monkeypatch):
     monkeypatch.setattr(launch, "STOP_WAIT_S", 0.5)
     assert launch.stop_jobs([Job()])
     assert controller.poll() == -signal.SIGKILL
-    while _running(run):
-        assert time.monotonic() < deadline, "the run outlived its controller"
-        time.sleep(0.05)
+    try:
+        while _running(run):  # an event: the run's end, polled against a deadline
+            assert time.monotonic() < deadline, "the run outlived its controller"
+            time.sleep(0.05)
+    finally:
+        assert controller.stdin is not None
+        controller.stdin.close()  # a run that survived ends here
 
 
 def _running(pid: int) -> bool:
