@@ -27,5 +27,33 @@ def book(*args: str, timeout: int = 1200, **extra_env: str) -> subprocess.Comple
     )
 
 
+def book_tool():
+    """tools/book.py as a module (the tests that call its functions in this process)."""
+    import importlib
+
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools"))
+    return importlib.import_module("book")
+
+
+def refusal(capsys, *args: str) -> tuple[int, str]:
+    """``(exit status, stderr)`` of the book tool's command line run in this process: a refusal comes before
+    any chapter, kernel or signal handler, so it needs no process of its own (and no second torch import)."""
+    import pytest
+
+    tool = book_tool()
+
+    def no_work(out: Path) -> None:  # the first thing main does once its checks pass
+        raise AssertionError(f"not refused: {args}")
+
+    staged, tool.stage_sources = tool.stage_sources, no_work
+    try:
+        with pytest.raises(SystemExit) as e:
+            tool.main(list(args))
+    finally:
+        tool.stage_sources = staged
+    return e.value.code, capsys.readouterr().err
+
+
 def statuses(stdout: str) -> dict[str, str]:
     return dict((m.group(2), m.group(1)) for m in re.finditer(r"^\s*(executed|cached|failed)\s+(\S+)", stdout, re.M))

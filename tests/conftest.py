@@ -2,6 +2,8 @@
 model and training tests run in float32, as the book does."""
 
 import os
+import resource
+from collections import Counter
 
 import pytest
 
@@ -44,3 +46,56 @@ def pytest_collection_modifyitems(items):
     and a worker takes its next file only when its current one is nearly done: the longest file goes first,
     so that the other worker runs everything else meanwhile instead of one file waiting behind it."""
     items.sort(key=lambda item: item.nodeid.split("::")[0] != FIRST)
+
+
+# ------------------------------------------------------------------ what each test file costs in CPU
+# `--durations` gives wall seconds, which on a busy machine (three workers on two cores) say more about the
+# neighbours than the test. The suite's time on two cores is bounded below by its CPU seconds over two; this is
+# the budget each file takes of it, printed at the end of every run.
+CPU_KEY = "cpu_s"
+_CPU_START = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    """User and system seconds of this process and of every child it has waited for (commands, kernels)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_START] = _cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "teardown" and _CPU_START in item.stash:  # setup, call and teardown (and the fixtures made)
+        report.user_properties.append((CPU_KEY, _cpu_seconds() - item.stash[_CPU_START]))
+
+
+def cpu_by_file(reports) -> Counter:
+    """CPU seconds by test file, from the reports' ``cpu_s`` properties (they travel from the xdist workers)."""
+    cost: Counter = Counter()
+    for r in reports:
+        for key, value in getattr(r, "user_properties", ()):
+            if key == CPU_KEY:
+                cost[r.nodeid.split("::")[0]] += value
+    return cost
+
+
+def pytest_terminal_summary(terminalreporter):
+    cost = cpu_by_file(r for reports in terminalreporter.stats.values() for r in reports)
+    if not cost:
+        return
+    terminalreporter.section("CPU seconds by test file (unlike wall time, little changed by a busy machine)")
+    shown = cost.most_common(12)
+    for name, seconds in shown:
+        terminalreporter.write_line(f"{seconds:8.1f}  {name}")
+    if len(cost) > len(shown):
+        rest = sum(cost.values()) - sum(s for _, s in shown)
+        terminalreporter.write_line(f"{rest:8.1f}  the other {len(cost) - len(shown)} files")
+    total, cores = sum(cost.values()), os.cpu_count() or 1
+    terminalreporter.write_line(f"{total:8.1f}  in all: this run needs at least {total / cores:.0f} s on {cores} cores")

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from booktool import CHROMIUM, HEAD, ROOT, RUNS, book, statuses
+from booktool import CHROMIUM, HEAD, ROOT, RUNS, book, book_tool, refusal, statuses
 
 pytestmark = pytest.mark.slow  # kernels and browsers: seconds each
 
@@ -28,27 +28,24 @@ def test_failing_chapter_is_named_with_its_cell(tmp_path):
     assert statuses(r.stdout) == {str(bad): "failed", str(good): "executed"}
 
 
-def test_bad_profile_is_refused():
-    r = book("execute", "--profile", "huge")
-    assert r.returncode == 2 and "profile" in r.stderr
+def test_bad_profile_is_refused(capsys):
+    code, err = refusal(capsys, "execute", "--profile", "huge")
+    assert code == 2 and "profile must be one of smoke, cpu, mid, paper, got 'huge'" in err
 
 
 @pytest.mark.parametrize("seed", ["-1", "99999999999999999999"])
-def test_a_seed_out_of_range_is_refused_before_any_chapter(tmp_path, seed):
-    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), "--seed", seed)
-    assert r.returncode == 2 and "seed must be an integer from 0 to 2**63 - 1" in r.stderr
-    assert "executing" not in r.stdout and "Overflow" not in r.stderr
+def test_a_seed_out_of_range_is_refused_before_any_chapter(tmp_path, seed, capsys):
+    code, err = refusal(capsys, "execute", "--profile", "smoke", "--out", str(tmp_path / "b"), "--seed", seed)
+    assert code == 2 and "seed must be an integer from 0 to 2**63 - 1" in err and "Overflow" not in err
+    assert not (tmp_path / "b").exists()  # refused before the staging folder is made
 
 
 def test_a_fork_under_any_name_is_executed_by_make_chapter(tmp_path):
-    sys.path.insert(0, str(ROOT / "tools"))
-    import book as book_tool
-
     fork = (ROOT / "notebooks" / "my_fork.py").resolve()
-    todo, forced = book_tool.plan("build", [fork], force=False)
+    todo, forced = book_tool().plan("build", [fork], force=False)
     assert todo == [fork] and forced == {fork}  # that chapter alone: the others are left as they are
-    todo, forced = book_tool.plan("execute", None, force=False)
-    assert todo == book_tool.chapters() and not forced
+    todo, forced = book_tool().plan("execute", None, force=False)
+    assert todo == book_tool().chapters() and not forced
 
 
 def test_make_chapter_on_a_fresh_checkout_executes_one_chapter_and_builds(tmp_path):
@@ -121,13 +118,13 @@ def test_a_page_check_that_would_check_nothing_fails(tmp_path, what):
     assert r.returncode == 2 and str(target) in r.stderr and "no problems" not in r.stdout
 
 
-def test_book_tool_refuses_a_folder_as_chapter_and_a_file_as_out(tmp_path):
-    r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(tmp_path))
-    assert r.returncode == 2 and "not a chapter source" in r.stderr
+def test_book_tool_refuses_a_folder_as_chapter_and_a_file_as_out(tmp_path, capsys):
+    code, err = refusal(capsys, "execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(tmp_path))
+    assert code == 2 and "not a chapter source" in err
     f = tmp_path / "file"
     f.write_text("")
-    r = book("execute", "--profile", "smoke", "--out", str(f))
-    assert r.returncode == 2 and "not a folder" in r.stderr
+    code, err = refusal(capsys, "execute", "--profile", "smoke", "--out", str(f))
+    assert code == 2 and "not a folder" in err
 
 
 def test_a_dead_kernel_is_named_and_the_other_chapters_go_on(tmp_path):
@@ -168,15 +165,12 @@ def test_a_kernel_that_dies_at_start_is_started_again(tmp_path):
 
 
 def test_a_kernel_that_always_dies_at_start_fails_its_chapter_with_the_reason(tmp_path):
-    sys.path.insert(0, str(ROOT / "tools"))
-    import book as book_tool
-
     good = tmp_path / "zz_never_starts_for_test.py"
     good.write_text(HEAD)
     ipython = _kernels_that_die_at_start(tmp_path, times=99)
     r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(good), IPYTHONDIR=ipython)
     assert r.returncode == 1 and statuses(r.stdout) == {str(good): "failed"}
-    tries = book_tool.KERNEL_START_TRIES
+    tries = book_tool().KERNEL_START_TRIES
     assert f"at each of {tries} starts: planted: died at start" in r.stderr
     assert len((tmp_path / "starts").read_text()) == tries
 
@@ -278,27 +272,23 @@ def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
 def test_the_cache_knows_which_suites_each_chapter_reads():
     """The thin chapters read records through their chapter module (``READS``); a fork that calls
     ``load_suite`` names its suites itself; a chapter that reads none has no records digest."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import book as book_tool
 
     def reads(name: str) -> set[str]:
-        return book_tool.suites_read((ROOT / "notebooks" / f"{name}.py").read_text())
+        return book_tool().suites_read((ROOT / "notebooks" / f"{name}.py").read_text())
 
     assert reads("06_training_dynamics") == {"dynamics"}
     assert reads("07_heads") == {"dynamics", "heads"}
     assert reads("08_beyond_attention") == set() and reads("02_invariances") == set()
     fork = 'from attnid.lm.analysis import load_suite\nload_suite("paper", "heads")\n'
-    assert book_tool.suites_read(fork) == {"heads"}
-    assert book_tool.records_read(ROOT / "notebooks" / "06_training_dynamics.py", "smoke") != ""
+    assert book_tool().suites_read(fork) == {"heads"}
+    assert book_tool().records_read(ROOT / "notebooks" / "06_training_dynamics.py", "smoke") != ""
 
 
 def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypatch, tmp_path):
     """Chapters 6 and 7 read runs that they train first where they can (``train_suites``). The tool trains them
     first, so the records do not change while the chapter runs (it would be executed a second time); at the paper
     profile without a GPU, or for a fork that only reads records (``load_suite``), it trains nothing."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import attnid.lm.launch as chapters
-    import book as book_tool
 
     calls: list[tuple[str, str, str]] = []
 
@@ -308,23 +298,23 @@ def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypa
 
     monkeypatch.setattr(chapters, "run_suite", run_suite)
     heads = ROOT / "notebooks" / "07_heads.py"
-    book_tool.train_before(heads, {"profile": "smoke", "seed": 0, "device": "cpu"})
+    book_tool().train_before(heads, {"profile": "smoke", "seed": 0, "device": "cpu"})
     assert calls == [("smoke", "dynamics", "cpu"), ("smoke", "heads", "cpu")]
     calls.clear()
-    book_tool.train_before(heads, {"profile": "paper", "seed": 0, "device": "cpu"})
+    book_tool().train_before(heads, {"profile": "paper", "seed": 0, "device": "cpu"})
     fork = tmp_path / "fork.py"
     fork.write_text('from attnid.lm.analysis import load_suite\nload_suite("smoke", "heads")\n')
-    book_tool.train_before(fork, {"profile": "smoke", "seed": 0, "device": "cpu"})
-    book_tool.train_before(ROOT / "notebooks" / "02_invariances.py", {"profile": "smoke"})
+    book_tool().train_before(fork, {"profile": "smoke", "seed": 0, "device": "cpu"})
+    book_tool().train_before(ROOT / "notebooks" / "02_invariances.py", {"profile": "smoke"})
     assert calls == []
 
 
 def test_a_stop_while_the_tool_trains_a_chapters_runs_is_the_builds_stop(monkeypatch, tmp_path):
     """A training loop turns Ctrl-C (or the worker's SIGTERM) into its own ``Interrupted`` (where to resume);
     inside the book tool that is the build's stop, named by its signal, with nothing stamped."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import book as book_tool
     from attnid.lm.train import Interrupted, interrupted
+
+    tool = book_tool()
 
     def training(*args, **kwargs):
         try:
@@ -332,10 +322,10 @@ def test_a_stop_while_the_tool_trains_a_chapters_runs_is_the_builds_stop(monkeyp
         except KeyboardInterrupt:
             raise interrupted(3, 2) from None
 
-    monkeypatch.setattr(book_tool, "execute_one", training)
+    monkeypatch.setattr(tool, "execute_one", training)
     with pytest.raises(Interrupted):
         training()
     chapter = ROOT / "notebooks" / "07_heads.py"
-    with pytest.raises(book_tool.Interrupted, match=r"interrupted \(SIGTERM\): 1 chapter") as e:
-        book_tool.execute_all(tmp_path, {"profile": "smoke"}, [chapter], ROOT / "src", set())
+    with pytest.raises(tool.Interrupted, match=r"interrupted \(SIGTERM\): 1 chapter") as e:
+        tool.execute_all(tmp_path, {"profile": "smoke"}, [chapter], ROOT / "src", set())
     assert e.value.unfinished == [chapter] and not list(tmp_path.rglob("*.hash"))

@@ -176,3 +176,19 @@ def test_long_functions_say_why_in_their_docstring():
                 if n > MAX_FUNCTION_LINES and "Long because" not in (ast.get_docstring(node) or ""):
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, long
+
+
+def test_the_cpu_summary_adds_each_files_tests():
+    """conftest.py's summary: each test's CPU seconds (on its teardown report) summed by file, other keys ignored."""
+    from types import SimpleNamespace as R
+
+    from conftest import CPU_KEY, cpu_by_file
+
+    reports = [
+        R(nodeid="tests/a.py::t1", user_properties=[(CPU_KEY, 1.5)]),
+        R(nodeid="tests/a.py::t2[x]", user_properties=[(CPU_KEY, 2.0), ("other", 9.0)]),
+        R(nodeid="tests/b.py::t", user_properties=[(CPU_KEY, 0.25)]),
+        R(nodeid="tests/b.py::t", user_properties=[]),  # its call report
+        "a warning",
+    ]
+    assert cpu_by_file(reports) == {"tests/a.py": 3.5, "tests/b.py": 0.25}
