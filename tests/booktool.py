@@ -55,5 +55,16 @@ def refusal(capsys, *args: str) -> tuple[int, str]:
     return e.value.code, capsys.readouterr().err
 
 
+def execute_here(monkeypatch, nb: Path, out: Path, src_dir: Path = ROOT / "src", **extra_env: str) -> str:
+    """One chapter through the book tool's cache and papermill in this process (its kernel a process of its own,
+    as always): ``executed`` or ``cached``. For the cache's tests, which need no fresh interpreter of their own."""
+    monkeypatch.setenv("ATTNID_RUNS", RUNS)
+    for k, v in extra_env.items():
+        monkeypatch.setenv(k, v)
+    tool = book_tool()
+    params = {"profile": "smoke", "seed": 0, "device": "auto"}
+    return tool.execute_all(out, params, [nb], src_dir, set())[nb.stem]
+
+
 def statuses(stdout: str) -> dict[str, str]:
     return dict((m.group(2), m.group(1)) for m in re.finditer(r"^\s*(executed|cached|failed)\s+(\S+)", stdout, re.M))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from booktool import CHROMIUM, ROOT, book, statuses
+from booktool import CHROMIUM, ROOT, book, execute_here, statuses
 
 pytestmark = pytest.mark.slow  # the whole file: it executes and builds the smoke book
 
@@ -146,7 +146,7 @@ def test_icon_css_keeps_the_icons_named_and_those_the_theme_draws():
     assert icons.trimmed_css(css, {"fa-bicycle"})[1] == {0xF206, 0xF0EB}
 
 
-def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path):
+def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path, monkeypatch):
     # `make chapter NB=...`: the named chapter re-executes, the others are left as they are, the book rebuilds
     r = book("build", "--profile", "smoke", "--out", str(smoke_book), "notebooks/01_definitions.py")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -158,9 +158,7 @@ def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path)
     shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
 
     def tiny_status() -> str:
-        r = book("execute", "--profile", "smoke", "--out", str(tmp_path / "b"), "--src-dir", str(src), str(tiny))
-        assert r.returncode == 0, r.stderr
-        return statuses(r.stdout)[str(tiny)]
+        return execute_here(monkeypatch, tiny, tmp_path / "b", src.resolve())
 
     assert (tiny_status(), tiny_status()) == ("executed", "cached")
     with open(src / "attnid" / "counting.py", "a") as f:

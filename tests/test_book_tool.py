@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from booktool import CHROMIUM, HEAD, ROOT, RUNS, book, book_tool, refusal, statuses
+from booktool import CHROMIUM, HEAD, ROOT, RUNS, book, book_tool, execute_here, refusal, statuses
 
 pytestmark = pytest.mark.slow  # kernels and browsers: seconds each
 
@@ -61,7 +61,7 @@ def test_make_chapter_on_a_fresh_checkout_executes_one_chapter_and_builds(tmp_pa
     assert (out / "_build" / "html" / "_generated" / "01_definitions.html").exists()
 
 
-def test_cache_sees_the_records_a_chapter_reads(tmp_path):
+def test_cache_sees_the_records_a_chapter_reads(tmp_path, monkeypatch):
     """A chapter that reads run records re-executes when one is removed (or added, or remade), and only then."""
     home = tmp_path / "home"
     shutil.copytree(ROOT / "data" / "runs" / "paper", home / "data" / "runs" / "paper")
@@ -74,9 +74,7 @@ def test_cache_sees_the_records_a_chapter_reads(tmp_path):
     out = tmp_path / "b"
 
     def run() -> str:
-        r = book("execute", "--profile", "smoke", "--out", str(out), str(reader), ATTNID_HOME=str(home))
-        assert r.returncode == 0, r.stderr[-3000:]
-        return statuses(r.stdout)[str(reader)]
+        return execute_here(monkeypatch, reader, out, ATTNID_HOME=str(home))
 
     assert run() == "executed"
     assert run() == "cached"
@@ -116,6 +114,16 @@ def test_a_page_check_that_would_check_nothing_fails(tmp_path, what):
         [sys.executable, str(ROOT / "tools" / "check_pages.py"), str(target)], capture_output=True, text=True
     )
     assert r.returncode == 2 and str(target) in r.stderr and "no problems" not in r.stdout
+
+
+def test_the_page_check_reads_the_figure_constants_of_the_library():
+    """tools/check_pages.py reads DPI and MIN_FONT_PT from plotting.py's source (no torch in its processes)."""
+    from attnid import plotting
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from check_pages import DPI, MIN_FONT_PT
+
+    assert (DPI, MIN_FONT_PT) == (plotting.DPI, plotting.MIN_FONT_PT)
 
 
 def test_book_tool_refuses_a_folder_as_chapter_and_a_file_as_out(tmp_path, capsys):

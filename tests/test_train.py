@@ -11,10 +11,11 @@ from attnid.lm.train import Interrupted, load_model, load_snapshots, rebalance_m
 # one case per way of training: SGD, weight decay, AdamW, rebalancing, a deeper model, a head width apart from E/H
 # (the other cases change a learning rate or a head count: test_the_other_cases_run_and_learn)
 DISTINCT = ("sgd", "sgd_wd", "adamw", "adamw_rebalance", "sgd_deep", "heads_H4_D8")
+SHORT = dict(max_iters=20, eval_interval=10, eval_iters=2, head_batches=1, save_model=False)  # a third of a smoke run
 
 
-def _learns(case: str, out, corpus) -> dict:
-    s = train(make_config("smoke", case), out=out, data=corpus, progress=False)
+def _learns(case: str, out, corpus, **overrides) -> dict:
+    s = train(make_config("smoke", case, **overrides), out=out, data=corpus, progress=False)
     assert (out / "smoke" / case / "summary.json").exists()
     assert s["final_val_loss"] < 4.17, case  # below ln(65) ≈ 4.17, the uniform guess
     return s
@@ -33,8 +34,9 @@ def test_each_way_of_training_runs_and_learns(smoke_runs):
 
 @pytest.mark.slow
 def test_the_other_cases_run_and_learn(corpus, tmp_path):
+    """Twenty steps each (5 CPU-s for the twelve, not 14): every case's own setting trains, and learns."""
     for case in set(CASES) - set(DISTINCT):
-        _learns(case, tmp_path, corpus)
+        _learns(case, tmp_path, corpus, **SHORT)
 
 
 def _max(rows, key):
@@ -182,7 +184,7 @@ def test_optimizer_update_is_the_applied_step(corpus):
 def test_bf16_keeps_sgd_at_round_off(corpus):
     """bf16 autocast raises the floor of ρ and of the key-bias gradients, but keeps them at round-off."""
     rows = {
-        c: train(make_config("smoke", c, precision="bf16"), data=corpus, save=False, progress=False)["rows"]
+        c: train(make_config("smoke", c, precision="bf16", **SHORT), data=corpus, save=False, progress=False)["rows"]
         for c in ("sgd", "adamw")
     }
     assert _max(rows["sgd"], "rho") < 1e-4 < _max(rows["adamw"], "rho")

@@ -26,7 +26,24 @@ import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
-from attnid.plotting import DPI, MIN_FONT_PT  # how every figure of the book is drawn
+
+def _figure_constants(names: tuple[str, ...] = ("DPI", "MIN_FONT_PT")) -> tuple:
+    """How every figure of the book is drawn (``src/attnid/plotting.py``), read from its source: importing
+    ``attnid`` loads torch, about 2.5 CPU-s in each of this tool's processes for two numbers."""
+    import ast
+
+    source = Path(__file__).resolve().parent.parent / "src" / "attnid" / "plotting.py"
+    found = {
+        t.id: ast.literal_eval(node.value)
+        for node in ast.parse(source.read_text()).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name) and t.id in names
+    }
+    return tuple(found[n] for n in names)
+
+
+DPI, MIN_FONT_PT = _figure_constants()
 
 CHROMIUM = "/usr/bin/chromium"
 WIDE, PHONE = 1300, 390
