@@ -68,3 +68,28 @@ def test_dot_rows_draws_a_row_per_name_on_a_log_axis():
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
     assert len(ax.collections) == 2 and ax.get_ylim()[0] > ax.get_ylim()[1]  # first name on top
+
+
+def test_the_style_is_seaborns_whitegrid_theme_without_importing_seaborn():
+    """set_style writes out what sns.set_theme(context="notebook", style="whitegrid", palette="colorblind") sets:
+    every rcParam seaborn changes is seaborn's value under set_style too, unless the book sets its own (BOOK_RC);
+    the colour map aside (WHITEGRID's comment)."""
+    import matplotlib as mpl
+    import seaborn as sns
+    from matplotlib.colors import to_rgb
+
+    from attnid.plotting import BOOK_RC, WHITEGRID
+
+    with mpl.rc_context():
+        mpl.rcdefaults()
+        defaults = dict(mpl.rcParams)
+        set_style()
+        ours = dict(mpl.rcParams)
+        mpl.rcdefaults()
+        sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
+        seaborn = dict(mpl.rcParams)
+    changed = {k for k in seaborn if seaborn[k] != defaults[k]} - {"axes.prop_cycle", "image.cmap"}
+    assert set(WHITEGRID) <= changed  # nothing written out that seaborn leaves alone
+    assert {k: ours[k] for k in changed} == {k: BOOK_RC.get(k, seaborn[k]) for k in changed}
+    cycle = [[to_rgb(c) for c in rc["axes.prop_cycle"].by_key()["color"]] for rc in (ours, seaborn)]
+    assert cycle[0] == cycle[1]

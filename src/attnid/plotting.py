@@ -3,35 +3,67 @@
 from __future__ import annotations
 
 PALETTE = "colorblind"
+# seaborn's "colorblind" palette and what ``sns.set_theme(context="notebook", style="whitegrid")`` sets that
+# set_style does not set again below, written out: importing seaborn costs about 2 CPU-s in every chapter's kernel.
+# tests/test_plotting.py checks them against seaborn itself. Left out: its default colour map ("rocket", which
+# exists only once seaborn is imported); every image in the book names its own.
+COLORS = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9"]
+WHITEGRID = {
+    "axes.axisbelow": True,
+    "axes.edgecolor": ".8",
+    "axes.grid": True,
+    "axes.labelcolor": ".15",
+    "axes.linewidth": 1.25,
+    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
+    "grid.color": ".8",
+    "grid.linewidth": 1.0,
+    "lines.solid_capstyle": "round",
+    "patch.edgecolor": "w",
+    "patch.force_edgecolor": True,
+    "text.color": ".15",
+    "xtick.bottom": False,
+    "xtick.color": ".15",
+    "xtick.major.size": 6.0,
+    "xtick.major.width": 1.25,
+    "xtick.minor.size": 4.0,
+    "xtick.minor.width": 1.0,
+    "ytick.color": ".15",
+    "ytick.left": False,
+    "ytick.major.size": 6.0,
+    "ytick.major.width": 1.25,
+    "ytick.minor.size": 4.0,
+    "ytick.minor.width": 1.0,
+}
 DPI = 110  # every figure's pixels per inch
 MIN_FONT_PT = 9.5  # the smallest text drawn (legends); the book shows figures at ≥ 0.85 scale, so ≥ 8 pt
 PAGE_WIDTH_IN = 8.0  # the widest figure: at the book's column width its text stays ≥ 8 pt
 
 
-def set_style() -> None:
-    """Seaborn ``whitegrid`` theme, colour-blind palette, text sizes readable at the book's width."""
-    import matplotlib as mpl
-    import seaborn as sns
+BOOK_RC = {  # the book's own settings over the theme: sizes readable at the book's width
+    "figure.figsize": (7.0, 4.2),
+    "figure.dpi": DPI,
+    "savefig.dpi": DPI,
+    "axes.titlesize": 11.5,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": MIN_FONT_PT,
+    "legend.title_fontsize": MIN_FONT_PT,
+    "font.size": 10,
+    "legend.frameon": True,
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
+}
 
-    sns.set_theme(context="notebook", style="whitegrid", palette=PALETTE)
-    mpl.rcParams.update(
-        {
-            "figure.figsize": (7.0, 4.2),
-            "figure.dpi": DPI,
-            "savefig.dpi": DPI,
-            "axes.titlesize": 11.5,
-            "axes.titleweight": "bold",
-            "axes.labelsize": 11,
-            "xtick.labelsize": 10,
-            "ytick.labelsize": 10,
-            "legend.fontsize": MIN_FONT_PT,
-            "legend.title_fontsize": MIN_FONT_PT,
-            "font.size": 10,
-            "legend.frameon": True,
-            "figure.facecolor": "white",
-            "axes.facecolor": "white",
-        }
-    )
+
+def set_style() -> None:
+    """Seaborn's ``whitegrid`` theme and colour-blind palette (``WHITEGRID``, ``COLORS``) with the book's sizes
+    (``BOOK_RC``)."""
+    import matplotlib as mpl
+    from cycler import cycler
+
+    mpl.rcParams.update({**WHITEGRID, "axes.prop_cycle": cycler(color=COLORS), **BOOK_RC})
 
 
 def panels(n: int, *, height: float = 3.6, **subplots_kw):
