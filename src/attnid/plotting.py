@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 PALETTE = "colorblind"
 # seaborn's "colorblind" palette and what ``sns.set_theme(context="notebook", style="whitegrid")`` sets that
 # set_style does not set again below, written out: importing seaborn costs about 2 CPU-s in every chapter's kernel.
@@ -63,7 +65,8 @@ def set_style() -> None:
     import matplotlib as mpl
     from cycler import cycler
 
-    mpl.rcParams.update({**WHITEGRID, "axes.prop_cycle": cycler(color=COLORS), **BOOK_RC})
+    rc: Any = {**WHITEGRID, "axes.prop_cycle": cycler(color=COLORS), **BOOK_RC}  # matplotlib types keys as literals
+    mpl.rcParams.update(rc)
 
 
 def panels(n: int, *, height: float = 3.6, **subplots_kw):
