@@ -78,7 +78,7 @@ def test_the_style_is_seaborns_whitegrid_theme_without_importing_seaborn():
     import seaborn as sns
     from matplotlib.colors import to_rgb
 
-    from attnid.plotting import BOOK_RC, WHITEGRID
+    from attnid.plotting import BOOK_RC, PALETTE, WHITEGRID
 
     with mpl.rc_context():
         mpl.rcdefaults()
@@ -86,7 +86,7 @@ def test_the_style_is_seaborns_whitegrid_theme_without_importing_seaborn():
         set_style()
         ours = dict(mpl.rcParams)
         mpl.rcdefaults()
-        sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
+        sns.set_theme(context="notebook", style="whitegrid", palette=PALETTE)
         seaborn = dict(mpl.rcParams)
     changed = {k for k in seaborn if seaborn[k] != defaults[k]} - {"axes.prop_cycle", "image.cmap"}
     assert set(WHITEGRID) <= changed  # nothing written out that seaborn leaves alone

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PALETTE = "colorblind"
+PALETTE = "colorblind"  # seaborn's name of COLORS
 # seaborn's "colorblind" palette and what ``sns.set_theme(context="notebook", style="whitegrid")`` sets that
 # set_style does not set again below, written out: importing seaborn costs about 2 CPU-s in every chapter's kernel.
 # tests/test_plotting.py checks them against seaborn itself. Left out: its default colour map ("rocket", which
