@@ -27,31 +27,31 @@ def book(*args: str, timeout: int = 1200, **extra_env: str) -> subprocess.Comple
     )
 
 
-def book_tool():
-    """tools/book.py as a module (the tests that call its functions in this process)."""
+def tool(name: str):
+    """A script of tools/ (``book``, ``check_pages``) as a module, for the tests that call it in this process."""
     import importlib
 
     if str(ROOT / "tools") not in sys.path:
         sys.path.insert(0, str(ROOT / "tools"))
-    return importlib.import_module("book")
+    return importlib.import_module(name)
 
 
-def refusal(capsys, *args: str) -> tuple[int, str]:
+def book_tool():
+    """tools/book.py as a module."""
+    return tool("book")
+
+
+def refusal(capsys, monkeypatch, *args: str) -> tuple[int, str]:
     """``(exit status, stderr)`` of the book tool's command line run in this process: a refusal comes before
     any chapter, kernel or signal handler, so it needs no process of its own (and no second torch import)."""
     import pytest
 
-    tool = book_tool()
-
     def no_work(out: Path) -> None:  # the first thing main does once its checks pass
         raise AssertionError(f"not refused: {args}")
 
-    staged, tool.stage_sources = tool.stage_sources, no_work
-    try:
-        with pytest.raises(SystemExit) as e:
-            tool.main(list(args))
-    finally:
-        tool.stage_sources = staged
+    monkeypatch.setattr(book_tool(), "stage_sources", no_work)
+    with pytest.raises(SystemExit) as e:
+        book_tool().main(list(args))
     return e.value.code, capsys.readouterr().err
 
 

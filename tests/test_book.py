@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from booktool import CHROMIUM, ROOT, book, execute_here, statuses
+from booktool import CHROMIUM, ROOT, book, execute_here, statuses, tool
 
 pytestmark = pytest.mark.slow  # the whole file: it executes and builds the smoke book
 
@@ -180,8 +180,8 @@ def test_every_page_reads_well_in_chromium(smoke_book):
         if os.environ.get("CI"):
             pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
         pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
-    sys.path.insert(0, str(ROOT / "tools"))
-    from check_pages import check_book, pages_of
+    pages = tool("check_pages")
+    check_book, pages_of = pages.check_book, pages.pages_of
 
     html = smoke_book / "_build" / "html"
     assert len(pages_of(html)) >= 10

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from booktool import CHROMIUM, HEAD, ROOT, RUNS, book, book_tool, execute_here, refusal, statuses
+from booktool import CHROMIUM, HEAD, ROOT, RUNS, book, book_tool, execute_here, refusal, statuses, tool
 
 pytestmark = pytest.mark.slow  # kernels and browsers: seconds each
 
@@ -28,14 +28,16 @@ def test_failing_chapter_is_named_with_its_cell(tmp_path):
     assert statuses(r.stdout) == {str(bad): "failed", str(good): "executed"}
 
 
-def test_bad_profile_is_refused(capsys):
-    code, err = refusal(capsys, "execute", "--profile", "huge")
+def test_bad_profile_is_refused(capsys, monkeypatch):
+    code, err = refusal(capsys, monkeypatch, "execute", "--profile", "huge")
     assert code == 2 and "profile must be one of smoke, cpu, mid, paper, got 'huge'" in err
 
 
 @pytest.mark.parametrize("seed", ["-1", "99999999999999999999"])
-def test_a_seed_out_of_range_is_refused_before_any_chapter(tmp_path, seed, capsys):
-    code, err = refusal(capsys, "execute", "--profile", "smoke", "--out", str(tmp_path / "b"), "--seed", seed)
+def test_a_seed_out_of_range_is_refused_before_any_chapter(tmp_path, seed, capsys, monkeypatch):
+    code, err = refusal(
+        capsys, monkeypatch, "execute", "--profile", "smoke", "--out", str(tmp_path / "b"), "--seed", seed
+    )
     assert code == 2 and "seed must be an integer from 0 to 2**63 - 1" in err and "Overflow" not in err
     assert not (tmp_path / "b").exists()  # refused before the staging folder is made
 
@@ -120,18 +122,18 @@ def test_the_page_check_reads_the_figure_constants_of_the_library():
     """tools/check_pages.py reads DPI and MIN_FONT_PT from plotting.py's source (no torch in its processes)."""
     from attnid import plotting
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    from check_pages import DPI, MIN_FONT_PT
-
-    assert (DPI, MIN_FONT_PT) == (plotting.DPI, plotting.MIN_FONT_PT)
+    pages = tool("check_pages")
+    assert (pages.DPI, pages.MIN_FONT_PT) == (plotting.DPI, plotting.MIN_FONT_PT)
 
 
-def test_book_tool_refuses_a_folder_as_chapter_and_a_file_as_out(tmp_path, capsys):
-    code, err = refusal(capsys, "execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(tmp_path))
+def test_book_tool_refuses_a_folder_as_chapter_and_a_file_as_out(tmp_path, capsys, monkeypatch):
+    code, err = refusal(
+        capsys, monkeypatch, "execute", "--profile", "smoke", "--out", str(tmp_path / "b"), str(tmp_path)
+    )
     assert code == 2 and "not a chapter source" in err
     f = tmp_path / "file"
     f.write_text("")
-    code, err = refusal(capsys, "execute", "--profile", "smoke", "--out", str(f))
+    code, err = refusal(capsys, monkeypatch, "execute", "--profile", "smoke", "--out", str(f))
     assert code == 2 and "not a folder" in err
 
 
@@ -254,8 +256,7 @@ def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, job
 def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
     if not os.path.exists(CHROMIUM):
         pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
-    sys.path.insert(0, str(ROOT / "tools"))
-    from check_pages import check_book
+    check_book = tool("check_pages").check_book
 
     html = tmp_path / "html"
     html.mkdir()
