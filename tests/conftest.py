@@ -90,7 +90,7 @@ def pytest_terminal_summary(terminalreporter):
     cost = cpu_by_file(r for reports in terminalreporter.stats.values() for r in reports)
     if not cost:
         return
-    terminalreporter.section("CPU seconds by test file (unlike wall time, little changed by a busy machine)")
+    terminalreporter.section("CPU seconds by test file (less sensitive than wall time to a busy machine)")
     shown = cost.most_common(12)
     for name, seconds in shown:
         terminalreporter.write_line(f"{seconds:8.1f}  {name}")
