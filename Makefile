@@ -31,10 +31,13 @@ help:
 	@echo "make venv     create .venv and install the project (run by every other target)"
 	@echo "make clean    remove build/ (executed notebooks and HTML)"
 
+# One pip call without its byte-compilation, then the byte-compilation on every core: pip compiles one file at a
+# time. Measured on 2 cores: 95 s -> 79 s. Like pip, compileall goes past the files this Python cannot compile
+# (torch ships test files in Python 3.12 syntax), so its status is not the install's.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q $(TORCH_SPEC); fi
-	$(PY) -m pip install -q -e ".[book,test]"
+	$(PY) -m pip install -q --no-compile $(TORCH_SPEC) -e ".[book,test]"
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 	touch $(STAMP)
 
 venv: $(STAMP)
