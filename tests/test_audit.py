@@ -362,3 +362,43 @@ def _dense_at(cfg, p, rtol):
     B, L = default_data_size(cfg, flatten(p).numel())
     X = random_inputs(cfg, B, L)
     return jacobian_rank(lambda v: attention(X, unflatten(v, p), cfg).reshape(-1), flatten(p), rtol=rtol)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [AttentionConfig(16, 4, bias="all", causal=True), AttentionConfig(16, 4, groups=2, bias="qkv", rope_dims=2)],
+    ids=str,
+)
+def test_null_residuals_through_each_group_equal_those_of_the_whole_layer(cfg):
+    """The per-group route differentiates each known direction through its own group's mixtures (plus its W_O
+    and b_O parts): the same ‖J t‖/‖t‖ as forward mode through the whole layer, for the symmetries and for planted
+    directions that are not null (one group's φ with random W_O and b_O parts), which the certificate refuses."""
+    from attnid.attention import flatten, init_params, param_slices
+    from attnid.audit import CertificateError, _certify, _layer_fn, default_data_size, random_inputs
+    from attnid.certify import certification_blocks, null_residuals, null_residuals_by_group
+
+    p = init_params(cfg, seed=0)
+    theta = flatten(p)
+    B, L = default_data_size(cfg, theta.numel())
+    X = random_inputs(cfg, B, L)
+    gen = torch.Generator().manual_seed(3)
+    where = param_slices(p)
+    planted = torch.zeros(theta.numel(), 3, dtype=torch.float64)
+    for j, g in enumerate((0, cfg.G - 1, 0)):  # group g's query, key and value coordinates, and all of W_O, b_O
+        for k in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O"):
+            if k in p:
+                rows = torch.arange(where[k].start, where[k].stop)
+                rows = rows if k in ("W_O", "b_O") else rows.reshape(cfg.G, -1)[g]
+                planted[rows, j] = torch.randn(len(rows), generator=gen, dtype=torch.float64)
+    T = torch.cat([_tangent(cfg), planted], 1)
+    f = _layer_fn(cfg, p, X)
+    blocks, wo_min = certification_blocks(cfg, p, X, f, T, 1e-9)
+    assert wo_min is not None and len(blocks) == cfg.G  # every direction touches one group: the per-group route
+    for b in blocks:
+        b.shape = (B, L)
+    whole = null_residuals(f, theta, T, 16)
+    grouped = null_residuals_by_group(cfg, p, X, T, blocks, 16)
+    assert torch.allclose(grouped, whole, rtol=1e-10, atol=1e-12)
+    assert (whole[-3:] > 1e-2).all() and whole[:-3].max() < 1e-10  # the plants are not null, the symmetries are
+    with pytest.raises(CertificateError, match=r"3 of the \d+ supplied directions are not null"):
+        _certify(cfg, p, X, directions=T)

@@ -9,7 +9,8 @@ forming it, in five steps (each a function below).
    complement of its known directions (a QR); the whole φ on the coordinates left free when the known
    directions pin ``k_b`` of them by LU pivoting (its sketch reads coordinates).
 3. :func:`null_residuals` and :func:`largest_singular_value`: ``‖J t‖ / ‖t‖`` of every known direction
-   (forward mode) and ``‖J‖₂`` (block power iteration), which sets the tolerance's scale.
+   (forward mode; through its own group's mixtures where the groups split, :func:`null_residuals_by_group`)
+   and ``‖J‖₂`` (block power iteration), which sets the tolerance's scale.
 4. :func:`per_group_certificate` (``W_O`` injective): each group's exact projected Jacobian on the
    complement, its smallest singular value from a QR (exactly the group's weakest identified direction);
    or :func:`whole_sketch_certificate`: one Gaussian sketch of side ``n_free`` and its condition number.
@@ -127,6 +128,7 @@ class _JacobianBlock:
     complement: torch.Tensor | None = None
     t_cond: float = 1.0
     shape: tuple[int, int] = (0, 0)  # (batch, tokens) of the audited inputs
+    dirs: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # columns of T it owns
 
     @property
     def n_free(self) -> int:
@@ -180,8 +182,16 @@ def _head_group_blocks(
     for g, idx in enumerate(group_idx):
         pg = {k: p[k].reshape(G, -1)[g].reshape(-1, *p[k].shape[1:]) for k in phi_names}
         fn = (lambda like: lambda v: head_mixtures(X, unflatten(v, like), sub).reshape(-1))(pg)
+        mine = owner == g
         blocks.append(
-            _JacobianBlock(fn, flatten(pg), torch.arange(len(idx)), T_phi[pos[idx]][:, owner == g], (H // G) * C)
+            _JacobianBlock(
+                fn,
+                flatten(pg),
+                torch.arange(len(idx)),
+                T_phi[pos[idx]][:, mine],
+                (H // G) * C,
+                dirs=mine.nonzero()[:, 0],
+            )
         )
     return blocks, float(sw[-1])
 
@@ -287,6 +297,39 @@ def null_residuals(f: Callable, theta: torch.Tensor, T: torch.Tensor, chunk: int
         return jvp(f, (theta,), (t,))[1]
 
     resid = torch.cat([vmap(jt)(T[:, j : j + chunk].T).norm(dim=1) for j in range(0, k, chunk)])
+    return resid / T.norm(dim=0)
+
+
+def null_residuals_by_group(
+    cfg: AttentionConfig,
+    p: AttentionParams,
+    X: torch.Tensor,
+    T: torch.Tensor,
+    blocks: list[_JacobianBlock],
+    chunk: int,
+) -> torch.Tensor:
+    """Step 3 where the key/value groups split the Jacobian: the numbers of :func:`null_residuals`, with each
+    direction ``t`` differentiated through its own group only. ``Y = Σ_h W_O^h Z_h + b_O``, so
+    ``J t = Σ_h dW_O^h Z_h + W_O^{(g)} dZ_g + db_O``, where ``dZ_g`` is the forward-mode derivative of the mixtures
+    of the group ``g`` that owns ``t`` (the groups' blocks, :func:`_head_group_blocks`). A group's mixtures cost
+    ``1/G`` of the layer's."""
+    where = param_slices(p)
+    W_O = p["W_O"]  # (H, E, C)
+    Z = head_mixtures(X, p, cfg)  # (B, H, C, L)
+    resid = torch.empty(T.shape[1], dtype=torch.float64)
+    per = cfg.H // cfg.G
+    for g, block in enumerate(blocks):
+        Bsz, L = block.shape
+        W_g = W_O[g * per : (g + 1) * per]
+        for j in range(0, len(block.dirs), chunk):
+            cols = block.dirs[j : j + chunk]
+            t = T[:, cols]  # (n, c)
+            dZ = vmap(lambda v, b=block: jvp(b.fn, (b.theta,), (v,))[1])(block.T[:, j : j + chunk].T)
+            out = torch.einsum("hec,kbhcl->kbel", W_g, dZ.reshape(len(cols), Bsz, per, -1, L))
+            out = out + torch.einsum("khec,bhcl->kbel", t[where["W_O"]].T.reshape(len(cols), *W_O.shape), Z)
+            if "b_O" in p:
+                out = out + t[where["b_O"]].T[:, None, :, None]
+            resid[cols] = out.flatten(1).norm(dim=1)
     return resid / T.norm(dim=0)
 
 
@@ -503,7 +546,9 @@ def certify(
         block.shape = (Bsz, L)
     n_free = sum(b.n_free for b in blocks)
     timer("tangent_lu")
-    resid = null_residuals(f, theta, T, chunk)
+    resid = (
+        null_residuals(f, theta, T, chunk) if wo_min is None else null_residuals_by_group(cfg, p, X, T, blocks, chunk)
+    )
     timer("null_residuals")
     sigma_max = largest_singular_value(f, theta, gen)
     timer("sigma_max")
