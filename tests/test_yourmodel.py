@@ -115,3 +115,16 @@ def test_points_table_audits_a_kept_run_and_names_the_missing(corpus, tmp_path):
     claims = ch.table_claims("smoke", base=tmp_path).set_index("id")
     assert claims.loc["trained_points_generic", "verdict"] == "pending"  # three of the four runs are missing
     assert claims.loc["wd_moves_along_symmetry", "verdict"] == "pending"
+
+
+def test_certified_cases_default_to_adamw_and_refuse_what_is_not_a_case():
+    assert ch.certified_cases("smoke") == ()
+    assert ch.certified_cases("cpu") == ch.certified_cases("paper") == ("adamw",)
+    assert ch.certified_cases("cpu", True) == ("sgd", "sgd_wd", "adamw", "adamw_rebalance")
+    assert ch.certified_cases("cpu", False) == ch.certified_cases("cpu", []) == ()
+    assert ch.certified_cases("smoke", ["adamw_rebalance", "sgd"]) == ("sgd", "adamw_rebalance")  # the book's order
+    for bad in ("adamw", ["adam"], [0], 1):
+        with pytest.raises(ValueError, match="certify_chapter6: expected None, True, False or a list of sgd"):
+            ch.certified_cases("cpu", bad)
+    assert ch.cases_named(("adamw",)) == "AdamW run"
+    assert ch.cases_named(("sgd", "sgd_wd", "adamw")) == "SGD, SGD + weight decay and AdamW runs"

@@ -115,14 +115,47 @@ def moves_facts(t: pd.DataFrame) -> dict:
 
 
 # ------------------------------------------------------------------------------ trained points
+CERTIFIED_BY_DEFAULT = ("adamw",)  # chapter 6's runs certified unless the reader names others (about 15 s a layer)
+
+
+def certified_cases(profile: str, chosen: object = None) -> tuple[str, ...]:
+    """The optimizer cases whose chapter-6 runs the certificate audits: ``chosen``, a list of cases (``True``: all
+    four, ``False``: none), or by default AdamW's at every profile but smoke. The four take about two minutes on 2
+    cores at the cpu profile (eight layers), AdamW's alone half a minute. Anything else is refused by name."""
+    if chosen is None:
+        return () if profile == "smoke" else CERTIFIED_BY_DEFAULT
+    if chosen is True or chosen is False:
+        return OPTIMIZER_CASES if chosen else ()
+    if isinstance(chosen, (list, tuple)) and all(isinstance(c, str) for c in chosen):
+        unknown = [c for c in chosen if c not in OPTIMIZER_CASES]
+        if not unknown:
+            return tuple(c for c in OPTIMIZER_CASES if c in chosen)
+    raise ValueError(
+        f"certify_chapter6: expected None, True, False or a list of {', '.join(OPTIMIZER_CASES)}; got {chosen!r}"
+    )
+
+
+def cases_named(cases: tuple[str, ...]) -> str:
+    """The runs of ``cases`` in words: ``"AdamW run"``, ``"SGD and AdamW runs"``."""
+    names = [CASE_LABELS[c] for c in cases]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return listed + (" runs" if len(names) > 1 else " run")
+
+
 def table_points(
-    profile: str, data: CharData, *, seed: int = 0, prefix: str = POINTS_PREFIX, base: Path | None = None
+    profile: str,
+    data: CharData,
+    *,
+    seed: int = 0,
+    prefix: str = POINTS_PREFIX,
+    base: Path | None = None,
+    cases: tuple[str, ...] = OPTIMIZER_CASES,
 ) -> pd.DataFrame:
     """The trained-point audit (:func:`attnid.lm.points.audit_run`, kept in each run's ``points.json``) of every
-    layer of the final weights of the optimizer cases (``prefix`` + case: the narrow twins by default, ``""``:
+    layer of the final weights of the optimizer ``cases`` (``prefix`` + case: the narrow twins by default, ``""``:
     chapter 6's runs). A case without kept weights (``model.pt``) gets one row saying so."""
     rows = []
-    for case in OPTIMIZER_CASES:
+    for case in cases:
         d = records.run_dir(profile, prefix + case, seed, base)
         if not (d / "model.pt").exists():
             rows.append({"case": case, "layer": None, "note": "no weights kept (model.pt)"})
