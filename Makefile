@@ -31,13 +31,15 @@ help:
 	@echo "make venv     create .venv and install the project (run by every other target)"
 	@echo "make clean    remove build/ (executed notebooks and HTML)"
 
-# One pip call without its byte-compilation, then the byte-compilation on every core: pip compiles one file at a
-# time. `make venv` from a fresh clone on 2 quiet cores: 98 s -> 85 s (CPU 96 -> 109 s: the compile's workers).
-# Like pip, compileall goes past the files this Python cannot compile (torch ships test files in Python 3.12
-# syntax), so its status is not the install's.
+# pip without its byte-compilation, then the byte-compilation on every core: pip compiles one file at a time.
+# `make venv` from a fresh clone on 2 quiet cores: 98 s -> 85 s (CPU 96 -> 109 s: the compile's workers). Like
+# pip, compileall goes past the files this Python cannot compile (torch ships test files in Python 3.12 syntax),
+# so its status is not the install's. torch has its own pip call, so that TORCH_SPEC's options (an --index-url)
+# apply to it alone.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --no-compile $(TORCH_SPEC) -e ".[book,test]"
+	@if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q --no-compile $(TORCH_SPEC); fi
+	$(PY) -m pip install -q --no-compile -e ".[book,test]"
 	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 	touch $(STAMP)
 
