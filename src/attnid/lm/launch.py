@@ -103,10 +103,11 @@ def stop_jobs(jobs: list) -> list:
     for j in running:
         proc = getattr(j, "_process", None)  # submitit's LocalJob keeps its Popen here
         if not j.done() and proc is not None:
-            for pid in _descendants(proc.pid):  # the run too (read while its controller lives): it would outlive it
+            run = _descendants(proc.pid)  # the run too (read while its controller lives): it would outlive it
+            proc.kill()  # the controller first: killed after its run, it could end on its own in between
+            for pid in run:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            proc.kill()
             proc.wait()
     return running
 
