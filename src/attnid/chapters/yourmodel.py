@@ -135,11 +135,14 @@ def certified_cases(profile: str, chosen: object = None) -> tuple[str, ...]:
     )
 
 
+def _in_words(items: list[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
 def cases_named(cases: tuple[str, ...]) -> str:
     """The runs of ``cases`` in words: ``"AdamW run"``, ``"SGD and AdamW runs"``."""
-    names = [CASE_LABELS[c] for c in cases]
-    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    return listed + (" runs" if len(names) > 1 else " run")
+    return _in_words([CASE_LABELS[c] for c in cases]) + (" runs" if len(cases) > 1 else " run")
 
 
 def table_points(
@@ -220,8 +223,7 @@ def points_sentence(t: pd.DataFrame, what: str) -> str:
         parts.append(f"{f['x_special']} have more unidentified directions than it (a special point)")
     if f["x_undecided"]:
         parts.append(f"{f['x_undecided']} are undecided")
-    text = f"Of the {f['x_layers']} layers of {what}, " + ", ".join(parts[:-1]) + (" and " * (len(parts) > 1))
-    text += parts[-1] + "."
+    text = f"Of the {f['x_layers']} layers of {what}, {_in_words(parts)}."
     decided = f["x_layers"] - f["x_undecided"]
     certified = "method" in t and bool((t["method"] == "certify").any())
     if decided and np.isfinite(f["x_weakest_min"]) and certified:
