@@ -61,9 +61,8 @@ def execute_here(monkeypatch, nb: Path, out: Path, src_dir: Path = ROOT / "src",
     monkeypatch.setenv("ATTNID_RUNS", RUNS)
     for k, v in extra_env.items():
         monkeypatch.setenv(k, v)
-    tool = book_tool()
     params = {"profile": "smoke", "seed": 0, "device": "auto"}
-    return tool.execute_all(out, params, [nb], src_dir, set())[nb.stem]
+    return book_tool().execute_all(out, params, [nb], src_dir, set())[nb.stem]
 
 
 def statuses(stdout: str) -> dict[str, str]:
