@@ -142,6 +142,32 @@ def test_audit_run_keeps_its_audits_for_this_model(tiny_run, tmp_path, corpus, m
     assert computed == [0, 1]  # another model.pt: audited again
 
 
+def test_motion_rows_are_kept_for_this_model_and_this_fit(tiny_run, tmp_path, monkeypatch):
+    """The orbit fits are kept in points.json under the model's digest and the fit's version: reused by the next
+    call, refitted for another model.pt or for rows that an earlier fit left (planted under the old key)."""
+    import json
+    import shutil
+
+    from attnid.lm import points
+    from attnid.lm.data import sha256
+
+    d = tmp_path / "run"
+    shutil.copytree(tiny_run, d)
+    first = points.snapshot_distances(d, points=1, cache=True)
+    fits: list[int] = []
+    real_fit = points.orbit_distance
+    monkeypatch.setattr(points, "orbit_distance", lambda a, b, k: fits.append(k) or real_fit(a, b, k))
+    assert points.snapshot_distances(d, points=1, cache=True) == first and fits == []  # reused
+    kept = json.loads((d / points.POINTS_FILE).read_text())
+    key = f"{sha256(d / 'model.pt')}/motion/{points.FIT_VERSION}"
+    assert set(kept) == {key}
+    stale = {step_layer: {**row, "orbit": 123.0} for step_layer, row in kept[key].items()}
+    (d / points.POINTS_FILE).write_text(json.dumps({f"{sha256(d / 'model.pt')}/motion": stale}))  # an older fit
+    again = points.snapshot_distances(d, points=1, cache=True)
+    assert fits == [0, 1] and 123.0 not in {r["orbit"] for r in again}
+    assert again == first  # the same fit of the same weights
+
+
 def test_motion_along_the_symmetry_is_undone_by_the_orbit_fit(tiny_run, tmp_path):
     import shutil
 

@@ -151,6 +151,7 @@ def validation_tokens(data: CharData, model: GPT, n_params: int, *, seed: int = 
 
 POINTS_FILE = "points.json"  # a run folder's cached trained-point audits (keyed by model.pt's digest)
 AUDIT_VERSION = "v2"  # in the cache key: audits of an earlier certificate are not reused (v2: per-group factors)
+FIT_VERSION = "v2"  # in the motion rows' key: rows of an earlier orbit fit are not reused (v2: 20 pairs of history)
 
 
 def audit_run(
@@ -262,7 +263,7 @@ def snapshot_distances(d: str | Path, *, points: int | None = None, cache: bool 
 
     d = Path(d)
     cfg, snaps = load_snapshots(d)
-    key = f"{sha256(d / 'model.pt')}/motion"
+    key = f"{sha256(d / 'model.pt')}/motion/{FIT_VERSION}"
     kept = _read_points(d).get(key, {}) if cache else {}
     steps = sorted(snaps)
     if points is not None:
