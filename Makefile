@@ -37,9 +37,9 @@ help:
 # torch comes from pip (TORCH_SPEC: the CPU wheel this machine keeps on disk, or the options a user gives, such as
 # an --index-url, for torch alone); the rest from uv, which resolves and installs in parallel and keeps the torch
 # already there. Nothing is byte-compiled up front: each module is compiled the first time a process imports it
-# and cached in the venv (PYTHONDONTWRITEBYTECODE is unexported below), so the ~16,000 files of the extras that
+# and cached in the venv (PYTHONDONTWRITEBYTECODE is unexported above), so the ~16,000 files of the extras that
 # nothing imports (most of transformers' 400 model families, sympy) cost nothing. `make venv` from a fresh clone
-# on 2 quiet cores, side by side: 71 s (pip, then compileall) -> 16 s. uv reads its index from UV_DEFAULT_INDEX
+# on 2 quiet cores, one after the other: 71 s (pip, then compileall) -> 16 s. uv reads its index from UV_DEFAULT_INDEX
 # (or UV_INDEX_URL), not from pip's configuration.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
