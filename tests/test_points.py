@@ -144,7 +144,7 @@ def test_audit_run_keeps_its_audits_for_this_model(tiny_run, tmp_path, corpus, m
 
 def test_motion_rows_are_kept_for_this_model_and_this_fit(tiny_run, tmp_path, monkeypatch):
     """The orbit fits are kept in points.json under the model's digest and the fit's version: reused by the next
-    call, refitted for another model.pt or for rows that an earlier fit left (planted under the old key)."""
+    call; rows that an earlier fit left (planted under the old key, without the version) are refitted."""
     import json
     import shutil
 
