@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plants import relist, seal_files
 
 from attnid.lm import claims
 from attnid.lm.analysis import SuiteRuns
@@ -437,6 +438,7 @@ def _kept_run(d: Path, case: str, seed: int, init, final) -> Record:
     keep = lambda m: {k: v.float() for k, v in m.state_dict().items() if ".attn." in k or ".ln_1." in k}  # noqa: E731
     ck = {"model": final.state_dict(), "gpt_config": vars(final.cfg), "snapshots": {0: keep(init), 10: keep(final)}}
     torch.save(ck, d / "model.pt")
+    seal_files(d)
     cfg = make_config("smoke", case, seed=seed, n_layer=1, n_head=2, n_embd=8, block_size=8).as_dict()
     return Record(d, cfg, {}, [])
 
@@ -502,6 +504,7 @@ def test_planted_trained_point_off_the_generic_count(corpus, tmp_path):
                 ck["model"]["blocks.1.attn.c_attn.weight"][:8] = 0.0
                 ck["model"]["blocks.1.attn.c_attn.bias"][:8] = 0.0
                 torch.save(ck, d / "model.pt")
+                relist(d)
             runs.runs[case] = {0: Record(d, {**cfg.as_dict(), "case": case}, {}, [])}
         return runs
 

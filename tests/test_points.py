@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from plants import relist
 
 from attnid.counting import collapsed_query_dims
 from attnid.lm.gpt import GPT, GPTConfig
@@ -88,6 +89,7 @@ def test_audit_run_sees_a_planted_collapsed_head(tiny_run, tmp_path, capsys):
     ck["model"]["blocks.0.attn.c_attn.weight"][:D] = 0.0  # head 0's query map of layer 0 collapsed to rank 0
     ck["model"]["blocks.0.attn.c_attn.bias"][:D] = 0.0
     torch.save(ck, planted / "model.pt")
+    relist(planted)  # the plant made to pass the seal: the audit reads it
     assert main(["audit", "--run", str(planted), "--json", "--method", "dense"]) == 0
     l0, l1 = json.loads(capsys.readouterr().out)["layers"]
     cfg = GPTConfig(block_size=8, n_layer=2, n_head=2, n_embd=16).attention_config()
@@ -138,6 +140,7 @@ def test_audit_run_keeps_its_audits_for_this_model(tiny_run, tmp_path, corpus, m
     ck = torch.load(d / "model.pt", weights_only=False)
     ck["model"]["blocks.1.attn.c_proj.bias"] += 1.0
     torch.save(ck, d / "model.pt")
+    relist(d)
     points.audit_run(d, corpus, layers=[1], cache=True)
     assert computed == [0, 1]  # another model.pt: audited again
 
@@ -199,6 +202,7 @@ def test_motion_along_the_symmetry_is_undone_by_the_orbit_fit(tiny_run, tmp_path
     ck = torch.load(d / "model.pt", weights_only=False)
     ck["snapshots"] = snaps
     torch.save(ck, d / "model.pt")
+    relist(d)
     last = [r for r in snapshot_distances(d) if r["step"] == 20]
     assert all(r["raw"] > 0.05 and r["orbit"] < 1e-5 * r["raw"] and r["invariant"] < 1e-6 for r in last), last
 

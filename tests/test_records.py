@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+from plants import relist
 
 from attnid.lm import data as data_mod
 from attnid.lm import records
@@ -79,14 +80,6 @@ def _reseal(summary: dict) -> dict:
     return {**summary, "seal": records.seal_of(summary)}
 
 
-def _relist(d):
-    """Make summary.json's file list match the files as they are now, and reseal it (a tampering that hides
-    itself)."""
-    summary = json.loads((d / "summary.json").read_text())
-    summary["files"] = {n: records.file_entry(d / n) for n in summary["files"]}
-    (d / "summary.json").write_text(json.dumps(_reseal(summary)))
-
-
 @pytest.mark.parametrize("cut", ["line", "within", "gzip"])
 def test_truncated_rows_are_refused_even_with_a_matching_file_list(run, cut):
     """Truncation at a line boundary, within a line, or of the gzip stream, with the hashes made to match."""
@@ -101,7 +94,7 @@ def test_truncated_rows_are_refused_even_with_a_matching_file_list(run, cut):
         raw = (d / "metrics.jsonl.gz").read_bytes()
         (d / "metrics.jsonl.gz").write_bytes(raw[: len(raw) // 2])
         word = "damaged"
-    _relist(d)
+    relist(d)
     with pytest.raises(RecordError, match=word):
         records.load(d)
 
@@ -196,7 +189,7 @@ def test_a_fifo_in_place_of_a_file_is_refused_at_once(run):
 def test_rows_that_are_not_rows_are_refused(run):
     _base, d, _cfg, _corpus = run
     (d / "metrics.jsonl.gz").write_bytes(gzip.compress(b"[1, 2, 3]\n"))
-    _relist(d)
+    relist(d)
     with pytest.raises(RecordError, match=r"not {'step': int"):
         records.load(d)
 

@@ -835,14 +835,14 @@ def main(argv: list[str] | None = None) -> int:
     from .hf import HFAuditError
     from .lm.data import DataError
     from .lm.launch import LaunchError, Stopped
-    from .lm.records import RecordError
+    from .lm.records import RecordError, Refused
     from .lm.train import Interrupted
 
     ap = build_parser()
     a = ap.parse_args(argv)
     try:
         return a.func(a)
-    except (ValueError, DataError) as e:
+    except (ValueError, DataError, Refused) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
     except MemoryError as e:  # an allocation the machine refused (the guards estimate; they can be overridden)

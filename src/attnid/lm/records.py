@@ -42,6 +42,11 @@ class RecordError(RuntimeError):
     """A run record is damaged or does not match; the message names the file and the fix."""
 
 
+class Refused(RecordError):
+    """A file attnid will not read: it would run code when parsed, or it differs from the seal of the record it
+    sits in (the command exits 2, as for any bad input)."""
+
+
 class MissingValues(RecordError):
     """A record's rows lack (hold null for) a value the metrics schema says they hold."""
 
@@ -223,6 +228,71 @@ def finish(d: Path, rows: list[dict], summary: dict, heads: dict | None = None) 
 
 
 # ------------------------------------------------------------------------------ reading
+def load_tensors(data: bytes, path: Path, map_location: str = "cpu"):
+    """``torch.load`` of the bytes of a tensor file attnid wrote (``model.pt``, ``checkpoint.pt``) without running
+    code: ``weights_only=True``, with :class:`attnid.lm.metrics.Key` (the rows' keys) the one class allowed. A
+    pickle that asks for anything else (``os.system``, a class of its own) is refused, naming ``path``."""
+    import io
+    import pickle
+
+    import torch
+
+    from .metrics import Key
+
+    try:
+        with torch.serialization.safe_globals([Key]):
+            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        said = [line.strip() for line in str(e).splitlines() if "GLOBAL" in line]  # it asks for a function or class
+        if not said:
+            raise RecordError(f"{path}: damaged (not a tensor file torch can read)") from None
+        why = printable(said[0], 200)
+        raise Refused(
+            f"{path}: refused: not a plain tensor file ({why}); attnid reads tensor files without running code"
+        ) from None
+    except Exception as e:  # a truncated or foreign file: torch raises RuntimeError, EOFError, ValueError, ...
+        raise RecordError(f"{path}: damaged ({type(e).__name__}: {printable(e, 80)})") from None
+
+
+def printable(text: object, limit: int = 120) -> str:
+    """``text`` as a reader's terminal may show it: control characters (escape sequences) escaped as ``repr``
+    does, and cut to ``limit`` characters with the length said."""
+    s = str(text)
+    cut = s[:limit]
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    return shown + (f"... ({len(s):,} characters)" if len(s) > limit else "")
+
+
+def sealed_bytes(d: Path, name: str) -> bytes:
+    """The bytes of file ``name`` of the finished record in folder ``d``, read once and checked, before anything
+    parses them, against the size and sha256 that the record's sealed ``summary.json`` lists for it. Raises
+    ``FileNotFoundError`` if the file is absent, :class:`RecordError` naming the file if it is not a regular
+    file, the summary is missing or not sealed, the file is not listed, or its bytes differ."""
+    d = Path(d)
+    f = d / name
+    _regular(f)
+    if not f.exists():
+        raise FileNotFoundError(f"no {name} in {d}")
+    if not (d / "summary.json").is_file():
+        raise Refused(
+            f"{f}: refused: no sealed summary.json beside it (attnid reads {name} only from a finished record)"
+        )
+    summary = read_json(d / "summary.json")
+    if not isinstance(summary, dict) or summary.get("seal") != seal_of(summary):
+        raise Refused(f"{f}: refused: its record's summary.json is not sealed or was changed since the run finished")
+    files = summary.get("files")
+    entry = files.get(name) if isinstance(files, dict) else None
+    if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)):
+        raise Refused(f"{f}: refused: not listed in its record's sealed summary.json")
+    data = f.read_bytes()
+    if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise Refused(
+            f"{f}: refused: differs from the size and sha256 that its record's sealed summary.json lists (changed "
+            "since the run finished)"
+        )
+    return data
+
+
 @dataclass
 class Record:
     """A finished run: its folder, config and summary dicts, rows and (optional) head analysis."""

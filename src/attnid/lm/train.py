@@ -341,9 +341,18 @@ class Checkpoint:
 
     @classmethod
     def load(cls, path: Path) -> Checkpoint:
+        """The checkpoint in ``path``, read without running code (:func:`attnid.lm.records.load_tensors`; RNG
+        states stay on the host); :class:`RecordError` naming the file if it is refused or damaged."""
+        path = Path(path)
+        if path.exists() and not path.is_file():
+            raise RecordError(f"{path}: not a regular file; rerun with --force")
         try:
-            ck = torch.load(path, map_location="cpu", weights_only=False)  # RNG states stay on the host
+            ck = records.load_tensors(path.read_bytes(), path)
             return cls(**{f.name: ck[f.name] for f in fields(cls) if f.name in ck or f.name not in cls.OPTIONAL})
+        except records.Refused as e:
+            raise records.Refused(f"{e}; rerun with --force to discard it") from None
+        except RecordError as e:
+            raise RecordError(f"{e}; rerun with --force to discard it") from None
         except Exception as e:
             raise RecordError(f"{path}: damaged checkpoint ({type(e).__name__}); rerun with --force") from None
 
@@ -749,23 +758,38 @@ def _finish(group: Group, *, metrics: bool, save: bool, start: int, train_second
     return out
 
 
+def read_model_file(d: Path) -> dict:
+    """The contents of a finished run's ``model.pt``, checked against its record's seal before they are parsed
+    and read without running code (:func:`attnid.lm.records.sealed_bytes`, :func:`attnid.lm.records.load_tensors`)."""
+    f = Path(d) / "model.pt"
+    try:
+        data = records.sealed_bytes(Path(d), "model.pt")
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"no trained model at {f}; rerun with save_model=True (`attnid train --save-model`)"
+        ) from None
+    ck = records.load_tensors(data, f)
+    if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("gpt_config"), dict)):
+        raise RecordError(f"{f}: not a trained model of attnid (a dict with 'model' and 'gpt_config')")
+    return ck
+
+
 def load_model(d: Path, device: str = "cpu") -> GPT:
     """The trained model of a finished run saved with ``save_model=True`` (in eval mode)."""
-    f = Path(d) / "model.pt"
-    if not f.exists():
-        raise FileNotFoundError(f"no trained model at {f}; rerun with save_model=True (`attnid train --save-model`)")
-    ck = torch.load(f, map_location=device, weights_only=False)
-    model = GPT(GPTConfig(**ck["gpt_config"])).to(device)
-    model.load_state_dict(ck["model"])
+    ck = read_model_file(d)
+    try:
+        model = GPT(GPTConfig(**ck["gpt_config"])).to(device)
+        model.load_state_dict(ck["model"])
+    except (TypeError, ValueError, RuntimeError) as e:  # an unknown config key, a bad value, a shape that differs
+        f = Path(d) / "model.pt"
+        raise RecordError(f"{f}: its weights do not fit its gpt_config ({records.printable(e)})") from None
     return model.eval()
 
 
 def load_snapshots(d: Path) -> tuple[GPTConfig, dict[int, dict[str, torch.Tensor]]]:
     """The model config and the snapshots (:attr:`Run.snapshots`) kept in a finished run's ``model.pt``."""
     f = Path(d) / "model.pt"
-    if not f.exists():
-        raise FileNotFoundError(f"no trained model at {f}; rerun with save_model=True (`attnid train --save-model`)")
-    ck = torch.load(f, map_location="cpu", weights_only=False)
+    ck = read_model_file(d)
     if not ck.get("snapshots"):
         raise FileNotFoundError(f"{f} keeps no snapshots (written before they were kept); rerun with --force")
     return GPTConfig(**ck["gpt_config"]), ck["snapshots"]
