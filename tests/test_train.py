@@ -75,9 +75,9 @@ def test_rebalancing_leaves_loss_unchanged(smoke_runs, corpus):
     with torch.no_grad():
         for layer in model.attention_layers():
             layer.c_attn.bias.normal_()
-    assert IdentificationProbe(model, opt).beta0.abs().max() > 0.1
+    assert IdentificationProbe.for_model(model, opt).beta0.abs().max() > 0.1
     rebalance_model(model)
-    assert IdentificationProbe(model, opt).beta0.abs().max() < 1e-5
+    assert IdentificationProbe.for_model(model, opt).beta0.abs().max() < 1e-5
 
 
 def test_interrupted_run_resumes_to_identical_metrics(corpus, tmp_path):
@@ -297,7 +297,7 @@ def test_law_residual_of_the_probe_equals_the_weights(corpus):
             out.append(Q @ Q.transpose(-1, -2) - K @ K.transpose(-1, -2))
         return torch.stack(out)  # (L, H, D, D)
 
-    beta0, probe, c = betas(), IdentificationProbe(model, opt), 1.0
+    beta0, probe, c = betas(), IdentificationProbe.for_model(model, opt), 1.0
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         for g in opt.param_groups:
@@ -308,7 +308,7 @@ def test_law_residual_of_the_probe_equals_the_weights(corpus):
         probe.before_step()
         opt.step()
         c *= (1 - 0.5 * 0.05) ** 2
-        row = probe.after_step(c)
+        row = probe.after_step(c).result()
     bt = betas()
 
     def norm(M):

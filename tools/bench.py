@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -92,7 +93,8 @@ def train_bench(steps: int, repeats: int) -> None:
 
 
 def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: bool = False) -> tuple[float, float]:
-    """Median ms of one training step (no metrics) and of the probe's work on one step."""
+    """Median ms of one training step of one model (no metrics) and of the probe's work on one step (its host part
+    included, computed at once)."""
     import statistics
 
     from attnid.lm.probe import IdentificationProbe
@@ -100,7 +102,7 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: 
 
     model, opt = build(cfg, data.vocab_size, device)
     step_model = torch.compile(model) if compile else model
-    probe = IdentificationProbe(model, opt)
+    probe = IdentificationProbe.for_model(model, opt)
     gen = torch.Generator().manual_seed(0)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     step_times, metric_times = [], []
@@ -122,7 +124,7 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: 
         opt.step()  # a second step gives the probe an update to measure
         sync()
         t3 = time.perf_counter()
-        probe.after_step(train_loss=loss.detach())
+        probe.after_step(train_loss=loss.detach()).result()
         sync()
         t4 = time.perf_counter()
         if i >= 5:
@@ -131,131 +133,202 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: 
     return 1e3 * statistics.median(step_times), 1e3 * statistics.median(metric_times)
 
 
-def seeds_bench(steps: int, device: str = "cpu") -> None:
-    """What seeds cost: the chapter-6 suite (every case, ``steps`` steps at the cpu profile) with one seed
-    one run after another (the one-seed chapter), then three seeds as parallel one-thread processes (what
-    the book does on the CPU) and as one batched model per case (attnid.lm.batched)."""
-    import tempfile
+# ------------------------------------------------------------------------------ stacked runs (issue: one window)
+PEAK_BF16 = 790e12  # dense bf16 FLOP/s of one H200 as measured on this workplace's machines (8192^3 products)
 
-    from attnid.lm.batched import train_seeds
-    from attnid.lm.data import load
-    from attnid.lm.launch import launch
+
+def stack_configs(profile: str, R: int, device: str, **over) -> list:
+    """``R`` runs of chapter 6's suite at ``profile`` that share the model's shape: its cases in turn, seeds 0, 1, ..."""
+    from attnid.lm.batched import stack_key
     from attnid.lm.profiles import SUITES, make_config
-    from attnid.lm.train import train
 
-    data = load()
-    cases = list(SUITES["dynamics"].cases)
-    seeds = (0, 1, 2)
-    over = dict(max_iters=steps, eval_interval=max(1, steps // 4), ckpt_interval=10 * steps, device=device)
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["ATTNID_RUNS"] = tmp  # the local jobs inherit it
-        t = time.perf_counter()
-        for c in cases:
-            train(make_config("cpu", c, seed=0, **over), out=Path(tmp) / "one", data=data, progress=False)
-        one = time.perf_counter() - t
-        cfgs = [make_config("cpu", c, seed=s, **over) for s in seeds for c in cases]
-        t = time.perf_counter()
-        launch(cfgs, "local", parallel=2, threads=1, folder=Path(tmp) / "logs", report=lambda _: None)
-        procs = time.perf_counter() - t
-        t = time.perf_counter()
-        for c in cases:
-            train_seeds([make_config("cpu", c, seed=s, **over) for s in seeds], out=Path(tmp) / "b", data=data,
-                        progress=False)  # fmt: skip
-        batched = time.perf_counter() - t
-    print(f"\nseeds: the chapter-6 suite ({len(cases)} cases, {steps} steps each, cpu profile, {device})")
-    print(f"  1 seed, one run after another ({torch.get_num_threads()} threads): {one:7.1f} s")
-    print(f"  3 seeds, 2 processes of 1 thread:          {procs:7.1f} s  ({procs / one:.2f}x the one-seed time)")
-    print(f"  3 seeds, one batched model per case:       {batched:7.1f} s  ({batched / one:.2f}x)")
+    cases = SUITES["dynamics"].cases_at(profile)
+    ref = stack_key(make_config(profile, cases[0], device=device, **over))
+    cases = [c for c in cases if stack_key(make_config(profile, c, device=device, **over)) == ref]
+    return [make_config(profile, cases[i % len(cases)], seed=i // len(cases), device=device, **over) for i in range(R)]
 
 
-def gpu_bench(device: str, profile: str, steps: int, compile: bool) -> None:
-    """Per-step ms per precision, the probe's overhead, one real run's steps/s, projected suite times."""
-    from attnid.lm.data import load
-    from attnid.lm.profiles import SUITES, make_config
-    from attnid.lm.train import train
+def stacked_group(cfgs, data, device: str, precision: str, tmp: Path):
+    from attnid.lm.batched import stacked_runs
 
-    data = load()
-    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
-    cfg = make_config(profile, "adamw", device=device)
-    print(
-        f"\nGPU path: profile {profile} ({cfg.n_layer} x {cfg.n_head} x {cfg.n_embd}, context {cfg.block_size}, "
-        f"batch {cfg.batch_size}) on {name}, torch {torch.__version__}"
-    )
-    print(f"{'precision':<16}{'step ms':>10}{'probe ms':>10}{'overhead @10':>14}")
-    variants = [("fp32", False), ("tf32", False), ("bf16", False)] + ([("bf16", True)] if compile else [])
-    bf16_ms = None
-    for precision, comp in variants:
-        step, metric = step_and_metric_ms(cfg, data, device, precision, 40, compile=comp)
-        label = precision + (" + compile" if comp else "")
-        print(
-            f"{label:<16}{step:>10.2f}{metric:>10.2f}{100 * metric / (cfg.metric_interval * step):>13.1f}%", flush=True
-        )
-        if precision == "bf16" and not comp:
-            bf16_ms = step
-    if device.startswith("cuda"):
-        print(f"bf16 against the physical floor of about 1.6 ms per step on an H200: {bf16_ms / 1.6:.1f}x")
-    # one real run (default precision): metrics every 10 steps, evaluations at its start and end only
-    from attnid.lm.ablation import analyse, fixed_batches
-    from attnid.lm.train import build, evaluate, precision_context
+    return stacked_runs([(c, tmp / f"{c.case}-{c.seed}") for c in cfgs], data, device, precision)
 
-    run = make_config(profile, "adamw", device=device, max_iters=steps, eval_interval=steps)
+
+def time_steps(group, steps: int, probe=None, interval: int = 10) -> float:
+    """Seconds of ``steps`` training steps of ``group`` (the probe, if given, every ``interval`` steps and its rows
+    waited for at the end, as the loop does)."""
+    from attnid.lm.metrics import Key
+    from attnid.lm.train import train_step
+
+    device = group.runs[0].device
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    pending = []
+    sync()
     t = time.perf_counter()
-    s = train(run, data=data, save=False, progress=False)
-    wall = time.perf_counter() - t
-    model, _ = build(run, data.vocab_size, device)
-    with precision_context(s["precision"], device):
-        t = time.perf_counter()
-        evaluate(model, data, run, device, 0)
-        t_eval = time.perf_counter() - t
-        batches = fixed_batches(data, run.batch_size, run.block_size, run.head_batches, device=device)
-        t = time.perf_counter()
-        analyse(model, batches)
-        t_heads = time.perf_counter() - t
-    per_step = (wall - 2 * t_eval - t_heads) / steps
-    full = make_config(profile, "adamw")
-    n_evals = full.max_iters // full.eval_interval + 1
-    projected = full.max_iters * per_step + n_evals * t_eval + t_heads
-    print(
-        f"\none {s['precision']} run of {steps} steps ({len(s['rows'])} recorded rows): {wall:.1f} s; "
-        f"{1e3 * per_step:.2f} ms per step with the probe every {run.metric_interval}, "
-        f"{1 / per_step:.1f} steps/s; one evaluation ({run.eval_iters} batches) {t_eval:.2f} s; "
-        f"head analysis {t_heads:.2f} s"
-    )
-    print(f"projected {full.max_iters}-step run ({n_evals} evaluations, head analysis): {projected:.0f} s")
-    for suite, spec in SUITES.items():
-        n = len(spec.cases_at(profile)) * len(spec.seeds[profile])
-        print(f"projected suite {suite!r} ({n} runs, one after another): {n * projected / 60:.1f} min")
-    # several seeds as one batched model (attnid.lm.batched): what 3 seeds cost against one
-    from attnid.lm.batched import train_seeds
+    for it in range(steps):
+        probing = probe is not None and it % interval == 0
+        losses, _ = train_step(group, it, probe if probing else None)
+        if probing:
+            pending.append(probe.after_step(1.0 if not group.stacked else torch.ones(len(group.runs)),
+                                            **{Key.TRAIN_LOSS: losses}))  # fmt: skip
+            while len(pending) > 1:
+                pending.pop(0).result()
+    for row in pending:
+        row.result()
+    sync()
+    return time.perf_counter() - t
 
-    cfgs = [
-        make_config(profile, "adamw", seed=s, device=device, max_iters=steps, eval_interval=steps) for s in (0, 1, 2)
-    ]
+
+def operators_per_step(group) -> int:
+    """How many operators the autograd profiler records in one training step of ``group`` (forward, backward,
+    clipping, optimizer; no metrics; the runs' batches, drawn from each run's own generator, before it)."""
+    from attnid.lm.train import draw_batches, step_on
+
+    step_on(group, *draw_batches(group), 0, None)  # the first step allocates the optimizer's state
+    x, y = draw_batches(group)
+    with torch.autograd.profiler.profile() as prof:
+        step_on(group, x, y, 1, None)
+    return len(prof.function_events)
+
+
+def stack_bench(
+    device: str, profile: str, sizes: list[int], steps: int, precision: str, json_out: Path | None = None
+) -> None:
+    """ms per run-step of R stacked runs, with and without the probe; the evaluation's and the head analysis's
+    cost; the operators per step; the projected wall time of each suite; the ratio to the bf16 floor."""
     import tempfile
 
+    from attnid.lm.ablation import fixed_batches
+    from attnid.lm.batched import masked_losses_of_stack
+    from attnid.lm.data import load
+    from attnid.lm.probe import IdentificationProbe
+    from attnid.lm.profiles import SUITES, make_config, resolve_precision
+    from attnid.lm.train import evaluate_group
+
+    data = load()
+    precision = resolve_precision(precision, device)
+    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+    ref = make_config(profile, "adamw", device=device)
+    flops = ref.gpt_config(data.vocab_size).train_flops(ref.batch_size)
+    floor_ms = 1e3 * flops / PEAK_BF16
+    print(
+        f"\nstacked runs: profile {profile} ({ref.n_layer} x {ref.n_head} x {ref.n_embd}, context {ref.block_size}, "
+        f"batch {ref.batch_size}) on {name}, {precision}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+    print(f"one run-step: {flops / 1e12:.3f} TFLOP; bf16 floor at {PEAK_BF16 / 1e12:.0f} TFLOP/s: {floor_ms:.2f} ms")
+    print("ops/step: operators per step of R seeds of one case (the suite's mix adds one optimizer call per class)")
+    print(f"{'R':>4}{'ops/step':>10}{'ms/step':>10}{'ms/run-step':>13}{'+probe':>10}{'probe %':>9}"
+          f"{'eval s':>9}{'heads s':>9}{'x floor':>9}")  # fmt: skip
+    measured = {}
     with tempfile.TemporaryDirectory() as tmp:
-        t = time.perf_counter()
-        train_seeds(cfgs, out=Path(tmp), data=data, progress=False)
-        batched = time.perf_counter() - t
-    print(f"3 seeds as one batched model, {steps} steps: {batched:.1f} s against {wall:.1f} s for one seed alone "
-          f"({batched / wall:.2f}x the time for 3x the runs)")  # fmt: skip
+        for R in sizes:
+            cfgs = stack_configs(profile, R, device, eval_iters=min(ref.eval_iters, 20))
+            seeds = [make_config(profile, "adamw", seed=s, device=device) for s in range(R)]  # one optimizer class
+            ops = operators_per_step(stacked_group(seeds, data, device, precision, Path(tmp) / "ops"))
+            group = stacked_group(cfgs, data, device, precision, Path(tmp))
+            group.module.train()
+            time_steps(group, 3)  # warm up
+            plain = time_steps(group, steps) / steps
+            probe = IdentificationProbe(ref.n_head, group.qk_params(), group.qk_update,
+                                        background=device.startswith("cuda"))  # fmt: skip
+            probed = time_steps(group, steps, probe, ref.metric_interval) / steps
+            probe.close()
+            t = time.perf_counter()
+            evaluate_group(group, 0)
+            sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+            sync()
+            eval_s = (time.perf_counter() - t) * ref.eval_iters / cfgs[0].eval_iters  # at the profile's eval_iters
+            firsts = [fixed_batches(data, ref.batch_size, ref.block_size, 1, seed=c.seed)[0] for c in cfgs]
+            one_batch = [tuple(torch.stack(t).to(device) for t in zip(*firsts))]  # (R, B, T) windows
+            losses = masked_losses_of_stack(group.module, one_batch)
+            losses(None)  # warm up
+            t = time.perf_counter()
+            losses(None)
+            one_mask = time.perf_counter() - t  # one mask, one batch (the result is on the host: synchronised)
+            heads_s = one_mask * ref.head_batches * (1 + 2 * ref.n_layer * ref.n_head)
+            run_step = 1e3 * probed / R
+            print(
+                f"{R:>4}{ops:>10}{1e3 * plain:>10.2f}{1e3 * plain / R:>13.3f}{run_step:>10.3f}"
+                f"{100 * (probed / plain - 1):>8.1f}%{eval_s:>9.2f}{heads_s:>9.2f}"
+                + (f"{1e3 * plain / R / floor_ms:>9.2f}" if device.startswith("cuda") else f"{'n/a':>9}"),
+                flush=True,
+            )
+            measured[R] = {"step_s": probed, "plain_step_s": plain, "eval_s": eval_s, "heads_s": heads_s, "ops": ops}
+            del group
+    from attnid.lm.batched import stacks
+
+    print(f"projected wall time of each suite at {profile} (one stack per model shape, the nearest R measured):")
+    suites = {}
+    for suite, spec in SUITES.items():
+        cfgs = [make_config(profile, c, seed=s) for s in spec.seeds[profile] for c in spec.cases_at(profile)]
+        three = [make_config(profile, c, seed=s) for s in (0, 1, 2) for c in spec.cases_at(profile)]
+        total = sum(project_stack_seconds(measured, stack) for stack in stacks(cfgs))
+        total3 = sum(project_stack_seconds(measured, stack) for stack in stacks(three))
+        suites[suite] = {"runs": len(cfgs), "seconds": total, "runs_3_seeds": len(three), "seconds_3_seeds": total3}
+        print(f"  {suite!r}: {len(cfgs)} runs in {len(stacks(cfgs))} stack(s): {total / 60:.1f} min; "
+              f"3 seeds ({len(three)} runs): {total3 / 60:.1f} min")  # fmt: skip
+    if json_out is not None:
+        json_out.write_text(json.dumps({"profile": profile, "device": name, "precision": precision,
+                                        "floor_ms": floor_ms, "measured": measured, "suites": suites}, indent=1))  # fmt: skip
+
+
+def project_stack_seconds(measured: dict, stack: list) -> float:
+    """Wall time of training ``stack`` (its steps with the probe, its evaluations, its head analysis) from the
+    bench's ``measured`` ``{R: {"step_s", "eval_s", "heads_s"}}``, scaled linearly from the nearest R measured."""
+    R = min(measured, key=lambda m: abs(m - len(stack)))
+    m, cfg = measured[R], stack[0]
+    n_evals = cfg.max_iters // cfg.eval_interval + 1
+    return len(stack) / R * (cfg.max_iters * m["step_s"] + n_evals * m["eval_s"] + m["heads_s"])
+
+
+def stack_vs_solo_cpu(steps: int, repeats: int, R: int = 3) -> None:
+    """At the cpu profile on one thread: ms per run-step of R stacked runs against one run alone, interleaved."""
+    import statistics
+    import tempfile
+
+    from attnid.lm.data import load
+    from attnid.lm.train import single_run
+
+    torch.set_num_threads(1)
+    data = load()
+    cfgs = stack_configs("cpu", R, "cpu")
+    solo_t, stack_t = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        solo = single_run([(cfgs[0], Path(tmp) / "solo")], data, "cpu", "fp32")
+        stack = stacked_group(cfgs, data, "cpu", "fp32", Path(tmp))
+        for g in (solo, stack):
+            g.module.train()
+            time_steps(g, 3)
+        for _ in range(repeats):  # interleaved, so machine load hits both alike
+            solo_t.append(time_steps(solo, steps) / steps)
+            stack_t.append(time_steps(stack, steps) / steps / R)
+    a, b = statistics.median(solo_t), statistics.median(stack_t)
+    print(f"\ncpu profile, 1 thread: a run-step alone {1e3 * a:.1f} ms, stacked ({R} runs) {1e3 * b:.1f} ms "
+          f"per run-step ({b / a:.2f}x)")  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--only", choices=["audit", "train", "seeds"], default=None)
+    ap.add_argument("--only", choices=["audit", "train", "stack"], default=None)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--gpu", action="store_true", help="the GPU path (paper profile): precisions, probe, projections")
-    ap.add_argument("--device", default="cuda", help="with --gpu: the device (cpu only to test this script)")
-    ap.add_argument("--profile", default="paper", help="with --gpu: the profile measured")
-    ap.add_argument("--compile", action="store_true", help="with --gpu: also time torch.compile")
+    ap.add_argument("--gpu", action="store_true", help="stacked runs at the paper profile: ms per run-step, probe, "
+                    "evaluation, head analysis, projected suite times, ratio to the floor")  # fmt: skip
+    ap.add_argument("--device", default="cuda", help="with --gpu: the device (cpu: the same logic, at --profile smoke)")
+    ap.add_argument(
+        "--profile", default=None, help="with --gpu: the profile measured (default: paper; smoke on the cpu)"
+    )
+    ap.add_argument("--stack-sizes", type=int, nargs="+", default=[1, 3, 7, 21], help="with --gpu: the R measured")
+    ap.add_argument("--precision", default="auto", help="with --gpu: auto (bf16 on CUDA) | fp32 | tf32 | bf16")
+    ap.add_argument("--json", type=Path, help="with --gpu: also write the measurements and projections here")
     a = ap.parse_args()
     if a.gpu:
         if a.device.startswith("cuda") and not torch.cuda.is_available():
-            raise SystemExit("bench --gpu: CUDA is not available on this machine")
-        gpu_bench(a.device, a.profile, a.steps, a.compile)
+            raise SystemExit("bench --gpu: CUDA is not available on this machine (--device cpu runs it on the CPU)")
+        profile = a.profile if a.profile is not None else ("paper" if a.device.startswith("cuda") else "smoke")
+        steps = a.steps if a.steps != ap.get_default("steps") else 20
+        stack_bench(a.device, profile, a.stack_sizes, steps, a.precision, a.json)
         return
     print(f"torch {torch.__version__}, {os.cpu_count()} cpus")
     if a.only in (None, "audit"):
@@ -264,9 +337,8 @@ def main() -> None:
     if a.only in (None, "train"):
         torch.set_num_threads(max(a.threads))
         train_bench(a.steps, a.repeats)
-    if a.only in (None, "seeds"):
-        torch.set_num_threads(max(a.threads))
-        seeds_bench(a.steps)
+    if a.only in (None, "stack"):
+        stack_vs_solo_cpu(min(a.steps, 40), a.repeats)
 
 
 if __name__ == "__main__":

@@ -507,8 +507,8 @@ def _check_launcher_flags(a) -> None:
         raise ValueError(f"launcher: {', '.join(slurm_only)} only apply to --launcher slurm")
     if a.parallel != 1 and a.launcher != "local":
         raise ValueError("parallel: only --launcher local runs several processes at once")
-    if a.batch_seeds and a.launcher != "inline":
-        raise ValueError("batch-seeds: trains in this process; it cannot be combined with --launcher local|slurm")
+    if a.stacked and a.launcher != "inline":
+        raise ValueError("stacked: trains in this process; it cannot be combined with --launcher local|slurm")
 
 
 def _check_paper_device(a) -> None:
@@ -578,14 +578,13 @@ def cmd_experiments(a) -> int:
         resolve_device(a.device)
         _check_paper_device(a)
         _set_threads(a)
-    if a.batch_seeds:  # (_check_launcher_flags refused it with another launcher)
-        from .lm.batched import train_seeds
+    if a.stacked:  # (_check_launcher_flags refused it with another launcher)
+        from .lm.batched import stacks, train_stack
 
-        for case in suite.cases_at(a.profile):
-            for s in train_seeds([c for c in cfgs if c.case == case], force=a.force, progress=True):
-                batch = s.get("batched_seeds", [s["seed"]])
-                print(f"{a.profile}/{case} seed {s['seed']}: final val loss {s['final_val_loss']:.4f} "
-                      f"({s['precision']}, batched with seeds {batch})", flush=True)  # fmt: skip
+        for stack in stacks(cfgs):
+            for s in train_stack(stack, force=a.force, progress=True):
+                print(f"{a.profile}/{s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f} "
+                      f"({s['precision']}, stacked with {len(s.get('stacked_with', [0]))} runs)", flush=True)  # fmt: skip
         return 0
     from .lm.records import runs_root
 
@@ -799,9 +798,10 @@ def _experiments_parser(sub) -> None:
     )
     g.add_argument("--wait", action="store_true", help="slurm: wait for the runs and print their results")
     p.add_argument(
-        "--batch-seeds",
+        "--stacked",
         action="store_true",
-        help="train the seeds of each case as one batched model (attnid.lm.batched; pays on a GPU)",
+        help="train the runs of each model shape, seeds and cases, as one stacked model (attnid.lm.batched; pays "
+        "on a GPU)",
     )
     p.set_defaults(func=cmd_experiments)
 

@@ -87,10 +87,23 @@ def unidentified_step_fraction(
     Refused for a RoPE layer (``rope=True``), whose invariant subspace is only the commutant's."""
     _refuse_rope(rope, "unidentified_step_fraction")
     Q, K, A, B = (t.detach().to(torch.float64) for t in (Q, K, A, B))
-    _, PA, PB = project_update(Q, K, A, B)
-    num = (PA * PA).sum((-1, -2)) + (PB * PB).sum((-1, -2))
-    den = (A * A).sum((-1, -2)) + (B * B).sum((-1, -2))
-    return torch.where(den > min_norm, num / den.clamp_min(min_norm), torch.full_like(den, float("nan")))
+    C = A @ Q.transpose(-1, -2) - K @ B.transpose(-1, -2)
+    return step_fractions(gram(Q), gram(K), C, (A * A).sum((-1, -2)) + (B * B).sum((-1, -2)), min_norm=min_norm)
+
+
+def step_fractions(
+    G_Q: torch.Tensor, G_K: torch.Tensor, C: torch.Tensor, den: torch.Tensor, *, min_norm: float = 1e-30
+) -> torch.Tensor:
+    """:func:`unidentified_step_fraction` from what it needs of the point and the update: the Gram matrices
+    ``G_Q = Q Qᵀ``, ``G_K = K Kᵀ`` ``(..., D, D)``, the right-hand side ``C = A Qᵀ − K Bᵀ`` (with any extra leading
+    dims: several updates at one point) and ``den = ‖(A, B)‖²``. The projection's energy is ``⟨S, C⟩`` for the
+    solution ``S`` of ``S G_Q + G_K S = C``; in the eigenbases ``G_Q = U Λ Uᵀ``, ``G_K = V M Vᵀ`` it is
+    ``Σ_ij (Vᵀ C U)_ij² / (μ_i + λ_j)``, a sum of non-negative terms. ``nan`` where ``den < min_norm``."""
+    lam, U = torch.linalg.eigh(G_Q)
+    mu, V = torch.linalg.eigh(G_K)
+    Ct = V.transpose(-1, -2) @ C @ U
+    num = (Ct * Ct / (mu[..., :, None] + lam[..., None, :])).sum((-1, -2))
+    return torch.where(den > min_norm, num / den.clamp_min(min_norm), torch.full_like(num, float("nan")))
 
 
 def _sym_sqrt(G: torch.Tensor, inverse: bool = False) -> torch.Tensor:
@@ -128,7 +141,12 @@ def qk_singular_values(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
 
     ``K = G_K^{1/2} O_K`` with orthonormal rows ``O_K``, so ``σ(Kᵀ Q) = σ(G_K^{1/2} G_Q^{1/2})``.
     """
-    return torch.linalg.svdvals(_sym_sqrt(gram(K)) @ _sym_sqrt(gram(Q)))
+    return qk_singular_values_of_grams(gram(Q), gram(K))
+
+
+def qk_singular_values_of_grams(G_Q: torch.Tensor, G_K: torch.Tensor) -> torch.Tensor:
+    """:func:`qk_singular_values` from the Gram matrices ``G_Q = Q Qᵀ``, ``G_K = K Kᵀ``: ``σ(G_K^{1/2} G_Q^{1/2})``."""
+    return torch.linalg.svdvals(_sym_sqrt(G_K) @ _sym_sqrt(G_Q))
 
 
 ROPE_LAYOUTS = ("interleaved", "half")

@@ -6,6 +6,8 @@ its term ``W_O^h V_h P_h`` from the sum of Eq. (layer); the output bias stays.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -45,32 +47,55 @@ def masked_loss(model: GPT, batches, mask=None) -> float:
         model.train(was)
 
 
-def head_importance(model: GPT, batches) -> tuple[float, np.ndarray]:
-    """Baseline loss and, per ``(layer, head)``, the loss increase when that head alone is masked."""
-    L, H = model.cfg.n_layer, model.cfg.n_head
-    base = masked_loss(model, batches)
-    imp = np.zeros((L, H))
+MaskedLosses = Callable[[np.ndarray | None], np.ndarray]  # mask (R, n_layer, H) or None -> (R,) mean losses
+
+
+def importance_of_runs(masked_losses: MaskedLosses, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Baseline losses ``(R,)`` and, per run and ``(layer, head)``, the loss increase when that head alone is
+    masked ``(R, n_layer, H)``; ``shape`` is ``(R, n_layer, H)``. One call of ``masked_losses`` per head masks that
+    head in every run at once."""
+    R, L, H = shape
+    base = np.asarray(masked_losses(None), dtype=float)
+    imp = np.zeros(shape)
     for layer in range(L):
         for h in range(H):
-            mask = np.ones((L, H))
-            mask[layer, h] = 0
-            imp[layer, h] = masked_loss(model, batches, mask) - base
+            mask = np.ones(shape)
+            mask[:, layer, h] = 0
+            imp[:, layer, h] = np.asarray(masked_losses(mask)) - base
     return base, imp
+
+
+def pruning_curves(masked_losses: MaskedLosses, base: np.ndarray, importance: np.ndarray) -> list[list[dict]]:
+    """Per run: mask heads cumulatively in increasing order of that run's importance; loss after each removal
+    (all runs remove their k-th head in the same call of ``masked_losses``)."""
+    R, L, H = importance.shape
+    orders = [np.argsort(importance[r], axis=None, kind="stable") for r in range(R)]
+    mask = np.ones((R, L, H))
+    curves = [[{"pruned": 0, "fraction": 0.0, "loss": float(base[r]), "head": None}] for r in range(R)]
+    for k in range(1, L * H + 1):
+        heads = [divmod(int(orders[r][k - 1]), H) for r in range(R)]
+        for r, (layer, h) in enumerate(heads):
+            mask[r, layer, h] = 0
+        losses = np.asarray(masked_losses(mask))
+        for r, (layer, h) in enumerate(heads):
+            curves[r].append({"pruned": k, "fraction": k / (L * H), "loss": float(losses[r]), "head": [layer, h]})
+    return curves
+
+
+def head_importance(model: GPT, batches) -> tuple[float, np.ndarray]:
+    """Baseline loss and, per ``(layer, head)``, the loss increase when that head alone is masked."""
+    base, imp = importance_of_runs(_one_model(model, batches), (1, model.cfg.n_layer, model.cfg.n_head))
+    return float(base[0]), imp[0]
 
 
 def pruning_curve(model: GPT, batches, importance: np.ndarray) -> list[dict]:
     """Mask heads cumulatively in increasing order of importance; loss after each removal."""
-    L, H = importance.shape
-    order = np.argsort(importance, axis=None, kind="stable")
-    mask = np.ones((L, H))
-    curve: list[dict] = [{"pruned": 0, "fraction": 0.0, "loss": masked_loss(model, batches), "head": None}]
-    for k, flat in enumerate(order, start=1):
-        layer, h = divmod(int(flat), H)
-        mask[layer, h] = 0
-        curve.append(
-            {"pruned": k, "fraction": k / (L * H), "loss": masked_loss(model, batches, mask), "head": [layer, h]}
-        )
-    return curve
+    losses = _one_model(model, batches)
+    return pruning_curves(losses, losses(None), np.asarray(importance)[None])[0]
+
+
+def _one_model(model: GPT, batches) -> MaskedLosses:
+    return lambda mask: np.array([masked_loss(model, batches, None if mask is None else mask[0])])
 
 
 def max_prunable_fraction(curve: list[dict], tolerance: float) -> float:
@@ -100,17 +125,28 @@ def analyse(model: GPT, batches, qk_singular_values=None) -> dict:
     read it with :func:`prunable`), ``n_batches``
     and, given the final QK singular values ``(n_layer, H, D)``, ``effective_rank`` ``(n_layer, H)``.
     """
-    baseline, importance = head_importance(model, batches)
-    curve = pruning_curve(model, batches, importance)
-    out = {
-        "baseline": baseline,
-        "importance": importance.tolist(),
-        "pruning_curve": curve,
-        "prunable": {f"{tol:g}": max_prunable_fraction(curve, tol) for tol in PRUNE_TOLERANCES},
-        "n_batches": len(batches),
-    }
-    if qk_singular_values is not None:
-        out["effective_rank"] = effective_rank(qk_singular_values).tolist()
+    shape = (1, model.cfg.n_layer, model.cfg.n_head)
+    return analyse_runs(_one_model(model, batches), shape, len(batches), [qk_singular_values])[0]
+
+
+def analyse_runs(masked_losses: MaskedLosses, shape: tuple[int, int, int], n_batches: int, svs: list) -> list[dict]:
+    """:func:`analyse` of ``R`` runs at once (``shape`` ``(R, n_layer, H)``; ``svs``: each run's final QK singular
+    values or ``None``), from their masked validation losses: one call of ``masked_losses`` evaluates a mask of
+    every run (runs trained as one stacked model, :mod:`attnid.lm.batched`)."""
+    base, importance = importance_of_runs(masked_losses, shape)
+    curves = pruning_curves(masked_losses, base, importance)
+    out = []
+    for r, curve in enumerate(curves):
+        one = {
+            "baseline": float(base[r]),
+            "importance": importance[r].tolist(),
+            "pruning_curve": curve,
+            "prunable": {f"{tol:g}": max_prunable_fraction(curve, tol) for tol in PRUNE_TOLERANCES},
+            "n_batches": n_batches,
+        }
+        if svs[r] is not None:
+            one["effective_rank"] = effective_rank(svs[r]).tolist()
+        out.append(one)
     return out
 
 

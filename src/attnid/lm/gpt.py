@@ -48,6 +48,17 @@ class GPTConfig(ModelShape):
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
+    def train_flops(self, batch_size: int) -> float:
+        """Floating-point operations of one training step (forward and backward, ``3 x`` the forward's) on ``batch_size``
+        windows of ``block_size`` tokens: the matrix products of every layer and the output head, and causal
+        attention's two products (half of the ``T x T`` scores). Elementwise work is not counted: this is the
+        arithmetic floor of a step on matrix units."""
+        assert self.head_dim is not None
+        E, inner, T = self.n_embd, self.n_head * self.head_dim, self.block_size
+        per_layer = 2 * (E * 3 * inner + inner * E + 2 * E * 4 * E) + 2 * 2 * (T / 2) * inner
+        forward = batch_size * T * (self.n_layer * per_layer + 2 * E * self.vocab_size)
+        return 3.0 * forward
+
     def attention_config(self) -> AttentionConfig:
         """The column-form architecture of every attention layer of this model (causal, fused biases)."""
         return AttentionConfig(

@@ -348,8 +348,8 @@ def run_suite(
     On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4) as local processes
     of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
     two cores do about 1.5x the work of one two-thread process (``tools/bench.py --only seeds``). On a GPU,
-    where processes time-share the device, the seeds of each case train as one batched model
-    (:mod:`attnid.lm.batched`) and the cases one after another. The smoke profile's runs train inline, one after
+    where processes time-share the device, the runs of each model shape (seeds and cases) train as one
+    stacked model (:mod:`attnid.lm.batched`), the shapes one after another. The smoke profile's runs train inline, one after
     another: each takes less time than a process takes to start."""
     from .profiles import SUITES, make_config, resolve_device
 
@@ -366,13 +366,12 @@ def run_suite(
     # one process per core: not the idle cores of the load average, which counts the book's own earlier
     # chapters and would send a suite one run after another
     n = min(4, os.cpu_count() or 1) if parallel is None else parallel
-    if dev != "cpu":  # a GPU: the seeds of a case as one batched model, the cases one after another
-        from .batched import train_seeds
+    if dev != "cpu":  # a GPU: the runs of each model shape (seeds and cases) as one stacked model
+        from .batched import stacks, train_stack
 
-        for case in dict.fromkeys(c.case for c in cfgs):
-            group = [c for c in cfgs if c.case == case]
-            for s in train_seeds(group, progress=False):
-                report(f"{profile}/{case} seed {s['seed']}: final val loss {s['final_val_loss']:.4f}")
+        for stack in stacks(cfgs):
+            for s in train_stack(stack, progress=False):
+                report(f"{profile}/{s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f}")
     elif n < 2 or len(cfgs) < 2 or profile == "smoke":
         launch(cfgs, "inline", report=report, progress=False)
     else:

@@ -15,18 +15,29 @@ key weights and the bias gradients; ``after_step()`` (after ``opt.step()``) retu
   ``‖β_t‖ / (‖G_Q‖ + ‖G_K‖)`` per layer (norms over all heads of a layer); ``tau`` ``= tr β`` per head;
 - ``grad_bq``, ``grad_bk`` (bias-gradient norms before clipping) and ``norm_bq``, ``norm_bk`` per head.
 
-The keys, shapes and units are :data:`attnid.lm.metrics.SCHEMA`. All of it is computed on the
-model's device in float64 and crosses to the host once per row.
+The keys, shapes and units are :data:`attnid.lm.metrics.SCHEMA`. Everything is float64. The work is split in two:
+on the model's device, the Gram matrices ``G_Q = Q Qᵀ``, ``G_K = K Kᵀ`` and the right-hand sides ``C = A Qᵀ − K Bᵀ``
+of every head (a few batched matrix products) and the β metrics; on the host, after one copy per row, the
+small eigendecompositions that solve each head's Sylvester equation (:func:`attnid.dynamics.step_fractions`),
+which a GPU runs one matrix at a time. On a GPU the host part runs in a background thread, spread over the
+cores, while the next steps train: :meth:`IdentificationProbe.after_step` returns a :class:`PendingRow`.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
 from .. import dynamics
 from .metrics import Key
+
+# the host part of a row, per head: the Gram matrices of the point (with and without the bias column) and the
+# right-hand sides of the three updates measured there
+HOST_PARTS = ("G_Q", "G_K", "C_update", "C_diff", "q", "k", "a", "b", "den_update", "den_diff")
 
 
 def optimizer_update(opt: torch.optim.Optimizer, p: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
@@ -57,42 +68,85 @@ def optimizer_update(opt: torch.optim.Optimizer, p: torch.Tensor, old: torch.Ten
 def to_host(tensors: dict[str, torch.Tensor]) -> dict[str, float | list]:
     """One device-to-host copy for a dict of tensors; returns Python numbers and nested lists."""
     flat = torch.cat([t.detach().to(torch.float64).reshape(-1) for t in tensors.values()]).cpu()
+    return unpack(flat, {k: t.shape for k, t in tensors.items()}, as_lists=True)
+
+
+def unpack(flat: torch.Tensor, shapes: dict[str, torch.Size], as_lists: bool = False) -> dict:
+    """Split a flat tensor into ``shapes`` (in order): tensors, or Python numbers and nested lists."""
     out, i = {}, 0
-    for k, t in tensors.items():
-        n = t.numel()
-        part = flat[i : i + n].reshape(t.shape)
-        out[k] = part.item() if t.dim() == 0 else part.tolist()
+    for k, shape in shapes.items():
+        n = math.prod(shape)
+        part = flat[i : i + n].reshape(shape)
+        out[k] = (part.item() if len(shape) == 0 else part.tolist()) if as_lists else part
         i += n
     return out
 
 
-class IdentificationProbe:
-    """Records the QK-symmetry metrics of one training step of a :class:`attnid.lm.gpt.GPT`.
+def host_workers() -> int:
+    """Threads for the host part of a row on a GPU machine: the cores but one for the training loop."""
+    return max(1, min(16, (os.cpu_count() or 2) - 1))
 
-    ``beta0``: ``(n_layer, H, D, D)`` initial β (from a checkpoint when resuming); default: now.
-    ``qk_params``: the ``c_attn`` weight and bias of each layer (default: the model's own). Several seeds
-    trained as one stacked model (:mod:`attnid.lm.batched`) pass tensors with a leading seed dim ``S``;
-    every metric then carries it first: ``(S, n_layer, ...)``.
-    """
+
+class PendingRow:
+    """A probe row whose host part may still be computing: :meth:`result` waits for it and returns the row."""
+
+    def __init__(self, compute: Callable[[], dict] | None = None, future: Future | None = None):
+        self._compute, self._future, self._row = compute, future, None
+
+    def result(self) -> dict:
+        if self._row is None:
+            self._row = self._future.result() if self._future is not None else self._compute()  # type: ignore[misc]
+        return self._row
+
+
+UpdateFn = Callable[[int, str, torch.Tensor], torch.Tensor]  # (layer, "weight" | "bias", old float64) -> Δ float64
+
+
+class IdentificationProbe:
+    """Records the QK-symmetry metrics of one training step of a :class:`attnid.lm.gpt.GPT`, or of several runs
+    trained as one stacked model (:mod:`attnid.lm.batched`).
+
+    ``qk_params``: the ``c_attn`` weight ``([R,] 3HD, E)`` and bias ``([R,] 3HD)`` of each layer, with a leading run
+    dim ``R`` when stacked (every metric then carries it first: ``(R, n_layer, ...)``); ``update(layer, which,
+    old)``: the float64 update the optimizer just applied to that layer's weight or bias (:func:`optimizer_update`);
+    ``beta0``: ``([R,] n_layer, H, D, D)`` initial β (from a checkpoint when resuming); default: now.
+    ``background``: compute the host part of each row in a background thread (on a GPU) instead of when the row is
+    asked for."""
 
     def __init__(
         self,
-        model,
-        opt: torch.optim.Optimizer,
+        n_head: int,
+        qk_params: list[tuple[torch.Tensor, torch.Tensor | None]],
+        update: UpdateFn,
         beta0: torch.Tensor | None = None,
-        qk_params: list[tuple[torch.Tensor, torch.Tensor | None]] | None = None,
+        background: bool = False,
     ):
-        self.params = qk_params or [(layer.c_attn.weight, layer.c_attn.bias) for layer in model.attention_layers()]
-        self.opt = opt
-        self.H = model.attention_layers()[0].n_head
+        self.params, self.update, self.H = qk_params, update, n_head
         self._old: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self._grads: dict[str, torch.Tensor] = {}
+        self._rows = ThreadPoolExecutor(1, thread_name_prefix="probe-row") if background else None
+        self._workers = ThreadPoolExecutor(host_workers(), thread_name_prefix="probe-solve") if background else None
         if beta0 is None:
             beta0 = dynamics.beta(*self._augmented(*self._stacked()))
         self.beta0 = beta0
 
+    @classmethod
+    def for_model(cls, model, opt: torch.optim.Optimizer, beta0: torch.Tensor | None = None) -> IdentificationProbe:
+        """The probe of one :class:`attnid.lm.gpt.GPT` trained by ``opt``."""
+        params = [(layer.c_attn.weight, layer.c_attn.bias) for layer in model.attention_layers()]
+
+        def update(i: int, which: str, old: torch.Tensor) -> torch.Tensor:
+            return optimizer_update(opt, params[i][0] if which == "weight" else params[i][1], old)  # type: ignore[arg-type]
+
+        return cls(model.attention_layers()[0].n_head, params, update, beta0=beta0)
+
+    def close(self) -> None:
+        for pool in (self._rows, self._workers):
+            if pool is not None:
+                pool.shutdown(wait=True)
+
     def _stacked(self, attr: str = "") -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Fused ``c_attn`` weight ``([S,] L, 3HD, E)`` and bias ``([S,] L, 3HD)`` of every layer, float64
+        """Fused ``c_attn`` weight ``([R,] L, 3HD, E)`` and bias ``([R,] L, 3HD)`` of every layer, float64
         (``attr="grad"``: their gradients)."""
         ws = [w for w, _ in self.params]
         bs = [b for _, b in self.params]
@@ -129,62 +183,137 @@ class IdentificationProbe:
             self._grads = {Key.GRAD_BQ: g_q.norm(dim=-1), Key.GRAD_BK: g_k.norm(dim=-1)}
 
     @torch.no_grad()
-    def after_step(self, law_factor: float = 1.0, **scalars: torch.Tensor | float) -> dict:
-        """Call after ``opt.step()``; returns the row (``scalars`` such as the loss are added to it).
-        ``law_factor``: ``c_t`` of the weight-decay law after this step (:func:`attnid.lm.profiles.beta_law_factor`)."""
+    def after_step(self, law_factor: float | torch.Tensor = 1.0, **scalars: torch.Tensor | float) -> PendingRow:
+        """Call after ``opt.step()``; returns the row (``scalars`` such as the loss are added to it), pending while
+        its host part computes. ``law_factor``: ``c_t`` of the weight-decay law after this step
+        (:func:`attnid.lm.profiles.beta_law_factor`), one per run when stacked."""
         if self._old is None:
             raise RuntimeError("IdentificationProbe.after_step() called without before_step()")
         (w0, b0), (w1, b1) = self._old, self._stacked()
-        dw = torch.stack([optimizer_update(self.opt, w, w0.select(-3, i)) for i, (w, _) in enumerate(self.params)], -3)
-        db = None
-        if b0 is not None:
-            db = torch.stack(
-                [
-                    optimizer_update(self.opt, b, b0.select(-2, i))
-                    for i, (_, b) in enumerate(self.params)
-                    if b is not None
-                ],
-                -2,
-            )
+        self._old = None
+        L = w0.shape[-3]
+        dw = torch.stack([self.update(i, "weight", w0.select(-3, i)) for i in range(L)], -3)
+        db = None if b0 is None else torch.stack([self.update(i, "bias", b0.select(-2, i)) for i in range(L)], -2)
         Q0, K0 = self._augmented(w0, b0)
         A, B = self._augmented(dw, db)
         Q1, K1 = self._augmented(w1, b1)
-        # One batched solve for three ratios: (Q0, K0) with the float64 update and with the float32
-        # difference; the weights alone are the same problem with the bias column zeroed (a zero column
-        # changes neither the Gram matrices nor A Qᵀ). Leading dims: (point, update).
-        nb = torch.ones(Q0.shape[-1], dtype=torch.float64, device=Q0.device)
-        nb[w0.shape[-1] :] = 0
-        rhos = dynamics.unidentified_step_fraction(
-            torch.stack([Q0, Q0 * nb])[:, None],
-            torch.stack([K0, K0 * nb])[:, None],
-            torch.stack([torch.stack([A, Q1 - Q0]), torch.stack([A * nb, torch.zeros_like(A)])]),
-            torch.stack([torch.stack([B, K1 - K0]), torch.stack([B * nb, torch.zeros_like(B)])]),
-        )
-        rho, rho_diff, rho_w = rhos[0, 0], rhos[0, 1], rhos[1, 0]
+        dQ, dK = Q1 - Q0, K1 - K0
+        E = w0.shape[-1]
+        zeros = torch.zeros_like(Q0[..., 0])
+        col = (lambda M: M[..., E]) if b0 is not None else (lambda M: zeros)  # the bias column (none: zero)
+        host = {  # per head, for the Sylvester solves on the host (HOST_PARTS)
+            "G_Q": dynamics.gram(Q0),
+            "G_K": dynamics.gram(K0),
+            "C_update": A @ Q0.transpose(-1, -2) - K0 @ B.transpose(-1, -2),
+            "C_diff": dQ @ Q0.transpose(-1, -2) - K0 @ dK.transpose(-1, -2),
+            "q": col(Q0),
+            "k": col(K0),
+            "a": col(A),
+            "b": col(B),
+            "den_update": (A * A).sum((-1, -2)) + (B * B).sum((-1, -2)),
+            "den_diff": (dQ * dQ).sum((-1, -2)) + (dK * dK).sum((-1, -2)),
+        }
         G_Q1, G_K1 = dynamics.gram(Q1), dynamics.gram(K1)
         beta_t = G_Q1 - G_K1
 
         def per_layer(M: torch.Tensor) -> torch.Tensor:
             return torch.linalg.matrix_norm(M).norm(dim=-1)
 
-        tensors: dict[str, torch.Tensor] = {
-            **{k: torch.as_tensor(v, dtype=torch.float64) for k, v in scalars.items()},
-            Key.RHO: rho,
-            Key.RHO_W: rho_w,
-            Key.RHO_DIFF: rho_diff,
+        c = torch.as_tensor(law_factor, dtype=torch.float64, device=beta_t.device)
+        c_layer = c.reshape(*c.shape, *[1] * (beta_t.dim() - 3 - c.dim()))  # against ([R,] L)
+        c_matrix = c.reshape(*c.shape, *[1] * (beta_t.dim() - c.dim()))  # against ([R,] L, H, D, D)
+        here: dict[str, torch.Tensor] = {
+            **{k: torch.as_tensor(v, dtype=torch.float64, device=beta_t.device) for k, v in scalars.items()},
             Key.BETA_DRIFT: per_layer(beta_t - self.beta0) / per_layer(self.beta0),
-            Key.BETA_LAW: per_layer(beta_t - law_factor * self.beta0) / (law_factor * per_layer(self.beta0)),
+            Key.BETA_LAW: per_layer(beta_t - c_matrix * self.beta0) / (c_layer * per_layer(self.beta0)),
             Key.BETA_REL: per_layer(beta_t) / (per_layer(G_Q1) + per_layer(G_K1)),
             Key.TAU: beta_t.diagonal(dim1=-2, dim2=-1).sum(-1),
             **self._grads,
         }
         if b1 is not None:
             _, b_Q1, _, b_K1 = self._split(w1, b1)
-            tensors[Key.NORM_BQ], tensors[Key.NORM_BK] = b_Q1.norm(dim=-1), b_K1.norm(dim=-1)
-        self._old = None
-        return to_host(tensors)
+            here[Key.NORM_BQ], here[Key.NORM_BK] = b_Q1.norm(dim=-1), b_K1.norm(dim=-1)
+        flat, shapes, ready = self._to_host({**host, **{f"row:{k}": v for k, v in here.items()}})
+
+        def finish() -> dict:
+            if ready is not None:
+                ready.synchronize()
+            parts = unpack(flat, shapes)
+            rho, rho_w, rho_diff = self._fractions({k: parts[k] for k in HOST_PARTS})
+            row = {k[4:]: v for k, v in parts.items() if k.startswith("row:")}
+            order = [*scalars, Key.RHO, Key.RHO_W, Key.RHO_DIFF]
+            row.update({Key.RHO: rho, Key.RHO_W: rho_w, Key.RHO_DIFF: rho_diff})
+            return {k: _listed(row[k]) for k in order + [k for k in row if k not in order]}
+
+        return self._pending(finish)
+
+    def _to_host(self, tensors: dict[str, torch.Tensor]):
+        """One copy to the host of ``tensors`` (float64): ``(flat, shapes, event)``; on CUDA the copy is queued into
+        pinned memory and ``event`` tells when it has landed (``None``: already there)."""
+        flat = torch.cat([t.detach().to(torch.float64).reshape(-1) for t in tensors.values()])
+        shapes = {k: t.shape for k, t in tensors.items()}
+        if flat.device.type != "cuda":
+            return flat.cpu(), shapes, None
+        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        host.copy_(flat, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return host, shapes, event
+
+    def _pending(self, finish: Callable[[], dict]) -> PendingRow:
+        return PendingRow(future=self._rows.submit(finish)) if self._rows is not None else PendingRow(finish)
+
+    def _map(self, fn: Callable, parts: dict[str, torch.Tensor]) -> tuple:
+        """``fn(parts)`` over the heads (flattened leading dims), in chunks on the worker threads when there are any;
+        returns ``fn``'s tuple of ``(heads...)`` tensors reshaped to the leading dims."""
+        lead = parts["G_Q"].shape[:-2]
+        flat = {k: v.reshape(-1, *v.shape[len(lead) :]) for k, v in parts.items()}
+        n = next(iter(flat.values())).shape[0]
+        if self._workers is None or n < 2:
+            outs = fn(flat)
+        else:
+            chunks = min(n, host_workers())
+            pieces = [{k: v.chunk(chunks)[i] for k, v in flat.items()} for i in range(chunks)]
+            results = list(self._workers.map(fn, pieces))
+            outs = tuple(torch.cat(r) for r in zip(*results))
+        return tuple(o.reshape(*lead, *o.shape[1:]) for o in outs)
+
+    def _fractions(self, parts: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """ρ of the float64 update, of the update to the weights alone (bias column dropped from the point and the
+        update) and of the float32 difference, per head, from the host parts (:data:`HOST_PARTS`)."""
+
+        def solve(p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            outer = lambda u, v: u[..., :, None] * v[..., None, :]  # noqa: E731
+            G_Qw, G_Kw = p["G_Q"] - outer(p["q"], p["q"]), p["G_K"] - outer(p["k"], p["k"])
+            C_w = p["C_update"] - outer(p["a"], p["q"]) + outer(p["k"], p["b"])
+            den_w = p["den_update"] - (p["a"] * p["a"]).sum(-1) - (p["b"] * p["b"]).sum(-1)
+            both = dynamics.step_fractions(
+                p["G_Q"],
+                p["G_K"],
+                torch.stack([p["C_update"], p["C_diff"]]),
+                torch.stack([p["den_update"], p["den_diff"]]),
+            )
+            weights = dynamics.step_fractions(G_Qw, G_Kw, C_w, den_w)
+            return both[0], weights, both[1]
+
+        return self._map(solve, parts)
 
     @torch.no_grad()
-    def qk_singular_values(self) -> list:
-        """Singular values of every head's augmented QK product, ``(n_layer, H, D)`` as nested lists."""
-        return dynamics.qk_singular_values(*self._augmented(*self._stacked())).cpu().tolist()
+    def qk_singular_values(self) -> PendingRow:
+        """Singular values of every head's augmented QK product, ``([R,] n_layer, H, D)``; the row's value is
+        under the key ``"qk_sv"`` once computed (the Gram matrices go to the host, as for :meth:`after_step`)."""
+        Q, K = self._augmented(*self._stacked())
+        flat, shapes, ready = self._to_host({"G_Q": dynamics.gram(Q), "G_K": dynamics.gram(K)})
+
+        def finish() -> dict:
+            if ready is not None:
+                ready.synchronize()
+            parts = unpack(flat, shapes)
+            (sv,) = self._map(lambda p: (dynamics.qk_singular_values_of_grams(p["G_Q"], p["G_K"]),), parts)
+            return {Key.QK_SV: sv.tolist()}
+
+        return self._pending(finish)
+
+
+def _listed(v: torch.Tensor) -> float | list:
+    return v.item() if v.dim() == 0 else v.tolist()

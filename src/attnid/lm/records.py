@@ -95,9 +95,12 @@ def runs_root() -> Path:
 
 def code_commit() -> str | None:
     """The commit of the source checkout this package runs from (``"<short sha>+changes"`` when ``src/`` differs
-    from it), or ``None`` outside a git checkout: a summary's provenance."""
+    from it), or ``None`` outside a git checkout: a summary's provenance. ``$ATTNID_CODE_COMMIT`` names it where the
+    code runs from a copy without git history (a lent GPU machine)."""
     import subprocess
 
+    if os.environ.get("ATTNID_CODE_COMMIT"):
+        return os.environ["ATTNID_CODE_COMMIT"]
     root = checkout()
     if root is None:
         return None

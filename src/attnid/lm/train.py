@@ -36,7 +36,7 @@ from .ablation import analyse, fixed_batches
 from .data import CharData, load
 from .gpt import GPT, GPTConfig
 from .metrics import Key
-from .probe import IdentificationProbe
+from .probe import IdentificationProbe, optimizer_update
 from .profiles import RunConfig, beta_law_factor, lr_at, resolve_device, resolve_precision
 from .records import RecordError
 
@@ -256,20 +256,23 @@ def train_runs(
     force: bool,
     stop_after: int | None,
     save: bool,
+    checkpoints: bool = True,
 ) -> list[dict]:
     """Train (or resume, or reuse) the runs ``cfgs`` with the loop :func:`train_group`; returns their summaries
     (with ``rows`` and ``heads``) in the order of ``cfgs``. The one place that locks the runs' folders, reuses
     finished records, prepares the folders and writes the configs. ``build_group`` makes what one loop trains
-    from ``[(config, folder)]``: :func:`single_run` (one run), or the stacked seeds of :mod:`attnid.lm.batched`;
-    seeds that resume do so together only from checkpoints of the same step."""
+    from ``[(config, folder)]``: :func:`single_run` (one run), or the stacked runs of :mod:`attnid.lm.batched`;
+    runs that resume do so together only from checkpoints of the same step."""
     device = resolve_device(cfgs[0].device)
     precision = resolve_precision(cfgs[0].precision, device)
     dirs = [records.run_dir(c.profile, c.case, c.seed, out) for c in cfgs]
-    options: dict[str, Any] = dict(progress=progress, metrics=metrics, stop_after=stop_after, save=save)
+    options: dict[str, Any] = dict(
+        progress=progress, metrics=metrics, stop_after=stop_after, save=save, checkpoints=checkpoints
+    )
     if not save:
         group = build_group(list(zip(cfgs, dirs)), data or load(), device, precision)
         results = train_group(group, **options)
-        return [results[c.seed] for c in cfgs]
+        return [results[run_key(c)] for c in cfgs]
     results = {}
     with contextlib.ExitStack() as locks:
         for d in dirs:
@@ -286,7 +289,7 @@ def train_runs(
                     f"{precision}); rerun with --force to remake it at {precision}",
                     file=sys.stderr,
                 )
-            results[c.seed] = reused
+            results[run_key(c)] = reused
         if todo:
             data = data or load()  # checks before any file is written
             todo = [(c, locks.enter_context(forced_dir(d, force))) for c, d in todo]  # --force: beside d
@@ -300,7 +303,12 @@ def train_runs(
                     results.update(train_group(build_group(items, data, device, precision), **options))
             finally:
                 torch.set_num_threads(threads)  # a resume may have restored the run's own count
-    return [results[c.seed] for c in cfgs]
+    return [results[run_key(c)] for c in cfgs]
+
+
+def run_key(cfg: RunConfig) -> str:
+    """A run's name in a group (its folder's name: ``case`` or ``case-s<seed>``)."""
+    return records.run_name(cfg.case, cfg.seed)
 
 
 def _by_checkpoint_step(todo: list[tuple[RunConfig, Path]]) -> list[list[tuple[RunConfig, Path]]]:
@@ -329,7 +337,7 @@ class Checkpoint:
     beta0: torch.Tensor | None  # the probe's initial β
     threads: int  # CPU reductions depend on the thread count
     elapsed: float  # seconds of training before this checkpoint
-    history: list = field(default_factory=list)  # [[first step, end step, seeds batched with or None]]
+    history: list = field(default_factory=list)  # [[first step, end step, runs stacked with or None]]
     snapshots: dict = field(default_factory=dict)  # Run.snapshots
 
     OPTIONAL = ("history", "snapshots")  # absent from checkpoints written before them
@@ -375,7 +383,7 @@ class Run:
     rebalances: list[dict] = field(default_factory=list)
     elapsed: float = 0.0
     history: list = field(default_factory=list)  # the segments before this process's (Checkpoint.history)
-    segment: tuple[int, list[int] | None] = (0, None)  # this process's: first step, seeds batched with
+    segment: tuple[int, list | None] = (0, None)  # this process's: first step, runs stacked with
     # with save_model: step -> the attention layers' weights and their LayerNorms' (SNAPSHOT_PARTS), float32 on
     # the CPU, at step 0 and at every evaluation (chapter 10 measures their motion modulo symmetry)
     snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
@@ -438,35 +446,104 @@ class Run:
             torch.set_num_threads(ck.threads)  # CPU reductions depend on the thread count: resume exactly
 
 
+class SoloStepper:
+    """The optimizer of one run trained alone (the interface of :class:`attnid.lm.batched.Stepper`)."""
+
+    def __init__(self, cfg: RunConfig, model: GPT, opt: torch.optim.Optimizer):
+        self.cfg, self.opt, self.start, self.stop = cfg, opt, 0, 1
+        self.params = dict(model.named_parameters())
+
+    def set_lr(self, it: int) -> float:
+        lr = lr_at(self.cfg, it)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        return lr
+
+    def run_state(self, r: int) -> dict:
+        return self.opt.state_dict()
+
+    def load_run_state(self, r: int, sd: dict) -> None:
+        self.opt.load_state_dict(sd)
+
+
 @dataclass
 class Group:
-    """What one training loop trains: one run (its model and optimizer), or several seeds of one config as one
-    stacked model (``stacked``; :mod:`attnid.lm.batched`), whose per-seed values (a loss, a probe metric, β_0,
-    the optimizer's moments) carry the seed as their leading dim."""
+    """What one training loop trains: one run (its model and optimizer), or several runs of one model shape as one
+    stacked model (``stacked``; :mod:`attnid.lm.batched`), whose per-run values (a loss, a probe metric, β_0)
+    carry the run as their leading dim. ``steppers`` step the runs ``[start, stop)`` each (one for a single run)."""
 
     runs: list[Run]
     dirs: list[Path]
-    opt: torch.optim.Optimizer
-    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # batches ``([S,] B, T)`` -> loss ``([S])``
-    clip: Callable[[float], object]  # clip the gradients to this norm (each seed's, when stacked)
-    module: torch.nn.Module  # the module that takes the steps (its train mode is set once)
-    qk_params: list | None = None  # the probe's fused QK weights and biases; None: the model's own
-    stacked: bool = False
+    module: torch.nn.Module  # GPT, or StackedGPT: what takes the steps (its train mode is set once)
+    stacked: bool
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # batches ``([R,] B, T)`` -> loss ``([R])``
+    steppers: list
+    clip_norms: torch.Tensor | None = None  # stacked: each run's gradient-clipping norm ``(R,)``
 
     def part(self, value, s: int):
-        """Seed ``s``'s part of a per-seed value; of a single run, the value itself."""
+        """Run ``s``'s part of a per-run value; of a single run, the value itself."""
         return value[s] if self.stacked else value
 
     def join(self, values: list):
-        """The per-seed value made of the seeds' own; of a single run, its one value."""
+        """The per-run value made of the runs' own; of a single run, its one value."""
         return torch.stack(values) if self.stacked else values[0]
 
-    def optimizer_state(self, state: dict, s: int) -> dict:
-        """Seed ``s``'s part of the optimizer's ``state_dict()``."""
-        return seed_optimizer_state(state, s) if self.stacked else state
+    def zero_grad(self) -> None:
+        if self.stacked:  # the stacked gradients stay (the runs' and the steppers' gradients are views of them)
+            for P in self.module.parameters():
+                P.grad.zero_()  # type: ignore[union-attr]
+        else:
+            self.steppers[0].opt.zero_grad(set_to_none=True)
 
-    def join_optimizer_states(self, states: list[dict]) -> dict:
-        return stack_optimizer_states(states) if self.stacked else states[0]
+    def clip(self) -> None:
+        """Clip the gradients to each run's ``grad_clip`` (0: not clipped)."""
+        from .batched import clip_per_run
+
+        if self.stacked:
+            clip_per_run(list(self.module.parameters()), self.clip_norms)  # type: ignore[arg-type]
+        elif self.runs[0].cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.runs[0].cfg.grad_clip)
+
+    def step(self, it: int) -> list[float]:
+        """Every run's optimizer step ``it`` at its learning rate from the schedule; returns those rates by run."""
+        lrs: list[float] = []
+        for st in self.steppers:
+            lrs += [st.set_lr(it)] * (st.stop - st.start)
+        for st in self.steppers:
+            st.opt.step()
+        return lrs
+
+    def qk_params(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Each layer's fused ``c_attn`` weight and bias (stacked: ``(R, ...)``), for the probe."""
+        params = self.module.p if self.stacked else dict(self.module.named_parameters())  # type: ignore[operator]
+        n_layer = self.runs[0].cfg.n_layer
+        return [
+            (params[f"blocks.{i}.attn.c_attn.weight"], params.get(f"blocks.{i}.attn.c_attn.bias"))
+            for i in range(n_layer)
+        ]
+
+    def qk_update(self, i: int, which: str, old: torch.Tensor) -> torch.Tensor:
+        """The float64 update the optimizers just applied to layer ``i``'s ``c_attn`` ``which`` ("weight" or "bias")
+        (:func:`attnid.lm.probe.optimizer_update`), ``old`` its value before the step."""
+        name = f"blocks.{i}.attn.c_attn.{which}"
+        if not self.stacked:
+            return optimizer_update(self.steppers[0].opt, self.steppers[0].params[name], old)
+        parts = [optimizer_update(st.opt, st.params[name], old[st.start : st.stop]) for st in self.steppers]
+        return torch.cat(parts)
+
+    def _stepper(self, s: int):
+        return next(st for st in self.steppers if st.start <= s < st.stop)
+
+    def optimizer_state(self, s: int) -> dict:
+        """Run ``s``'s optimizer ``state_dict()``, as its own optimizer holds it when trained alone."""
+        return self._stepper(s).run_state(s)
+
+    def load_optimizer_state(self, s: int, state: dict) -> None:
+        self._stepper(s).load_run_state(s, state)
+
+    def names(self) -> list[str] | None:
+        """The runs' names when stacked (the summaries' provenance), else ``None``."""
+        return [run_key(r.cfg) for r in self.runs] if self.stacked else None
 
 
 def single_run(items: list[tuple[RunConfig, Path]], data: CharData, device: str, precision: str) -> Group:
@@ -478,55 +555,44 @@ def single_run(items: list[tuple[RunConfig, Path]], data: CharData, device: str,
     return Group(
         [run],
         [d],
-        opt,
-        loss=lambda x, y: step_model(x, y)[1],
-        clip=lambda norm: torch.nn.utils.clip_grad_norm_(model.parameters(), norm),
         module=model,
+        stacked=False,
+        loss=lambda x, y: step_model(x, y)[1],
+        steppers=[SoloStepper(cfg, model, opt)],
     )
 
 
-def seed_optimizer_state(state: dict, s: int) -> dict:
-    """Seed ``s``'s part of a stacked optimizer's ``state_dict()``: the ``state_dict`` of that seed alone."""
-    per = {
-        i: {k: v if k == "step" or v.dim() == 0 else v[s].clone() for k, v in st.items()}
-        for i, st in state["state"].items()
-    }
-    return {"state": per, "param_groups": copy.deepcopy(state["param_groups"])}
-
-
-def stack_optimizer_states(states: list[dict]) -> dict:
-    """Inverse of :func:`seed_optimizer_state`: the stacked optimizer's ``state_dict`` from the seeds' own."""
-    first = states[0]
-    per = {
-        i: {
-            k: v if k == "step" or v.dim() == 0 else torch.stack([sd["state"][i][k] for sd in states])
-            for k, v in st.items()
-        }
-        for i, st in first["state"].items()
-    }
-    return {"state": per, "param_groups": copy.deepcopy(first["param_groups"])}
-
-
 # ------------------------------------------------------------------------------ the steps of the loop
-def train_step(group: Group, it: int, probe: IdentificationProbe | None) -> tuple[torch.Tensor, float]:
-    """One optimizer step of every run of ``group`` (learning rate, batches, forward, backward, clipping, step);
-    ``probe`` is told before the step. Returns the detached loss (``(S,)`` when stacked) and the learning rate."""
+def train_step(group: Group, it: int, probe: IdentificationProbe | None) -> tuple[torch.Tensor, list[float]]:
+    """One optimizer step of every run of ``group`` (batches, forward, backward, clipping, learning rate, step);
+    ``probe`` is told before the step. Returns the detached loss (``(R,)`` when stacked) and each run's learning
+    rate."""
+    return step_on(group, *draw_batches(group), it, probe)
+
+
+def draw_batches(group: Group) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next training batches ``([R,] B, T)`` of every run, each from its own generator, on the device."""
     run = group.runs[0]
     cfg = run.cfg
-    lr = lr_at(cfg, it)
-    for g in group.opt.param_groups:
-        g["lr"] = lr
-    xs, ys = zip(*(r.data.batch("train", cfg.batch_size, cfg.block_size, r.gen, r.device) for r in group.runs))
+    xs, ys = zip(*(r.data.batch("train", cfg.batch_size, cfg.block_size, r.gen) for r in group.runs))
+    x, y = (group.join(list(t)).to(run.device, non_blocking=True) for t in (xs, ys))  # one copy for every run
+    return x, y
+
+
+def step_on(
+    group: Group, x: torch.Tensor, y: torch.Tensor, it: int, probe: IdentificationProbe | None
+) -> tuple[torch.Tensor, list[float]]:
+    """:func:`train_step` on the batches ``x, y``."""
+    run = group.runs[0]
     with precision_context(run.precision, run.device):
-        losses = group.loss(group.join(list(xs)), group.join(list(ys)))
-    group.opt.zero_grad(set_to_none=True)
+        losses = group.loss(x, y)
+    group.zero_grad()
     losses.sum().backward()
     if probe is not None:
         probe.before_step()
-    if cfg.grad_clip > 0:
-        group.clip(cfg.grad_clip)
-    group.opt.step()
-    return losses.detach(), lr
+    group.clip()
+    lrs = group.step(it)
+    return losses.detach(), lrs
 
 
 def rebalance_hook(run: Run, it: int) -> None:
@@ -546,29 +612,42 @@ def rebalance_hook(run: Run, it: int) -> None:
     run.rebalances.append({"step": it + 1, "loss_before": before, "loss_after": after})
 
 
-def evaluation_hook(run: Run, it: int, row: dict | None, loss: torch.Tensor, lr: float) -> dict | None:
-    """At the first and last step and every ``eval_interval`` steps: the validation loss, added to the step's row
-    (made here if the probe did not record this step)."""
-    cfg = run.cfg
-    if not ((it + 1) % cfg.eval_interval == 0 or it == cfg.max_iters - 1 or it == 0):
-        return row
-    if row is None:
-        row = {Key.STEP: it + 1, Key.LR: lr, Key.TRAIN_LOSS: loss.item()}
+def evaluates_at(cfg: RunConfig, it: int) -> bool:
+    """Whether step ``it`` (0-based) is followed by an evaluation: the first, the last and every ``eval_interval``."""
+    return (it + 1) % cfg.eval_interval == 0 or it == cfg.max_iters - 1 or it == 0
+
+
+@torch.no_grad()
+def evaluate_group(group: Group, step: int) -> list[float]:
+    """Each run's :func:`evaluate` after ``step`` steps; stacked, every run's batches (drawn from its own generator)
+    go through one stacked forward."""
+    run = group.runs[0]
     with precision_context(run.precision, run.device):
-        row[Key.VAL_LOSS] = evaluate(run.model, run.data, cfg, run.device, it + 1)
-    return row
+        if not group.stacked:
+            return [evaluate(run.model, run.data, run.cfg, run.device, step)]
+        cfg, stack = run.cfg, group.module
+        gens = [torch.Generator().manual_seed(EVAL_SEED * (r.cfg.seed + 1) + step) for r in group.runs]
+        was = stack.training
+        stack.eval()
+        losses = []
+        for _ in range(cfg.eval_iters):
+            xs, ys = zip(*(r.data.batch("val", cfg.batch_size, cfg.block_size, g) for r, g in zip(group.runs, gens)))
+            losses.append(stack(torch.stack(xs).to(run.device), torch.stack(ys).to(run.device)).float())
+        stack.train(was)
+        return torch.stack(losses).mean(0).tolist()
 
 
 class Progress:
     """A tqdm bar with the loss and tokens/s every 20 steps (or nothing when ``enabled`` is false)."""
 
-    def __init__(self, cfg: RunConfig, start: int, enabled: bool):
+    def __init__(self, cfg: RunConfig, start: int, enabled: bool, runs: int = 1):
         self.bar = None
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=cfg.max_iters, initial=start, desc=f"{cfg.profile}/{cfg.case}", unit="step")
-        self.tokens_per_step = cfg.batch_size * cfg.block_size
+            desc = f"{cfg.profile}/{cfg.case}" if runs == 1 else f"{cfg.profile}: {runs} runs stacked"
+            self.bar = tqdm(total=cfg.max_iters, initial=start, desc=desc, unit="step")
+        self.tokens_per_step = cfg.batch_size * cfg.block_size * runs
         self.t_window, self.steps_window = time.perf_counter(), 0
 
     def update(self, loss: torch.Tensor, last: bool) -> None:
@@ -579,7 +658,7 @@ class Progress:
         if self.steps_window >= 20 or last:
             now = time.perf_counter()
             tok_s = self.steps_window * self.tokens_per_step / (now - self.t_window)
-            self.bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_s:,.0f}")
+            self.bar.set_postfix(loss=f"{loss.float().mean().item():.3f}", tok_s=f"{tok_s:,.0f}")
             self.t_window, self.steps_window = now, 0
 
     def close(self) -> None:
@@ -587,15 +666,31 @@ class Progress:
             self.bar.close()
 
 
-def head_analysis(run: Run) -> dict:
-    """The end-of-run head analysis (chapter 7 reads it, never the weights) on fixed seeded batches."""
+def head_analyses(group: Group, svs: list) -> list[dict]:
+    """Each run's end-of-run head analysis (chapter 7 reads it, never the weights) on fixed batches seeded by its
+    seed; stacked, every run's masked losses come from one stacked forward per mask. ``svs``: each run's last QK
+    singular values (or ``None``)."""
+    from .ablation import analyse_runs
+    from .batched import masked_losses_of_stack
+
+    run = group.runs[0]
     cfg = run.cfg
-    batches = fixed_batches(
-        run.data, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=cfg.seed, device=run.device
-    )
-    sv = next((r[Key.QK_SV] for r in reversed(run.rows) if r.get(Key.QK_SV) is not None), None)
+    per_run = [
+        fixed_batches(r.data, cfg.batch_size, cfg.block_size, cfg.head_batches, seed=r.cfg.seed) for r in group.runs
+    ]
     with precision_context(run.precision, run.device):
-        return analyse(run.model, batches, sv)
+        if not group.stacked:
+            batches = [(x.to(run.device), y.to(run.device)) for x, y in per_run[0]]
+            return [analyse(run.model, batches, svs[0])]
+        batches = [
+            (
+                torch.stack([b[i][0] for b in per_run]).to(run.device),
+                torch.stack([b[i][1] for b in per_run]).to(run.device),
+            )
+            for i in range(cfg.head_batches)
+        ]
+        shape = (len(group.runs), cfg.n_layer, cfg.n_head)
+        return analyse_runs(masked_losses_of_stack(group.module, batches), shape, cfg.head_batches, svs)  # type: ignore[arg-type]
 
 
 def summarize(run: Run, *, metrics: bool, train_seconds: float, heads_seconds: float, start: int) -> dict:
@@ -648,10 +743,11 @@ def machine_description(device: str) -> str:
 
 
 def provenance_of(history: list) -> dict:
-    """What a summary says of how a run was trained: ``history`` (``[first step, end step, seeds batched with
-    or None]`` per segment) and ``batched_seeds``, every seed it was ever batched with (absent if never)."""
-    batched = sorted({s for _, _, seeds in history if seeds for s in seeds})
-    return {"history": history, **({"batched_seeds": batched} if batched else {})}
+    """What a summary says of how a run was trained: ``history`` (``[first step, end step, runs stacked with
+    or None]`` per segment) and ``stacked_with``, every run it was ever stacked with, itself included (absent if
+    never; records made before cases were stacked name seeds under ``batched_seeds``)."""
+    stacked = sorted({str(s) for _, _, names in history if names for s in names})
+    return {"history": history, **({"stacked_with": stacked} if stacked else {})}
 
 
 def save_model(run: Run, d: Path) -> None:
@@ -662,20 +758,63 @@ def save_model(run: Run, d: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ the loop
-def train_group(group: Group, *, progress: bool, metrics: bool, stop_after: int | None, save: bool) -> dict[int, dict]:
-    """The training loop (a single run and stacked seeds alike): resume, steps, probe, rebalancing, evaluation,
+# the order of a row's keys in a record (the probe's values come in later on a GPU: they are put in place)
+ROW_ORDER = (
+    Key.STEP, Key.LR, Key.TRAIN_LOSS, Key.RHO, Key.RHO_W, Key.RHO_DIFF, Key.BETA_DRIFT, Key.BETA_LAW, Key.BETA_REL,
+    Key.TAU, Key.GRAD_BQ, Key.GRAD_BK, Key.NORM_BQ, Key.NORM_BK, Key.VAL_LOSS, Key.QK_SV,
+)  # fmt: skip
+
+
+class Fills:
+    """Rows waiting for values that a :class:`attnid.lm.probe.PendingRow` is computing: each run's row (already in
+    its list of rows) gets its part of them, in :data:`ROW_ORDER`."""
+
+    def __init__(self, group: Group):
+        self.group, self.waiting = group, []
+
+    def add(self, pending, rows: list[dict]) -> None:
+        self.waiting.append((pending, rows))
+
+    def drain(self, keep: int = 0) -> None:
+        """Fill every waiting row but the ``keep`` newest."""
+        while len(self.waiting) > keep:
+            pending, rows = self.waiting.pop(0)
+            values = pending.result()
+            for s, row in enumerate(rows):
+                row.update({k: self.group.part(v, s) for k, v in values.items()})
+                ordered = sorted(
+                    row.items(), key=lambda kv: ROW_ORDER.index(kv[0]) if kv[0] in ROW_ORDER else len(ROW_ORDER)
+                )
+                row.clear()
+                row.update(ordered)
+
+
+def train_group(
+    group: Group, *, progress: bool, metrics: bool, stop_after: int | None, save: bool, checkpoints: bool = True
+) -> dict[str, dict]:
+    """The training loop (a single run and stacked runs alike): resume, steps, probe, rebalancing, evaluation,
     checkpoints, interrupt; then each run's head analysis and record in its folder. Returns the summaries
-    (with ``rows`` and ``heads``) by seed."""
-    runs, opt = group.runs, group.opt
+    (with ``rows`` and ``heads``) by run name (:func:`run_key`). ``checkpoints=False`` writes none (a machine that
+    will not see the run again: what it computes is the same)."""
+    runs = group.runs
     cfg = runs[0].cfg
     start, beta0 = _resume(group) if save else (0, None)
-    probe = IdentificationProbe(runs[0].model, opt, beta0=beta0, qk_params=group.qk_params) if metrics else None
-    law = beta_law_factor(cfg)
+    probe = None
+    if metrics:
+        probe = IdentificationProbe(
+            cfg.n_head,
+            group.qk_params(),
+            group.qk_update,
+            beta0=beta0,
+            background=runs[0].device.startswith("cuda"),
+        )
+    laws = [beta_law_factor(run.cfg) for run in runs]
     if start == 0:
         for run in runs:
             run.snapshot(0)
-    bar = Progress(cfg, start, progress)
+    bar = Progress(cfg, start, progress, len(runs))
     group.module.train()
+    fills = Fills(group)
     t0 = time.perf_counter()
     it, saved = start, start
     try:
@@ -684,77 +823,89 @@ def train_group(group: Group, *, progress: bool, metrics: bool, stop_after: int 
                 raise Interrupted(f"stopped before step {it}")
             last = it == cfg.max_iters - 1
             probing = probe is not None and (it % cfg.metric_interval == 0 or last)
-            losses, lr = train_step(group, it, probe if probing else None)
+            losses, lrs = train_step(group, it, probe if probing else None)
             rows: list[dict | None] = [None] * len(runs)
             if probe is not None and probing:
-                r = probe.after_step(law[it + 1], **{Key.TRAIN_LOSS: losses})
-                rows = [
-                    {Key.STEP: it + 1, Key.LR: lr, **{k: group.part(v, s) for k, v in r.items()}}
-                    for s in range(len(runs))
-                ]
-            sv = None
-            for s, run in enumerate(runs):
+                law = group.join([torch.tensor(law[it + 1], dtype=torch.float64) for law in laws])
+                rows = [{Key.STEP: it + 1, Key.LR: lr} for lr in lrs]
+                fills.add(probe.after_step(law, **{Key.TRAIN_LOSS: losses}), rows)
+                fills.drain(keep=1)
+            for run in runs:
                 rebalance_hook(run, it)
-                row = evaluation_hook(run, it, rows[s], group.part(losses, s), lr)
-                if row is not None and Key.VAL_LOSS in row:
+            if evaluates_at(cfg, it):
+                vals = evaluate_group(group, it + 1)
+                host_losses = losses.float().cpu().reshape(-1).tolist()
+                for s, run in enumerate(runs):
+                    if rows[s] is None:
+                        rows[s] = {Key.STEP: it + 1, Key.LR: lrs[s], Key.TRAIN_LOSS: host_losses[s]}
+                    rows[s][Key.VAL_LOSS] = vals[s]  # type: ignore[index]
                     run.snapshot(it + 1)
-                if row is not None:
-                    if probe is not None and Key.VAL_LOSS in row:
-                        sv = probe.qk_singular_values() if sv is None else sv
-                        row[Key.QK_SV] = group.part(sv, s)
-                    run.rows.append(row)
-            bar.update(losses.mean(), last)
-            if save and (it + 1) % cfg.ckpt_interval == 0 and not last:
+                if probe is not None:
+                    fills.add(probe.qk_singular_values(), rows)  # type: ignore[arg-type]
+            for s, run in enumerate(runs):
+                if rows[s] is not None:
+                    run.rows.append(rows[s])  # type: ignore[arg-type]
+            if not group.runs[0].device.startswith("cuda"):
+                fills.drain()
+            bar.update(losses, last)
+            if save and checkpoints and (it + 1) % cfg.ckpt_interval == 0 and not last:
+                fills.drain()
                 _save_checkpoints(group, probe, it + 1, time.perf_counter() - t0)
                 saved = it + 1
+        fills.drain()
     except KeyboardInterrupt:
         raise interrupted(it, saved) from None
     finally:
         bar.close()
+        if probe is not None:
+            probe.close()
     return _finish(group, metrics=metrics, save=save, start=start, train_seconds=time.perf_counter() - t0)
 
 
 def _resume(group: Group) -> tuple[int, torch.Tensor | None]:
     """Restore the group's runs and optimizer from their checkpoints, if any: ``(first step, β_0 or None)``."""
-    seeds = [run.cfg.seed for run in group.runs] if group.stacked else None
     start, beta0 = 0, None
     if (group.dirs[0] / "checkpoint.pt").exists():
         cks = [Checkpoint.load(d / "checkpoint.pt") for d in group.dirs]
-        for run, ck in zip(group.runs, cks):
+        for s, (run, ck) in enumerate(zip(group.runs, cks)):
             run.restore(ck)
-        group.opt.load_state_dict(group.join_optimizer_states([ck.opt for ck in cks]))
+            group.load_optimizer_state(s, ck.opt)
         start = cks[0].step
         if all(ck.beta0 is not None for ck in cks):
             beta0 = group.join([ck.beta0 for ck in cks]).to(group.runs[0].device)
     for run in group.runs:
-        run.segment = (start, seeds)
+        run.segment = (start, group.names())
     return start, beta0
 
 
 def _save_checkpoints(group: Group, probe: IdentificationProbe | None, step: int, seconds: float) -> None:
     """Each run's rows so far (readable progress) and its checkpoint (what resume uses)."""
-    state = group.opt.state_dict()
     for s, (run, d) in enumerate(zip(group.runs, group.dirs)):
         records.write_rows(d, run.rows)
         beta0 = None if probe is None else group.part(probe.beta0, s).cpu()
-        ck = run.checkpoint(step, seconds, group.optimizer_state(state, s), beta0, copy_weights=group.stacked)
+        ck = run.checkpoint(step, seconds, group.optimizer_state(s), beta0, copy_weights=group.stacked)
         ck.save(d / "checkpoint.pt")
 
 
-def _finish(group: Group, *, metrics: bool, save: bool, start: int, train_seconds: float) -> dict[int, dict]:
-    """Each run's head analysis, summary and record (``save``), by seed, as a reused record reads back
+def _finish(group: Group, *, metrics: bool, save: bool, start: int, train_seconds: float) -> dict[str, dict]:
+    """Each run's head analysis, summary and record (``save``), by run name, as a reused record reads back
     (float32-precision numbers)."""
+    t_heads = time.perf_counter()
+    heads: list[dict | None] = [None] * len(group.runs)
+    if metrics:
+        svs = [
+            next((r[Key.QK_SV] for r in reversed(run.rows) if r.get(Key.QK_SV) is not None), None) for run in group.runs
+        ]
+        heads = list(head_analyses(group, svs))
+    t_heads = (time.perf_counter() - t_heads) / len(group.runs)  # each run's share
     out = {}
-    for run, d in zip(group.runs, group.dirs):
-        t_heads = time.perf_counter()
-        heads = head_analysis(run) if metrics else None
-        t_heads = time.perf_counter() - t_heads
+    for run, d, h in zip(group.runs, group.dirs, heads):
         summary = summarize(run, metrics=metrics, train_seconds=train_seconds, heads_seconds=t_heads, start=start)
         if save:
             if run.cfg.save_model:
                 save_model(run, d)
-            summary = records.finish(d, run.rows, summary, heads)
-        out[run.cfg.seed] = {**summary, "rows": records.round_floats(run.rows), "heads": records.round_floats(heads)}
+            summary = records.finish(d, run.rows, summary, h)
+        out[run_key(run.cfg)] = {**summary, "rows": records.round_floats(run.rows), "heads": records.round_floats(h)}
     return out
 
 

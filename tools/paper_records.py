@@ -1,0 +1,113 @@
+"""Train as much of the paper-scale suites as fits before a deadline on one GPU, then pack the records.
+
+    python tools/paper_records.py --minutes 8 --pack records.tar.gz        # make paper-records
+
+The plan is a list of ``suite[:seeds]`` items, trained in order (default: chapter 6's seven cases seed by seed,
+then chapter 7's head counts with their seeds); each item's runs train as one stacked model per model shape
+(:mod:`attnid.lm.batched`), and every record is written as soon as its stack finishes. Before a stack starts,
+its wall time is projected from the rate of the stacks already trained in this call (``--rate-ms`` gives one to
+start with, e.g. from ``tools/bench.py --gpu``); a stack that would end after the deadline is skipped, not
+started, and a stopped stack resumes from its checkpoints when this is run again. Finished records are reused.
+``--pack`` writes every finished record of the profile (its JSON and rows, never weights) into one tar.gz, after
+every stack and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from bench import project_stack_seconds
+
+from attnid.lm import records
+from attnid.lm.batched import stacks, train_stack
+from attnid.lm.launch import pending_configs
+from attnid.lm.profiles import SUITES, make_config
+
+DEFAULT_PLAN = ("dynamics:0", "dynamics:1", "dynamics:2", "heads")
+MARGIN_S = 20.0  # kept free before the deadline: packing, a slower stack than projected
+
+
+def plan_configs(item: str, profile: str, device: str) -> list:
+    """The runs of one plan item ``suite`` (the suite's seeds at ``profile``) or ``suite:s1,s2``."""
+    suite, _, seeds = item.partition(":")
+    if suite not in SUITES:
+        raise SystemExit(f"paper_records: unknown suite {suite!r} in the plan; choose from {', '.join(SUITES)}")
+    chosen = [int(s) for s in seeds.split(",")] if seeds else list(SUITES[suite].seeds[profile])
+    return [make_config(profile, c, seed=s, device=device) for s in chosen for c in SUITES[suite].cases_at(profile)]
+
+
+def pack(profile: str, out: Path) -> int:
+    """Every finished record of ``profile`` under the runs folder into ``out`` (tar.gz): the files its summary
+    lists but weights; returns how many records."""
+    root = records.runs_root() / profile
+    n = 0
+    with tarfile.open(out, "w:gz") as tar:
+        for d in sorted(p for p in root.iterdir() if p.is_dir() and (p / "summary.json").is_file()):
+            rec = records.load(d)  # checks it whole first
+            for name in [*rec.summary["files"], "summary.json"]:
+                if not name.endswith(".pt"):
+                    tar.add(d / name, arcname=f"{profile}/{d.name}/{name}")
+            n += 1
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, required=True, help="the deadline, in minutes from now")
+    ap.add_argument("--plan", nargs="+", default=list(DEFAULT_PLAN), help="suite[:seeds] items, trained in order")
+    ap.add_argument("--profile", default="paper")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--rate-ms", type=float, help="ms of wall time per run-step to project the first stack with")
+    ap.add_argument("--bench", type=Path, help="the JSON of `tools/bench.py --gpu --json`: projects the first stack")
+    ap.add_argument("--pack", type=Path, help="write the finished records into this tar.gz")
+    ap.add_argument(
+        "--no-checkpoints",
+        action="store_true",
+        help="write no resume points (a lent machine that is handed back after the call keeps none of them anyway)",
+    )
+    a = ap.parse_args(argv)
+    if not a.minutes > 0:
+        raise SystemExit(f"paper_records: --minutes must be positive, got {a.minutes}")
+    if a.rate_ms is not None and not a.rate_ms > 0:
+        raise SystemExit(f"paper_records: --rate-ms must be positive, got {a.rate_ms}")
+    deadline = time.monotonic() + 60 * a.minutes
+    rate = None if a.rate_ms is None else a.rate_ms / 1e3  # seconds per run-step, all in
+    measured = None if a.bench is None else {int(R): v for R, v in json.loads(a.bench.read_text())["measured"].items()}
+    for item in a.plan:
+        for stack in stacks(plan_configs(item, a.profile, a.device)):
+            todo = pending_configs(stack)
+            if not todo:
+                continue
+            steps = todo[0].max_iters
+            names = ", ".join(records.run_name(c.case, c.seed) for c in todo)
+            left = deadline - time.monotonic() - MARGIN_S
+            projected = None
+            if rate is not None:
+                projected = len(todo) * steps * rate
+            elif measured is not None:
+                projected = project_stack_seconds(measured, todo)
+            if projected is not None and projected > left:
+                print(f"skipped ({len(todo)} runs: {names}): projected {projected:.0f} s, {max(left, 0):.0f} s left",
+                      flush=True)  # fmt: skip
+                continue
+            print(f"training {len(todo)} runs as one stack: {names}", flush=True)
+            t = time.monotonic()
+            for s in train_stack(todo, progress=True, checkpoints=not a.no_checkpoints):
+                print(f"  {s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f}", flush=True)
+            wall = time.monotonic() - t
+            rate = wall / (len(todo) * steps)
+            print(f"  {wall:.0f} s, {1e3 * rate:.2f} ms per run-step all in", flush=True)
+            if a.pack is not None:  # after every stack: a call stopped later still has these
+                print(f"packed {pack(a.profile, a.pack)} records into {a.pack}", flush=True)
+    if a.pack is not None:
+        print(f"packed {pack(a.profile, a.pack)} records into {a.pack}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
