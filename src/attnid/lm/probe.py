@@ -273,7 +273,7 @@ class IdentificationProbe:
             outs = fn(flat)
         else:
             chunks = min(n, host_workers())
-            pieces = [{k: v.chunk(chunks)[i] for k, v in flat.items()} for i in range(chunks)]
+            pieces = [{k: torch.tensor_split(v, chunks)[i] for k, v in flat.items()} for i in range(chunks)]
             results = list(self._workers.map(fn, pieces))
             outs = tuple(torch.cat(r) for r in zip(*results))
         return tuple(o.reshape(*lead, *o.shape[1:]) for o in outs)
