@@ -46,6 +46,8 @@ def pack(profile: str, out: Path) -> int:
     lists but weights; returns how many records."""
     root = records.runs_root() / profile
     n = 0
+    if not root.is_dir():
+        return 0
     with tarfile.open(out, "w:gz") as tar:
         for d in sorted(p for p in root.iterdir() if p.is_dir() and (p / "summary.json").is_file()):
             rec = records.load(d)  # checks it whole first
