@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed
 # test worker and kernel
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help venv test test-fast lint format bench bench-gpu data book chapter serve clean
+.PHONY: help venv test test-fast lint format bench bench-gpu paper-records data book chapter serve clean
 
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE), JOBS=$(JOBS) at once) and build the HTML book"
@@ -29,7 +29,8 @@ help:
 	@echo "make chapter NB=notebooks/03_biases.py   re-execute one chapter and rebuild"
 	@echo "make serve    serve the built book on http://127.0.0.1:8000"
 	@echo "make bench    audit timing ladder and training throughput (needs the corpus)"
-	@echo "make bench-gpu   the GPU training path: precisions, probe overhead, projected suite times"
+	@echo "make bench-gpu   the GPU training path: stacked runs, probe, evaluation, projected suite times"
+	@echo "make paper-records MINUTES=9   on one GPU: the paper-scale records that fit in that time"
 	@echo "make data     locate (or download) and verify the corpus"
 	@echo "make venv     create .venv and install the project (run by every other target)"
 	@echo "make clean    remove build/ (executed notebooks and HTML)"
@@ -76,7 +77,13 @@ bench: $(STAMP)
 	$(PY) tools/bench.py
 
 bench-gpu: $(STAMP)
-	$(PY) tools/bench.py --gpu --steps 300
+	mkdir -p build
+	$(PY) tools/bench.py --gpu --json build/bench-gpu.json
+
+MINUTES ?= 9
+paper-records: $(STAMP) data
+	mkdir -p build
+	$(PY) tools/paper_records.py --minutes $(MINUTES) --pack build/paper-records.tar.gz
 
 clean:
 	rm -rf build

@@ -143,8 +143,8 @@ def test_audit_refuses_small_batch_and_bad_threads():
         (["audit", "--embed", "8", "--heads", "2", "--seed", "99999999999999999999999"], "seed must be"),
         (["audit", "--hf", "gpt2", "--seed", "-1"], "seed must be"),
         (["train", "--profile", "smoke", "--threads", "100000"], "threads must be from 1 to the"),
-        (["experiments", "--profile", "smoke", "--batch-seeds", "--parallel", "4"], "parallel"),
-        (["experiments", "--profile", "smoke", "--batch-seeds", "--wait"], "--wait only apply to --launcher slurm"),
+        (["experiments", "--profile", "smoke", "--stacked", "--parallel", "4"], "parallel"),
+        (["experiments", "--profile", "smoke", "--stacked", "--wait"], "--wait only apply to --launcher slurm"),
         (["experiments", "--profile", "smoke", "--partition", "gpu"], "--partition only apply"),
         (["experiments", "--profile", "smoke", "--launcher", "local", "--time", "30"], "--time only apply"),
     ],
@@ -230,11 +230,11 @@ def test_two_processes_on_one_run_share_it(tmp_path):
     assert not list((tmp_path / "smoke").glob("**/*.tmp"))
 
 
-def test_batch_seeds_trains_in_this_process_only(capsys):
+def test_stacked_trains_in_this_process_only(capsys):
     from attnid.cli import main
 
-    assert main(["experiments", "--profile", "smoke", "--batch-seeds", "--launcher", "local"]) == 2
-    assert "batch-seeds" in capsys.readouterr().err
+    assert main(["experiments", "--profile", "smoke", "--stacked", "--launcher", "local"]) == 2
+    assert "stacked" in capsys.readouterr().err
 
 
 def _strict_loads(text: str):

@@ -284,15 +284,21 @@ def test_rounding_keeps_float32_precision():
 
 
 def test_committed_paper_records_check_out():
-    """The paper-scale records shipped under data/runs/paper: complete, with provenance, compact."""
+    """The paper-scale records shipped under data/runs/paper: chapter 6's seven cases, one stack on one H200, with
+    their provenance; compact."""
     import subprocess
 
+    from attnid.lm.profiles import SUITES
+
     root = records.committed_root() / "paper"
-    for case in ("sgd", "sgd_wd", "adamw"):
+    cases = SUITES["dynamics"].cases_at("paper")
+    for case in cases:
         rec = records.load(root / case)
         assert rec.rows[-1]["step"] == rec.config["max_iters"] == 5000
         assert rec.config["n_layer"] == rec.config["n_head"] == 6 and rec.config["n_embd"] == 384
-        assert rec.summary["provenance"]["code_commit"] == "360a5c8" and rec.summary["precision"] == "tf32"
+        assert rec.summary["code_commit"] == "0144f25" and rec.summary["precision"] == "bf16"
+        assert "H200" in rec.summary["machine"] and rec.summary["stacked_with"] == sorted(cases)
+        assert (root / case / records.ROWS_FILE).stat().st_size <= 1.0 * 2**20
     assert abs(records.load(root / "adamw").summary["best_val_loss"] - 1.4697) < 0.01  # nanoGPT's README
     tracked = subprocess.run(
         ["git", "ls-files", "data/runs"], cwd=records.project_root(), capture_output=True, text=True

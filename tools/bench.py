@@ -1,4 +1,5 @@
-"""Benchmarks: `make bench`. Prints the audit timing ladder with its rank certificates."""
+"""Benchmarks: `make bench` (the audit ladder with its rank certificates, training throughput, stacked runs against
+one run alone on the CPU) and `make bench-gpu` (`--gpu`: the stacked training path at the paper profile)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from attnid.attention import AttentionConfig
 from attnid.audit import audit
 from attnid.counting import count
+from attnid.lm.ablation import fixed_batches
 
 
 def audit_ladder(threads: int) -> None:
@@ -138,7 +140,7 @@ PEAK_BF16 = 790e12  # dense bf16 FLOP/s of one H200 as measured on this workplac
 
 
 def stack_configs(profile: str, R: int, device: str, **over) -> list:
-    """``R`` runs of chapter 6's suite at ``profile`` that share the model's shape: its cases in turn, seeds 0, 1, ..."""
+    """``R`` runs of chapter 6's suite at ``profile`` that share the model's shape: its cases in turn, seeds 0, 1..."""
     from attnid.lm.batched import stack_key
     from attnid.lm.profiles import SUITES, make_config
 
@@ -180,15 +182,50 @@ def time_steps(group, steps: int, probe=None, interval: int = 10) -> float:
 
 
 def operators_per_step(group) -> int:
-    """How many operators the autograd profiler records in one training step of ``group`` (forward, backward,
-    clipping, optimizer; no metrics; the runs' batches, drawn from each run's own generator, before it)."""
+    """How many operators the autograd profiler records at the top level in one training step of ``group``
+    (forward, backward, clipping, optimizer; no metrics; the runs' batches, drawn from each run's own generator,
+    before it). Top level: the calls of the step and of the autograd engine, not what a kernel calls inside
+    (the CPU's kernels split large tensors into chunks, each with its own ``fill_``)."""
     from attnid.lm.train import draw_batches, step_on
 
     step_on(group, *draw_batches(group), 0, None)  # the first step allocates the optimizer's state
     x, y = draw_batches(group)
     with torch.autograd.profiler.profile() as prof:
         step_on(group, x, y, 1, None)
-    return len(prof.function_events)
+    return sum(e.cpu_parent is None for e in prof.function_events)
+
+
+def measure_stack(R: int, ref, data, device: str, precision: str, tmp: Path, steps: int) -> dict:
+    """One row of :func:`stack_bench`: R runs of the suite stacked (and R seeds of one case for the operator count).
+    Seconds of a step with and without the probe, of one evaluation and of the head analysis (projected from one
+    batch of one mask), under the run's precision."""
+    from attnid.lm.probe import IdentificationProbe
+    from attnid.lm.profiles import make_config
+    from attnid.lm.train import evaluate_group, precision_context
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    cfgs = stack_configs(ref.profile, R, device, eval_iters=min(ref.eval_iters, 20))
+    seeds = [make_config(ref.profile, "adamw", seed=s, device=device) for s in range(R)]  # one optimizer class
+    ops = operators_per_step(stacked_group(seeds, data, device, precision, tmp / "ops"))
+    group = stacked_group(cfgs, data, device, precision, tmp)
+    group.module.train()
+    time_steps(group, 3)  # warm up
+    plain = time_steps(group, steps) / steps
+    probe = IdentificationProbe(ref.n_head, group.qk_params(), group.qk_update, background=device.startswith("cuda"))
+    probed = time_steps(group, steps, probe, ref.metric_interval) / steps
+    probe.close()
+    t = time.perf_counter()
+    evaluate_group(group, 0)
+    sync()
+    eval_s = (time.perf_counter() - t) * ref.eval_iters / cfgs[0].eval_iters  # at the profile's eval_iters
+    firsts = [fixed_batches(data, ref.batch_size, ref.block_size, 1, seed=c.seed)[0] for c in cfgs]
+    losses = group.module.masked_losses([tuple(torch.stack(t).to(device) for t in zip(*firsts))])  # (R, B, T)
+    with precision_context(precision, device):
+        losses(None)  # warm up
+        t = time.perf_counter()
+        losses(None)  # one mask, one batch (the result comes to the host: synchronised)
+        heads_s = (time.perf_counter() - t) * ref.head_batches * (1 + 2 * ref.n_layer * ref.n_head)
+    return {"step_s": probed, "plain_step_s": plain, "eval_s": eval_s, "heads_s": heads_s, "ops": ops}
 
 
 def stack_bench(
@@ -198,12 +235,9 @@ def stack_bench(
     cost; the operators per step; the projected wall time of each suite; the ratio to the bf16 floor."""
     import tempfile
 
-    from attnid.lm.ablation import fixed_batches
-    from attnid.lm.batched import masked_losses_of_stack
+    from attnid.lm.batched import stacks
     from attnid.lm.data import load
-    from attnid.lm.probe import IdentificationProbe
     from attnid.lm.profiles import SUITES, make_config, resolve_precision
-    from attnid.lm.train import evaluate_group
 
     data = load()
     precision = resolve_precision(precision, device)
@@ -222,41 +256,14 @@ def stack_bench(
     measured = {}
     with tempfile.TemporaryDirectory() as tmp:
         for R in sizes:
-            cfgs = stack_configs(profile, R, device, eval_iters=min(ref.eval_iters, 20))
-            seeds = [make_config(profile, "adamw", seed=s, device=device) for s in range(R)]  # one optimizer class
-            ops = operators_per_step(stacked_group(seeds, data, device, precision, Path(tmp) / "ops"))
-            group = stacked_group(cfgs, data, device, precision, Path(tmp))
-            group.module.train()
-            time_steps(group, 3)  # warm up
-            plain = time_steps(group, steps) / steps
-            probe = IdentificationProbe(ref.n_head, group.qk_params(), group.qk_update,
-                                        background=device.startswith("cuda"))  # fmt: skip
-            probed = time_steps(group, steps, probe, ref.metric_interval) / steps
-            probe.close()
-            t = time.perf_counter()
-            evaluate_group(group, 0)
-            sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-            sync()
-            eval_s = (time.perf_counter() - t) * ref.eval_iters / cfgs[0].eval_iters  # at the profile's eval_iters
-            firsts = [fixed_batches(data, ref.batch_size, ref.block_size, 1, seed=c.seed)[0] for c in cfgs]
-            one_batch = [tuple(torch.stack(t).to(device) for t in zip(*firsts))]  # (R, B, T) windows
-            losses = masked_losses_of_stack(group.module, one_batch)
-            losses(None)  # warm up
-            t = time.perf_counter()
-            losses(None)
-            one_mask = time.perf_counter() - t  # one mask, one batch (the result is on the host: synchronised)
-            heads_s = one_mask * ref.head_batches * (1 + 2 * ref.n_layer * ref.n_head)
-            run_step = 1e3 * probed / R
+            m = measured[R] = measure_stack(R, ref, data, device, precision, Path(tmp), steps)
+            plain, probed = m["plain_step_s"], m["step_s"]
             print(
-                f"{R:>4}{ops:>10}{1e3 * plain:>10.2f}{1e3 * plain / R:>13.3f}{run_step:>10.3f}"
-                f"{100 * (probed / plain - 1):>8.1f}%{eval_s:>9.2f}{heads_s:>9.2f}"
+                f"{R:>4}{m['ops']:>10}{1e3 * plain:>10.2f}{1e3 * plain / R:>13.3f}{1e3 * probed / R:>10.3f}"
+                f"{100 * (probed / plain - 1):>8.1f}%{m['eval_s']:>9.2f}{m['heads_s']:>9.2f}"
                 + (f"{1e3 * plain / R / floor_ms:>9.2f}" if device.startswith("cuda") else f"{'n/a':>9}"),
                 flush=True,
             )
-            measured[R] = {"step_s": probed, "plain_step_s": plain, "eval_s": eval_s, "heads_s": heads_s, "ops": ops}
-            del group
-    from attnid.lm.batched import stacks
-
     print(f"projected wall time of each suite at {profile} (one stack per model shape, the nearest R measured):")
     suites = {}
     for suite, spec in SUITES.items():
@@ -268,8 +275,8 @@ def stack_bench(
         print(f"  {suite!r}: {len(cfgs)} runs in {len(stacks(cfgs))} stack(s): {total / 60:.1f} min; "
               f"3 seeds ({len(three)} runs): {total3 / 60:.1f} min")  # fmt: skip
     if json_out is not None:
-        json_out.write_text(json.dumps({"profile": profile, "device": name, "precision": precision,
-                                        "floor_ms": floor_ms, "measured": measured, "suites": suites}, indent=1))  # fmt: skip
+        got = {"profile": profile, "device": name, "precision": precision, "floor_ms": floor_ms}
+        json_out.write_text(json.dumps({**got, "measured": measured, "suites": suites}, indent=1))
 
 
 def project_stack_seconds(measured: dict, stack: list) -> float:

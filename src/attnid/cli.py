@@ -583,8 +583,9 @@ def cmd_experiments(a) -> int:
 
         for stack in stacks(cfgs):
             for s in train_stack(stack, force=a.force, progress=True):
+                runs = len(s.get("stacked_with", [0]))
                 print(f"{a.profile}/{s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f} "
-                      f"({s['precision']}, stacked with {len(s.get('stacked_with', [0]))} runs)", flush=True)  # fmt: skip
+                      f"({s['precision']}, stacked with {runs} runs)", flush=True)  # fmt: skip
         return 0
     from .lm.records import runs_root
 

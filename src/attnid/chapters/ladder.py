@@ -227,12 +227,12 @@ class Provenance:
     precision: str
     torch: str
     code: str  # the code commits, "unknown" where no summary names one
-    hours: float  # the training time of all the records
+    hours: float  # the machine time of all the records (a stack's runs trained together: its time once)
 
 
 def provenance(runs: SuiteRuns) -> Provenance:
     """What a scale's summaries say of how its records were made: their number, the machines, precisions, torch
-    versions and code commits (each once), and the training time of all of them in hours."""
+    versions and code commits (each once), and the machine time of all of them in hours (:func:`machine_seconds`)."""
     recs = [rec for by in runs.runs.values() for rec in by.values()]
 
     def each(get) -> str:
@@ -247,8 +247,22 @@ def provenance(runs: SuiteRuns) -> Provenance:
         precision=each(lambda r: r.summary.get("precision")),
         torch=each(lambda r: prov(r, "torch")),
         code=each(lambda r: prov(r, "code_commit")) or "unknown",
-        hours=sum(float(r.summary.get("wall_seconds") or 0.0) for r in recs) / 3600,
+        hours=machine_seconds(recs) / 3600,
     )
+
+
+def machine_seconds(recs: list) -> float:
+    """The wall time that made ``recs``: each record's ``wall_seconds``, except that the runs of one stack
+    (:mod:`attnid.lm.batched`; the same ``stacked_with`` and wall time) trained together and count once."""
+    seen, total = set(), 0.0
+    for r in recs:
+        wall = float(r.summary.get("wall_seconds") or 0.0)
+        stack = r.summary.get("stacked_with")
+        key = (tuple(stack), round(wall, 3)) if stack else id(r)
+        if key not in seen:
+            seen.add(key)
+            total += wall
+    return total
 
 
 def records_sentence(scales: Scales) -> str:
@@ -260,6 +274,6 @@ def records_sentence(scales: Scales) -> str:
             f"*{name}*: {p.records} records, trained on {p.machine} ({p.precision}, torch {p.torch}) by "
             f"the code of commit {p.code}, "
             + (f"{p.hours:.1f} hours" if p.hours >= 1 else f"{60 * p.hours:.0f} minutes")
-            + " of training in all"
+            + " of machine time in all"
         )
     return "**Where the records come from.** " + "; ".join(parts) + "."

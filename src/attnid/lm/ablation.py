@@ -54,7 +54,7 @@ def importance_of_runs(masked_losses: MaskedLosses, shape: tuple[int, int, int])
     """Baseline losses ``(R,)`` and, per run and ``(layer, head)``, the loss increase when that head alone is
     masked ``(R, n_layer, H)``; ``shape`` is ``(R, n_layer, H)``. One call of ``masked_losses`` per head masks that
     head in every run at once."""
-    R, L, H = shape
+    _, L, H = shape
     base = np.asarray(masked_losses(None), dtype=float)
     imp = np.zeros(shape)
     for layer in range(L):
@@ -71,7 +71,7 @@ def pruning_curves(masked_losses: MaskedLosses, base: np.ndarray, importance: np
     R, L, H = importance.shape
     orders = [np.argsort(importance[r], axis=None, kind="stable") for r in range(R)]
     mask = np.ones((R, L, H))
-    curves = [[{"pruned": 0, "fraction": 0.0, "loss": float(base[r]), "head": None}] for r in range(R)]
+    curves: list[list[dict]] = [[{"pruned": 0, "fraction": 0.0, "loss": float(b), "head": None}] for b in base]
     for k in range(1, L * H + 1):
         heads = [divmod(int(orders[r][k - 1]), H) for r in range(R)]
         for r, (layer, h) in enumerate(heads):

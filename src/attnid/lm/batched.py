@@ -112,7 +112,7 @@ class StackedGPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor, head_mask: torch.Tensor | None = None) -> torch.Tensor:
         cfg, p = self.cfg, self.p
         R, B, T = idx.shape
-        if T > cfg.block_size:
+        if cfg.block_size < T:
             raise ValueError(f"sequence length {T} exceeds block_size {cfg.block_size}")
         H, D = cfg.n_head, cfg.head_dim
         assert D is not None  # GPTConfig resolves it
@@ -138,6 +138,23 @@ class StackedGPT(nn.Module):
         logits = torch.bmm(self._norm(x, "ln_f"), wte.transpose(1, 2))  # (R, B·T, V)
         losses = F.cross_entropy(logits.reshape(R * B * T, V).float(), targets.reshape(-1), reduction="none")
         return losses.view(R, B * T).mean(1)
+
+    def masked_losses(self, batches: list[tuple[torch.Tensor, torch.Tensor]]):
+        """The ``masked_losses`` of :func:`attnid.lm.ablation.analyse_runs` for this stack: ``batches`` of
+        ``(R, B, T)`` windows (each run's own fixed batches), mean loss per run over them, in eval mode."""
+
+        @torch.no_grad()
+        def losses(mask: np.ndarray | None) -> np.ndarray:
+            was = self.training
+            self.eval()
+            try:
+                m = None if mask is None else torch.as_tensor(mask, dtype=torch.float32, device=batches[0][0].device)
+                per = torch.stack([self(x, y, m) for x, y in batches])  # (batches, R)
+                return per.double().mean(0).cpu().numpy()
+            finally:
+                self.train(was)
+
+        return losses
 
 
 def clip_per_run(params: list[torch.Tensor], max_norms: torch.Tensor) -> None:
@@ -270,6 +287,7 @@ def stacked_runs(items: list[tuple[RunConfig, Path]], data: CharData, device: st
             steppers.append(Stepper(stack, runs, start, s, device))
             start = s
     step_model = torch.compile(stack) if cfgs[0].compile and device.startswith("cuda") else stack
+    norms = torch.tensor([c.grad_clip for c in cfgs], device=device)
     return Group(
         runs,
         [d for _, d in items],
@@ -277,23 +295,5 @@ def stacked_runs(items: list[tuple[RunConfig, Path]], data: CharData, device: st
         stacked=True,
         loss=lambda x, y: step_model(x, y),
         steppers=steppers,
-        clip_norms=torch.tensor([c.grad_clip for c in cfgs], device=device),
+        clip=lambda: clip_per_run(list(stack.parameters()), norms),
     )
-
-
-def masked_losses_of_stack(stack: StackedGPT, batches: list[tuple[torch.Tensor, torch.Tensor]]):
-    """The ``masked_losses`` of :func:`attnid.lm.ablation.analyse_runs` for a stack: ``batches`` of ``(R, B, T)``
-    windows (each run's own fixed batches), mean loss per run over them, in eval mode."""
-
-    @torch.no_grad()
-    def losses(mask: np.ndarray | None) -> np.ndarray:
-        was = stack.training
-        stack.eval()
-        try:
-            m = None if mask is None else torch.as_tensor(mask, dtype=torch.float32, device=batches[0][0].device)
-            per = torch.stack([stack(x, y, m) for x, y in batches])  # (batches, R)
-            return per.double().mean(0).cpu().numpy()
-        finally:
-            stack.train(was)
-
-    return losses

@@ -66,6 +66,10 @@ EPS32 = float(np.finfo(np.float32).eps)  # 1.2e-7: float32's relative resolution
 # A bias gradient below this share of its run's typical query-bias gradient (the median over heads and steps) is
 # round-off: 840 ε₃₂. The key-bias gradients of the records reach 1.6e-5 of it (paper scale, TF32)
 BIAS_FLOOR = 1e-4
+# the precisions whose round-off stays under BIAS_FLOOR in that cancelling sum. bf16 autocast does not: its
+# attention backward leaves 3.8e-2 of the typical query-bias gradient in the key bias (paper scale, 2026-12-04),
+# so a bf16 record can neither confirm nor refute the two bias theorems
+BIAS_PRECISIONS = ("fp32", "tf32")
 
 
 class Undecidable(ValueError):
@@ -276,7 +280,14 @@ BIAS_CASES = ("sgd", "sgd_wd", "adamw")
 
 def bias_scale(rec: Record) -> float:
     """A run's typical query-bias gradient: the median ‖∇b_Q‖ over its heads and recorded steps. One dead head
-    (or a few) does not move it, so it is a scale for both bias claims that neither claim's violation shifts."""
+    (or a few) does not move it, so it is a scale for both bias claims that neither claim's violation shifts.
+    :class:`Undecidable` for a record trained at a precision not in :data:`BIAS_PRECISIONS`."""
+    precision = rec.summary.get("precision", "fp32")
+    if precision not in BIAS_PRECISIONS:
+        raise Undecidable(
+            f"{rec.name} trained at {precision}, whose round-off exceeds the {BIAS_FLOOR:g} of the typical query-bias "
+            f"gradient that the bias theorems grant it; only {' or '.join(BIAS_PRECISIONS)} records decide them"
+        )
     scale = float(np.median(need(rec, Key.GRAD_BQ)))
     if not scale > 0:
         raise Undecidable(f"{rec.name}: the query-bias gradients are zero in most heads and steps (no scale)")

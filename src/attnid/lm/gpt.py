@@ -49,9 +49,9 @@ class GPTConfig(ModelShape):
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
     def train_flops(self, batch_size: int) -> float:
-        """Floating-point operations of one training step (forward and backward, ``3 x`` the forward's) on ``batch_size``
-        windows of ``block_size`` tokens: the matrix products of every layer and the output head, and causal
-        attention's two products (half of the ``T x T`` scores). Elementwise work is not counted: this is the
+        """Floating-point operations of one training step (forward and backward, ``3 x`` the forward's) on
+        ``batch_size`` windows of ``block_size`` tokens: the matrix products of every layer and the output head, and
+        causal attention's two products (half of the ``T x T`` scores). Elementwise work is not counted: this is the
         arithmetic floor of a step on matrix units."""
         assert self.head_dim is not None
         E, inner, T = self.n_embd, self.n_head * self.head_dim, self.block_size

@@ -347,9 +347,9 @@ def run_suite(
 
     On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4) as local processes
     of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
-    two cores do about 1.5x the work of one two-thread process (``tools/bench.py --only seeds``). On a GPU,
-    where processes time-share the device, the runs of each model shape (seeds and cases) train as one
-    stacked model (:mod:`attnid.lm.batched`), the shapes one after another. The smoke profile's runs train inline, one after
+    two cores do about 1.5x the work of one two-thread process. On a GPU, where processes time-share the
+    device, the runs of each model shape (seeds and cases) train as one stacked model
+    (:mod:`attnid.lm.batched`), the shapes one after another. The smoke profile's runs train inline, one after
     another: each takes less time than a process takes to start."""
     from .profiles import SUITES, make_config, resolve_device
 

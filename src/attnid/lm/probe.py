@@ -91,11 +91,16 @@ class PendingRow:
     """A probe row whose host part may still be computing: :meth:`result` waits for it and returns the row."""
 
     def __init__(self, compute: Callable[[], dict] | None = None, future: Future | None = None):
-        self._compute, self._future, self._row = compute, future, None
+        self._compute, self._future = compute, future
+        self._row: dict | None = None
 
     def result(self) -> dict:
         if self._row is None:
-            self._row = self._future.result() if self._future is not None else self._compute()  # type: ignore[misc]
+            if self._future is not None:
+                self._row = self._future.result()
+            else:
+                assert self._compute is not None
+                self._row = self._compute()
         return self._row
 
 
@@ -136,7 +141,9 @@ class IdentificationProbe:
         params = [(layer.c_attn.weight, layer.c_attn.bias) for layer in model.attention_layers()]
 
         def update(i: int, which: str, old: torch.Tensor) -> torch.Tensor:
-            return optimizer_update(opt, params[i][0] if which == "weight" else params[i][1], old)  # type: ignore[arg-type]
+            p = params[i][0] if which == "weight" else params[i][1]
+            assert p is not None
+            return optimizer_update(opt, p, old)
 
         return cls(model.attention_layers()[0].n_head, params, update, beta0=beta0)
 
@@ -194,25 +201,8 @@ class IdentificationProbe:
         L = w0.shape[-3]
         dw = torch.stack([self.update(i, "weight", w0.select(-3, i)) for i in range(L)], -3)
         db = None if b0 is None else torch.stack([self.update(i, "bias", b0.select(-2, i)) for i in range(L)], -2)
-        Q0, K0 = self._augmented(w0, b0)
-        A, B = self._augmented(dw, db)
         Q1, K1 = self._augmented(w1, b1)
-        dQ, dK = Q1 - Q0, K1 - K0
-        E = w0.shape[-1]
-        zeros = torch.zeros_like(Q0[..., 0])
-        col = (lambda M: M[..., E]) if b0 is not None else (lambda M: zeros)  # the bias column (none: zero)
-        host = {  # per head, for the Sylvester solves on the host (HOST_PARTS)
-            "G_Q": dynamics.gram(Q0),
-            "G_K": dynamics.gram(K0),
-            "C_update": A @ Q0.transpose(-1, -2) - K0 @ B.transpose(-1, -2),
-            "C_diff": dQ @ Q0.transpose(-1, -2) - K0 @ dK.transpose(-1, -2),
-            "q": col(Q0),
-            "k": col(K0),
-            "a": col(A),
-            "b": col(B),
-            "den_update": (A * A).sum((-1, -2)) + (B * B).sum((-1, -2)),
-            "den_diff": (dQ * dQ).sum((-1, -2)) + (dK * dK).sum((-1, -2)),
-        }
+        host = self._host_parts(self._augmented(w0, b0), self._augmented(dw, db), (Q1, K1), bias=b0 is not None)
         G_Q1, G_K1 = dynamics.gram(Q1), dynamics.gram(K1)
         beta_t = G_Q1 - G_K1
 
@@ -246,6 +236,29 @@ class IdentificationProbe:
             return {k: _listed(row[k]) for k in order + [k for k in row if k not in order]}
 
         return self._pending(finish)
+
+    @staticmethod
+    def _host_parts(point: tuple, update: tuple, after: tuple, bias: bool) -> dict[str, torch.Tensor]:
+        """Per head, what the Sylvester solves on the host need (:data:`HOST_PARTS`): the Gram matrices of the point
+        ``(Q0, K0)``, the right-hand sides of the optimizer's ``update`` ``(A, B)`` and of the float32 difference
+        to ``after`` ``(Q1, K1)``, their squared norms, and the bias columns (zero without biases), from which the
+        weights-only problem follows."""
+        (Q0, K0), (A, B), (Q1, K1) = point, update, after
+        dQ, dK = Q1 - Q0, K1 - K0
+        zeros = torch.zeros_like(Q0[..., 0])
+        col = (lambda M: M[..., -1]) if bias else (lambda M: zeros)
+        return {
+            "G_Q": dynamics.gram(Q0),
+            "G_K": dynamics.gram(K0),
+            "C_update": A @ Q0.transpose(-1, -2) - K0 @ B.transpose(-1, -2),
+            "C_diff": dQ @ Q0.transpose(-1, -2) - K0 @ dK.transpose(-1, -2),
+            "q": col(Q0),
+            "k": col(K0),
+            "a": col(A),
+            "b": col(B),
+            "den_update": (A * A).sum((-1, -2)) + (B * B).sum((-1, -2)),
+            "den_diff": (dQ * dQ).sum((-1, -2)) + (dK * dK).sum((-1, -2)),
+        }
 
     def _to_host(self, tensors: dict[str, torch.Tensor]):
         """One copy to the host of ``tensors`` (float64): ``(flat, shapes, event)``; on CUDA the copy is queued into

@@ -18,7 +18,6 @@ Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import platform
 import sys
@@ -478,7 +477,7 @@ class Group:
     stacked: bool
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # batches ``([R,] B, T)`` -> loss ``([R])``
     steppers: list
-    clip_norms: torch.Tensor | None = None  # stacked: each run's gradient-clipping norm ``(R,)``
+    clip: Callable[[], object]  # clip the gradients to each run's ``grad_clip`` (0: not clipped)
 
     def part(self, value, s: int):
         """Run ``s``'s part of a per-run value; of a single run, the value itself."""
@@ -495,15 +494,6 @@ class Group:
         else:
             self.steppers[0].opt.zero_grad(set_to_none=True)
 
-    def clip(self) -> None:
-        """Clip the gradients to each run's ``grad_clip`` (0: not clipped)."""
-        from .batched import clip_per_run
-
-        if self.stacked:
-            clip_per_run(list(self.module.parameters()), self.clip_norms)  # type: ignore[arg-type]
-        elif self.runs[0].cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.runs[0].cfg.grad_clip)
-
     def step(self, it: int) -> list[float]:
         """Every run's optimizer step ``it`` at its learning rate from the schedule; returns those rates by run."""
         lrs: list[float] = []
@@ -515,7 +505,7 @@ class Group:
 
     def qk_params(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """Each layer's fused ``c_attn`` weight and bias (stacked: ``(R, ...)``), for the probe."""
-        params = self.module.p if self.stacked else dict(self.module.named_parameters())  # type: ignore[operator]
+        params: dict = self.module.p if self.stacked else dict(self.module.named_parameters())  # type: ignore[assignment]
         n_layer = self.runs[0].cfg.n_layer
         return [
             (params[f"blocks.{i}.attn.c_attn.weight"], params.get(f"blocks.{i}.attn.c_attn.bias"))
@@ -543,7 +533,7 @@ class Group:
 
     def names(self) -> list[str] | None:
         """The runs' names when stacked (the summaries' provenance), else ``None``."""
-        return [run_key(r.cfg) for r in self.runs] if self.stacked else None
+        return sorted(run_key(r.cfg) for r in self.runs) if self.stacked else None
 
 
 def single_run(items: list[tuple[RunConfig, Path]], data: CharData, device: str, precision: str) -> Group:
@@ -552,6 +542,11 @@ def single_run(items: list[tuple[RunConfig, Path]], data: CharData, device: str,
     model, opt = build(cfg, data.vocab_size, device)
     step_model = torch.compile(model) if cfg.compile and device.startswith("cuda") else model
     run = Run(cfg, model, data, device, precision, torch.Generator().manual_seed(cfg.seed))
+
+    def clip() -> None:
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+
     return Group(
         [run],
         [d],
@@ -559,6 +554,7 @@ def single_run(items: list[tuple[RunConfig, Path]], data: CharData, device: str,
         stacked=False,
         loss=lambda x, y: step_model(x, y)[1],
         steppers=[SoloStepper(cfg, model, opt)],
+        clip=clip,
     )
 
 
@@ -671,7 +667,6 @@ def head_analyses(group: Group, svs: list) -> list[dict]:
     seed; stacked, every run's masked losses come from one stacked forward per mask. ``svs``: each run's last QK
     singular values (or ``None``)."""
     from .ablation import analyse_runs
-    from .batched import masked_losses_of_stack
 
     run = group.runs[0]
     cfg = run.cfg
@@ -690,7 +685,7 @@ def head_analyses(group: Group, svs: list) -> list[dict]:
             for i in range(cfg.head_batches)
         ]
         shape = (len(group.runs), cfg.n_layer, cfg.n_head)
-        return analyse_runs(masked_losses_of_stack(group.module, batches), shape, cfg.head_batches, svs)  # type: ignore[arg-type]
+        return analyse_runs(group.module.masked_losses(batches), shape, cfg.head_batches, svs)  # type: ignore[operator]
 
 
 def summarize(run: Run, *, metrics: bool, train_seconds: float, heads_seconds: float, start: int) -> dict:
@@ -770,7 +765,8 @@ class Fills:
     its list of rows) gets its part of them, in :data:`ROW_ORDER`."""
 
     def __init__(self, group: Group):
-        self.group, self.waiting = group, []
+        self.group = group
+        self.waiting: list[tuple] = []
 
     def add(self, pending, rows: list[dict]) -> None:
         self.waiting.append((pending, rows))
@@ -792,61 +788,32 @@ class Fills:
 def train_group(
     group: Group, *, progress: bool, metrics: bool, stop_after: int | None, save: bool, checkpoints: bool = True
 ) -> dict[str, dict]:
-    """The training loop (a single run and stacked runs alike): resume, steps, probe, rebalancing, evaluation,
-    checkpoints, interrupt; then each run's head analysis and record in its folder. Returns the summaries
-    (with ``rows`` and ``heads``) by run name (:func:`run_key`). ``checkpoints=False`` writes none (a machine that
-    will not see the run again: what it computes is the same)."""
+    """The training loop (a single run and stacked runs alike): resume, steps (:func:`record_step`), checkpoints,
+    interrupt; then each run's head analysis and record in its folder. Returns the summaries (with ``rows`` and
+    ``heads``) by run name (:func:`run_key`). ``checkpoints=False`` writes none (a machine that will not see the
+    run again: what it computes is the same)."""
     runs = group.runs
     cfg = runs[0].cfg
     start, beta0 = _resume(group) if save else (0, None)
     probe = None
     if metrics:
-        probe = IdentificationProbe(
-            cfg.n_head,
-            group.qk_params(),
-            group.qk_update,
-            beta0=beta0,
-            background=runs[0].device.startswith("cuda"),
-        )
-    laws = [beta_law_factor(run.cfg) for run in runs]
+        background = runs[0].device.startswith("cuda")  # the host part of each row beside the next steps
+        probe = IdentificationProbe(cfg.n_head, group.qk_params(), group.qk_update, beta0=beta0, background=background)
     if start == 0:
         for run in runs:
             run.snapshot(0)
     bar = Progress(cfg, start, progress, len(runs))
     group.module.train()
     fills = Fills(group)
+    laws = [beta_law_factor(run.cfg) for run in runs]
     t0 = time.perf_counter()
     it, saved = start, start
     try:
         for it in range(start, cfg.max_iters):
             if stop_after is not None and it >= stop_after:
                 raise Interrupted(f"stopped before step {it}")
+            losses = record_step(group, it, probe, fills, laws)
             last = it == cfg.max_iters - 1
-            probing = probe is not None and (it % cfg.metric_interval == 0 or last)
-            losses, lrs = train_step(group, it, probe if probing else None)
-            rows: list[dict | None] = [None] * len(runs)
-            if probe is not None and probing:
-                law = group.join([torch.tensor(law[it + 1], dtype=torch.float64) for law in laws])
-                rows = [{Key.STEP: it + 1, Key.LR: lr} for lr in lrs]
-                fills.add(probe.after_step(law, **{Key.TRAIN_LOSS: losses}), rows)
-                fills.drain(keep=1)
-            for run in runs:
-                rebalance_hook(run, it)
-            if evaluates_at(cfg, it):
-                vals = evaluate_group(group, it + 1)
-                host_losses = losses.float().cpu().reshape(-1).tolist()
-                for s, run in enumerate(runs):
-                    if rows[s] is None:
-                        rows[s] = {Key.STEP: it + 1, Key.LR: lrs[s], Key.TRAIN_LOSS: host_losses[s]}
-                    rows[s][Key.VAL_LOSS] = vals[s]  # type: ignore[index]
-                    run.snapshot(it + 1)
-                if probe is not None:
-                    fills.add(probe.qk_singular_values(), rows)  # type: ignore[arg-type]
-            for s, run in enumerate(runs):
-                if rows[s] is not None:
-                    run.rows.append(rows[s])  # type: ignore[arg-type]
-            if not group.runs[0].device.startswith("cuda"):
-                fills.drain()
             bar.update(losses, last)
             if save and checkpoints and (it + 1) % cfg.ckpt_interval == 0 and not last:
                 fills.drain()
@@ -860,6 +827,39 @@ def train_group(
         if probe is not None:
             probe.close()
     return _finish(group, metrics=metrics, save=save, start=start, train_seconds=time.perf_counter() - t0)
+
+
+def record_step(
+    group: Group, it: int, probe: IdentificationProbe | None, fills: Fills, laws: list[list[float]]
+) -> torch.Tensor:
+    """Step ``it`` of every run and what it records, in this order: the step (told to the probe on metric steps),
+    the probe's row, rebalancing, the evaluation (its row, the snapshot, the QK singular values); the rows go into
+    each run's list at once, the probe's values as they come (``fills``). Returns the step's losses."""
+    runs, cfg = group.runs, group.runs[0].cfg
+    probing = probe is not None and (it % cfg.metric_interval == 0 or it == cfg.max_iters - 1)
+    losses, lrs = train_step(group, it, probe if probing else None)
+    rows: list[dict] = []
+    if probe is not None and probing:
+        law = group.join([torch.tensor(law[it + 1], dtype=torch.float64) for law in laws])
+        rows = [{Key.STEP: it + 1, Key.LR: lr} for lr in lrs]
+        fills.add(probe.after_step(law, **{Key.TRAIN_LOSS: losses}), rows)
+        fills.drain(keep=1)
+    for run in runs:
+        rebalance_hook(run, it)
+    if evaluates_at(cfg, it):
+        vals = evaluate_group(group, it + 1)
+        host_losses = losses.float().cpu().reshape(-1).tolist()
+        rows = rows or [{Key.STEP: it + 1, Key.LR: lr, Key.TRAIN_LOSS: x} for lr, x in zip(lrs, host_losses)]
+        for row, run, val in zip(rows, runs, vals):
+            row[Key.VAL_LOSS] = val
+            run.snapshot(it + 1)
+        if probe is not None:
+            fills.add(probe.qk_singular_values(), rows)
+    for run, row in zip(runs, rows):
+        run.rows.append(row)
+    if not runs[0].device.startswith("cuda"):
+        fills.drain()
+    return losses
 
 
 def _resume(group: Group) -> tuple[int, torch.Tensor | None]:
