@@ -34,14 +34,14 @@ def test_paper_records_trains_what_fits_and_packs_the_records(tmp_path, monkeypa
     records_tool = tool("paper_records")
     pack = tmp_path / "records.tar.gz"
     # a rate that makes the second stack miss the deadline: it is skipped, not started
-    args = ["--minutes", "1", "--profile", "smoke", "--device", "cpu", "--plan", "dynamics:0", "--pack", str(pack)]
+    args = ["--minutes", "1", "--profile", "smoke", "--device", "cpu", "--plan", "points:0", "--pack", str(pack)]
     assert records_tool.main([*args, "--rate-ms", "0.1"]) == 0
     text = capsys.readouterr().out
-    assert "training 7 runs as one stack" in text and "packed 8 records" in text
+    assert "training 4 runs as one stack" in text and "packed 4 records" in text
     with tarfile.open(pack) as tar:
         names = tar.getnames()
-    assert "smoke/adamw/summary.json" in names and not any(n.endswith(".pt") for n in names)
-    assert records_tool.main([*args[:6], "--plan", "dynamics:1", "--rate-ms", "1e6"]) == 0
-    assert "skipped (7 runs" in capsys.readouterr().out
+    assert "smoke/points_adamw/summary.json" in names and not any(n.endswith(".pt") for n in names)
+    assert records_tool.main([*args[:6], "--plan", "points:1", "--rate-ms", "1e6"]) == 0
+    assert "skipped (4 runs" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--minutes must be positive"):
         records_tool.main(["--minutes", "0"])
