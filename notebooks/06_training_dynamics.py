@@ -61,8 +61,8 @@
 # :::
 
 # %% tags=["parameters"]
-# "smoke": seconds; "cpu": ~5 min (7 cases x 3 seeds, 2 cores); "mid": the committed mid records (retraining them
-# takes about 2.5 hours of one core); "paper": nanoGPT scale
+# "smoke": seconds; "cpu": ~5 min (7 cases x 3 seeds, 2 cores); "mid": the committed mid records (what retraining
+# them cost is in their summaries, summed under "Where the records come from"); "paper": nanoGPT scale
 profile = "cpu"
 seed = 0  # unused: each profile's seeds are fixed (attnid.lm.profiles.SUITES)
 device = "auto"

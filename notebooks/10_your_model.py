@@ -164,7 +164,7 @@ table(moves)
 #
 # Chapter 6's layers have 16,640 parameters each, too many for the whole Jacobian; each of the four
 # optimizer cases is therefore also trained at a width whose layers are audited exactly
-# ($E = 16$, two heads: 1,104 parameters a layer), with the same profile otherwise.
+# ($E = 16$, two heads: 1,088 parameters a layer), with the same profile otherwise.
 
 # %% tags=["hide-input"]
 narrow = ch.table_points(profile, data, seed=seed)

@@ -49,21 +49,21 @@ def test_a_random_gpt2_checkpoint_is_generic_and_a_collapsed_head_adds_the_close
     rows = audit_checkpoint(save(model, tmp_path / "generic"))
     generic = count(cfg).unidentified + biased_reader_rows(cfg)  # a LayerNorm's hyperplane: one per biased row
     assert [(r["layer"], r["unidentified"], r["generic"], r["at_generic"]) for r in rows] == [
-        (0, generic, generic, True),
         (1, generic, generic, True),
-    ]
+        (2, generic, generic, True),
+    ]  # layers numbered from 1, as every table and flag numbers them
     assert all(r["hyperplane"] and r["gap"] > 1e6 and 0 < r["weakest"] < 1 for r in rows)
     for rank in (0, 1):  # the verdict flips, by exactly the closed form's extra directions
         _, model = tiny("gpt2")
-        collapse_gpt2_query(model, 1, rank)
-        (row,) = audit_checkpoint(save(model, tmp_path / f"rank{rank}"), layers=[1])
+        collapse_gpt2_query(model, 1, rank)  # the second layer (index 1)
+        (row,) = audit_checkpoint(save(model, tmp_path / f"rank{rank}"), layers=[2])
         extra = collapsed_query_dims(cfg, rank, hyperplane_inputs=True)
         assert (row["unidentified"], row["at_generic"]) == (generic + extra, False), rank
         assert row["gap"] > 1e6
 
 
 def test_a_rope_head_without_its_query_map_adds_its_whole_key_map(tmp_path):
-    """Qwen2 (RoPE, biased q, k, v; RMSNorm: no hyperplane), head 0 of layer 1 with W_Q = 0 and b_Q = 0: its
+    """Qwen2 (RoPE, biased q, k, v; RMSNorm: no hyperplane), head 0 of layer 2 with W_Q = 0 and b_Q = 0: its
     scores vanish, so its key map and bias, D (E + 1) directions, are unidentified, where a generic RoPE head
     leaves D (its commutant) and identifies the key bias: D E more. The no-RoPE closed form, (D − 0)(E − D), does
     not apply, and collapsed_query_dims refuses RoPE rather than give it."""
@@ -72,7 +72,7 @@ def test_a_rope_head_without_its_query_map_adds_its_whole_key_map(tmp_path):
     with torch.no_grad():
         a.q_proj.weight[:D] = 0
         a.q_proj.bias[:D] = 0
-    (row,) = audit_checkpoint(save(model, tmp_path), layers=[1])
+    (row,) = audit_checkpoint(save(model, tmp_path), layers=[2])
     assert row["unidentified"] - row["generic"] == D * E and not row["hyperplane"] and row["gap"] > 1e6
     with pytest.raises(ValueError, match="without RoPE"):
         collapsed_query_dims(cfg, 0, hyperplane_inputs=False)
@@ -80,7 +80,7 @@ def test_a_rope_head_without_its_query_map_adds_its_whole_key_map(tmp_path):
 
 def test_a_llama_checkpoint_with_grouped_keys_reads_on_unconstrained_inputs(tmp_path):
     cfg, model = tiny("llama", groups=1)
-    (row,) = audit_checkpoint(save(model, tmp_path), layers=[1])
+    (row,) = audit_checkpoint(save(model, tmp_path), layers=[2])
     assert (row["unidentified"], row["generic"], row["hyperplane"]) == (72, count(cfg).unidentified, False)
     assert row["gap"] > 1e6
 
@@ -110,14 +110,15 @@ def test_a_layernorm_without_shift_is_refused_not_miscounted(tmp_path):
     with torch.no_grad():
         model.transformer.h[0].ln_1.bias.zero_()  # its inputs now lie on a hyperplane through the origin
     with pytest.raises(HFAuditError, match="span only 15 of 16"):
-        audit_checkpoint(save(model, tmp_path), layers=[0])
+        audit_checkpoint(save(model, tmp_path), layers=[1])
 
 
 def test_a_folder_that_is_no_checkpoint_of_a_known_family_is_refused(tmp_path):
     _, model = tiny("llama")
     d = save(model, tmp_path / "ok")
-    with pytest.raises(ValueError, match="layer must be an integer from 0 to 1"):
-        audit_checkpoint(d, layers=[2])
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match="layer must be an integer from 1 to 2"):
+            audit_checkpoint(d, layers=[bad])
     with pytest.raises(ConfigError, match="not a folder"):
         audit_checkpoint(d / "config.json")
     bare = tmp_path / "bare"
@@ -139,7 +140,7 @@ def test_a_folder_that_is_no_checkpoint_of_a_known_family_is_refused(tmp_path):
 def test_cli_audits_a_checkpoint_and_refuses_the_flags_it_fixes(tmp_path, capsys):
     _, model = tiny("gpt2")
     d = str(save(model, tmp_path))
-    assert main(["audit", "--checkpoint", d, "--layer", "0", "--json"]) == 0
+    assert main(["audit", "--checkpoint", d, "--layer", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["checkpoint"] == d and [r["at_generic"] for r in out["layers"]] == [True]
     for extra, why in (
@@ -160,5 +161,5 @@ def test_chapter_table_of_a_checkpoint(tmp_path):
     cfg, model = tiny("gpt2")
     t = ch.table_checkpoint(save(model, tmp_path))
     generic = count(cfg).unidentified + biased_reader_rows(cfg)
-    assert list(t["layer"]) == [0, 1] and list(t["unidentified"]) == [generic, generic]
+    assert list(t["layer"]) == [1, 2] and list(t["unidentified"]) == [generic, generic]
     assert t["at_generic"].all() and t["hyperplane"].all() and "weakest" in t.attrs["formats"]

@@ -116,6 +116,15 @@ def test_real_modules_of_recent_models_equal_the_closed_form(hf_type, kw):
     assert res.details["attn_implementation"] == ("eager" if hf_type == "gemma2" else "sdpa")  # what ran
 
 
+def test_a_soft_capped_block_says_it_ran_eager():
+    """Gemma 2's block and model are built eager (sdpa cannot cap the scores): their details say so, as the
+    attention scope's do; the recorded implementation follows the soft cap, so a model without one says sdpa."""
+    for hf_type in ("gemma2", "llama"):
+        assert hf.implementation_of(hf_type) == ("eager" if hf_type == "gemma2" else "sdpa")
+        plan = hf.SCOPE_AUDITS["block"](hf_type, AttentionConfig(8, 2, groups=1), seed=0, ffn=None, norm_eps=1e-6)
+        assert plan.details["attn_implementation"] == hf.implementation_of(hf_type)
+
+
 def test_real_qwen3_decoder_layer_equals_the_closed_form():
     pytest.importorskip("transformers")
     res = hf.audit_hf("qwen3", scope="block", embed=8, heads=2, groups=1)

@@ -19,7 +19,7 @@ def model_and_tokens():
 
 def test_a_random_init_sits_at_the_generic_count(model_and_tokens):
     m, tokens = model_and_tokens
-    for layer in (0, 1):
+    for layer in (1, 2):  # numbered from 1
         r = audit_point(m, tokens, layer)
         assert r["at_generic"] and r["unidentified"] == r["generic"] == 336 and r["gap"] > 1e4
 
@@ -41,9 +41,9 @@ def test_a_collapsed_query_map_adds_exactly_the_closed_forms_directions(model_an
         attn.c_attn.weight[:D] = plant  # head 0's query map
         attn.c_attn.bias[:D] = 0
     cfg, _ = layer_params(m.blocks[1].attn)
-    r = audit_point(m, tokens, 1)
+    r = audit_point(m, tokens, 2)  # blocks[1]: the second layer
     assert r["unidentified"] - r["generic"] == collapsed_query_dims(cfg, rank, hyperplane_inputs=True) > 0
-    c = audit_point(m, tokens, 1, method="certify")  # the certificate refuses a special point
+    c = audit_point(m, tokens, 2, method="certify")  # the certificate refuses a special point
     assert not c["at_generic"] and c["note"].startswith("not certified")
 
 
@@ -67,13 +67,13 @@ def test_audit_run_gives_the_generic_count_at_every_layer(tiny_run, capsys):
 
     assert main(["audit", "--run", str(tiny_run), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [r["layer"] for r in out["layers"]] == [0, 1]
+    assert [r["layer"] for r in out["layers"]] == [1, 2]
     for r in out["layers"]:
         assert r["at_generic"] and r["unidentified"] == r["generic"] == 336 and r["gap"] > 1e4
         assert 0 < r["weakest"] < 1 and r["method"] == "dense"
-    assert main(["audit", "--run", str(tiny_run), "--layer", "1"]) == 0
+    assert main(["audit", "--run", str(tiny_run), "--layer", "2"]) == 0
     text = capsys.readouterr().out
-    assert "layer 1" in text and "layer 0" not in text and "every layer at a generic point" in text
+    assert "layer 2" in text and "layer 1" not in text and "every layer at a generic point" in text
 
 
 def test_audit_run_sees_a_planted_collapsed_head(tiny_run, tmp_path, capsys):
@@ -86,7 +86,7 @@ def test_audit_run_sees_a_planted_collapsed_head(tiny_run, tmp_path, capsys):
     shutil.copytree(tiny_run, planted)
     ck = torch.load(planted / "model.pt", weights_only=False)
     D = 8
-    ck["model"]["blocks.0.attn.c_attn.weight"][:D] = 0.0  # head 0's query map of layer 0 collapsed to rank 0
+    ck["model"]["blocks.0.attn.c_attn.weight"][:D] = 0.0  # head 0's query map of layer 1 collapsed to rank 0
     ck["model"]["blocks.0.attn.c_attn.bias"][:D] = 0.0
     torch.save(ck, planted / "model.pt")
     relist(planted)  # the plant made to pass the seal: the audit reads it
@@ -100,8 +100,9 @@ def test_audit_run_sees_a_planted_collapsed_head(tiny_run, tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, word",
     [
-        (["--layer", "2"], "layer must be an integer from 0 to 1"),
-        (["--layer", "-1"], "layer must be an integer from 0 to 1"),
+        (["--layer", "3"], "layer must be an integer from 1 to 2"),
+        (["--layer", "0"], "layer must be an integer from 1 to 2"),
+        (["--layer", "-1"], "layer must be an integer from 1 to 2"),
         (["--embed", "8"], "--embed cannot be combined with --run"),
         (["--hf", "llama"], "--hf cannot be combined with --run"),
         (["--seq-len", "0"], "--seq-len cannot be combined with --run"),
@@ -131,18 +132,18 @@ def test_audit_run_keeps_its_audits_for_this_model(tiny_run, tmp_path, corpus, m
 
     d = tmp_path / "run"
     shutil.copytree(tiny_run, d)
-    first = points.audit_run(d, corpus, layers=[1], cache=True)
+    first = points.audit_run(d, corpus, layers=[2], cache=True)
     computed = []
     monkeypatch.setattr(points, "audit_point", lambda *a, **k: computed.append(a[2]) or {"layer": a[2]})
-    assert points.audit_run(d, corpus, layers=[1], cache=True) == first and computed == []  # reused
+    assert points.audit_run(d, corpus, layers=[2], cache=True) == first and computed == []  # reused
     points.audit_run(d, corpus, cache=True)
-    assert computed == [0]  # only the layer not yet audited
+    assert computed == [1]  # only the layer not yet audited
     ck = torch.load(d / "model.pt", weights_only=False)
     ck["model"]["blocks.1.attn.c_proj.bias"] += 1.0
     torch.save(ck, d / "model.pt")
     relist(d)
-    points.audit_run(d, corpus, layers=[1], cache=True)
-    assert computed == [0, 1]  # another model.pt: audited again
+    points.audit_run(d, corpus, layers=[2], cache=True)
+    assert computed == [1, 2]  # another model.pt: audited again
 
 
 def test_motion_rows_are_kept_for_this_model_and_this_fit(tiny_run, tmp_path, monkeypatch):
@@ -178,7 +179,7 @@ def test_motion_along_the_symmetry_is_undone_by_the_orbit_fit(tiny_run, tmp_path
     from attnid.lm.train import load_snapshots, rebalance_model
 
     rows = snapshot_distances(tiny_run)
-    assert sorted({r["step"] for r in rows}) == [0, 1, 20] and {r["layer"] for r in rows} == {0, 1}
+    assert sorted({r["step"] for r in rows}) == [0, 1, 20] and {r["layer"] for r in rows} == {1, 2}
     for r in rows:
         if r["step"] == 0:
             assert r["raw"] == r["orbit"] == r["invariant"] == 0
@@ -223,3 +224,16 @@ def test_the_orbit_fit_undoes_each_symmetry_and_not_an_identified_move():
     for name, b in identified_moves(m).items():  # planted: a change of the function stays at a distance
         raw, orbit = orbit_distance(m, b, 0)
         assert 0.3 * raw < orbit <= raw, (name, raw, orbit)
+
+
+def test_the_narrow_width_names_its_layer_size():
+    """Chapter 10 (and the profile's comment) give the audited layer's size: c_attn and c_proj with biases."""
+    from pathlib import Path
+
+    from attnid.lm.points import flatten
+    from attnid.lm.profiles import POINTS_WIDTH
+
+    m = GPT(GPTConfig(block_size=8, n_layer=1, **POINTS_WIDTH))
+    n = flatten(layer_params(m.blocks[0].attn)[1]).numel()
+    root = Path(__file__).resolve().parents[1]
+    assert n == 1088 and f"{n:,} parameters a layer" in (root / "notebooks" / "10_your_model.py").read_text()

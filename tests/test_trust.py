@@ -69,10 +69,10 @@ def test_a_model_file_that_differs_from_its_record_is_refused(sealed_run, tmp_pa
     ck = records.load_tensors((d / "model.pt").read_bytes(), d / "model.pt")
     ck["model"]["blocks.0.attn.c_proj.bias"] += 1.0
     torch.save(ck, d / "model.pt")
-    assert main(["audit", "--run", str(d), "--json", "--layer", "0"]) == 2
+    assert main(["audit", "--run", str(d), "--json", "--layer", "1"]) == 2
     assert "differs from the size and sha256" in _one_error_line(capsys)
     relist(d)
-    assert main(["audit", "--run", str(d), "--json", "--layer", "0"]) == 0
+    assert main(["audit", "--run", str(d), "--json", "--layer", "1"]) == 0
 
 
 def test_a_model_file_outside_a_sealed_record_is_refused(sealed_run, tmp_path, capsys):

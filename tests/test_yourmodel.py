@@ -105,7 +105,7 @@ def test_points_table_audits_a_kept_run_and_names_the_missing(corpus, tmp_path):
     train(cfg, out=tmp_path, data=corpus, progress=False)
     t = ch.table_points("smoke", corpus, base=tmp_path)
     kept = t[t["case"] == "adamw"]
-    assert list(kept["layer"]) == [0, 1] and list(kept["unidentified"]) == list(kept["generic"]) == [336, 336]
+    assert list(kept["layer"]) == [1, 2] and list(kept["unidentified"]) == list(kept["generic"]) == [336, 336]
     assert list(kept["method"]) == ["dense", "dense"]  # the sentence words a certificate's bound by it
     assert (tmp_path / "smoke" / "points_adamw" / "points.json").exists()  # kept for the next build
     missing = t[t["case"] != "adamw"]

@@ -29,6 +29,7 @@ from .configs import ConfigError, config_preset
 from .counting import biased_reader_rows, count
 from .families import HF_TYPES
 from .hf import HFAuditError, _check_memory, _float64_softmax, _transformers, set_norms
+from .lm.points import check_layers
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 SPAN_RTOL = 1e-9  # an input direction whose singular value is this far below the largest is not spanned
@@ -145,10 +146,7 @@ def audit_checkpoint(
     check_seed(seed)
     cfg, hf_type, model = load_checkpoint(path)
     attns = attention_layers(model, hf_type)
-    chosen = list(range(len(attns))) if layers is None else layers
-    bad = [k for k in chosen if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < len(attns))]
-    if bad or not chosen:
-        raise ValueError(f"layer must be an integer from 0 to {len(attns) - 1}, got {bad or chosen}")
+    chosen = [k - 1 for k in check_layers(layers, len(attns))]  # numbered from 1, indexed from 0
     n = sum(p.numel() for p in attns[0].parameters())
     B, L = default_data_size(cfg, n)
     field = "n_positions" if hf_type == "gpt2" else "max_position_embeddings"  # learned or rotary positions
@@ -174,7 +172,7 @@ def audit_checkpoint(
         r = audit_module(attns[k], (x,), forward=forward, rtol=rtol)
         sv = r.singular_values or [1.0]
         rows.append({
-            "layer": k, "params": n, "rank": r.rank, "unidentified": r.unidentified, "generic": generic,
+            "layer": k + 1, "params": n, "rank": r.rank, "unidentified": r.unidentified, "generic": generic,
             "at_generic": r.unidentified == generic, "gap": r.sv_gap, "weakest": sv[r.rank - 1] / sv[0],
             "method": "dense", "note": "", "hyperplane": hyperplane, "seconds": time.perf_counter() - t0,
         })  # fmt: skip

@@ -72,6 +72,12 @@ def _transformers():
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
+def implementation_of(hf_type: str) -> str:
+    """The attention implementation a block or a whole model of ``hf_type`` is built with: ``"eager"`` for a model
+    that soft-caps its scores (sdpa cannot), else ``"sdpa"``; what the audit's details record."""
+    return "eager" if HF_TYPES[hf_type].softcap is not None else "sdpa"
+
+
 def _hf_config(hf_type: str, cfg: AttentionConfig, attn_implementation: str = "sdpa", **changes):
     """The ``transformers`` config object of ``hf_type`` for ``cfg``, with ``changes`` on top."""
     tf = _transformers()
@@ -203,7 +209,7 @@ def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0, 
     on hidden states."""
     t = HF_TYPES[hf_type]
     mod = _modeling(hf_type)
-    config = _hf_config(hf_type, cfg, "eager" if t.softcap is not None else "sdpa", **t.ffn_kwargs(ffn))
+    config = _hf_config(hf_type, cfg, implementation_of(hf_type), **t.ffn_kwargs(ffn))
     layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed, norm_eps=norm_eps)
     attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
     built = getattr(attn, "rotary_ndims", None)
@@ -231,7 +237,7 @@ def build_model(
     if hf_type == "gemma3":  # every layer a global one, as in the block audit
         changes["layer_types"] = ["full_attention"] * layers
     eager = t.softcap is not None
-    config = _hf_config(hf_type, cfg, "eager" if eager else "sdpa", **changes)
+    config = _hf_config(hf_type, cfg, implementation_of(hf_type), **changes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps, exact_norms=exact_norms)
@@ -375,7 +381,7 @@ def _block_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | No
         "--embed, --ffn",
         build=lambda: build_block(hf_type, cfg, ffn=F, seed=seed, norm_eps=norm_eps),
         inputs=lambda gen: torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64),
-        details=dict(attn_implementation="sdpa", ffn=F, norms=FLOAT64_NORMS),
+        details=dict(attn_implementation=implementation_of(hf_type), ffn=F, norms=FLOAT64_NORMS),
     )
 
 
@@ -426,7 +432,9 @@ def _model_scope(
         "--embed, --ffn, --vocab or --layers",
         build=lambda: build_model(hf_type, cfg, **shape, seed=seed),
         inputs=lambda gen: torch.randint(0, V, (B, L), generator=gen),
-        details=dict(attn_implementation="sdpa", ffn=F, norms=FLOAT64_NORMS, layers=layers, vocab=V, tied=tie),
+        details=dict(
+            attn_implementation=implementation_of(hf_type), ffn=F, norms=FLOAT64_NORMS, layers=layers, vocab=V, tied=tie
+        ),
         check_inputs=_check_relu_units if t.mlp == "relu" else None,
     )
 

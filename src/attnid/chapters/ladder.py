@@ -18,7 +18,6 @@ from ..lm import claims as cl
 from ..lm.analysis import SuiteRuns
 
 Scales = dict[str, SuiteRuns]
-SIDES = ("with the paper", "against the paper", "split")
 
 
 def model_size(runs: SuiteRuns) -> int:
@@ -66,20 +65,25 @@ def side_of(row) -> str | None:
     return row["side"] if isinstance(row["side"], str) else None
 
 
+def side_kind(side: str | None) -> str | None:
+    """``"with"``, ``"against"`` or ``"split"`` of a side (``"with the paper"``, ``"against chapter 6"``, ...)."""
+    return None if side is None else side.split(" ")[0]
+
+
 def ladder_readings(rows: pd.DataFrame, scales: Scales) -> dict[str, list[str]]:
     """The claims sorted by how their verdicts move up the ladder: ``"with"`` (every scale with records is on the
-    paper's side), ``"against"`` (every one against it), ``"changes"`` (the scales' sides differ) and
-    ``"unread"`` (no scale has a side)."""
+    side of whoever states the claim: the paper, or the book for its own), ``"against"`` (every one against it),
+    ``"changes"`` (the scales' sides differ) and ``"unread"`` (no scale has a side)."""
     out: dict[str, list[str]] = {"with": [], "against": [], "changes": [], "unread": []}
     names = ordered(scales)
     for claim_id in dict.fromkeys(rows["id"]):
         part = rows[rows["id"] == claim_id].set_index("scale")
-        sides = {side_of(part.loc[n]) for n in names if n in part.index} - {None}
+        sides = {side_kind(side_of(part.loc[n])) for n in names if n in part.index} - {None}
         if not sides:
             out["unread"].append(claim_id)
-        elif sides == {"with the paper"}:
+        elif sides == {"with"}:
             out["with"].append(claim_id)
-        elif sides == {"against the paper"}:
+        elif sides == {"against"}:
             out["against"].append(claim_id)
         else:
             out["changes"].append(claim_id)
@@ -93,24 +97,30 @@ def ladder_sentence(rows: pd.DataFrame, scales: Scales, middle: str | None = Non
     names = ordered(scales)
     middle = middle or next((n for n in names if scales[n].profile == "mid"), None)
 
+    owner = dict(zip(rows["id"], rows["stated_by"])) if "stated_by" in rows else {}
+
+    def named(i: str) -> str:  # a claim the book states itself says so
+        return f"*{i}*" + (f" ({owner[i]}'s own)" if owner.get(i, "the paper") != "the paper" else "")
+
     def listed(ids: list[str]) -> str:
-        return ", ".join(f"*{i}*" for i in ids) or "none"
+        return ", ".join(named(i) for i in ids) or "none"
 
     def where(claim_id: str) -> str:
         part = rows[rows["id"] == claim_id].set_index("scale")
         cells = [f"{scales[n].profile} {verdict_cell(part.loc[n])}" for n in names if n in part.index]
-        return f"*{claim_id}* ({'; '.join(cells)})"
+        return f"{named(claim_id)} ({'; '.join(cells)})"
 
     text = (
-        f"**The ladder.** On the paper's side at every scale that reads them: {listed(read['with'])}. Against the "
-        f"paper at every scale: {', '.join(where(i) for i in read['against']) or 'none'}. The scales disagree on: "
+        f"**The ladder.** On the side of whoever states them (the paper, or this book for its own) at every scale "
+        f"that reads them: {listed(read['with'])}. Against it at every scale: "
+        f"{', '.join(where(i) for i in read['against']) or 'none'}. The scales disagree on: "
         f"{', '.join(where(i) for i in read['changes']) or 'none'}."
     )
     if middle is not None:
         mid = rows[rows["scale"] == middle].set_index("id")
         moved = [i for i in read["changes"] + read["against"] if i in mid.index]
         if moved:
-            text += f" Where they disagree or go against the paper, the {middle} reads: " + "; ".join(
+            text += f" Where they disagree or go against their source, the {middle} reads: " + "; ".join(
                 f"*{i}* {verdict_cell(mid.loc[i])}" for i in moved
             )
             text += "."

@@ -90,10 +90,10 @@ def disagreements(rows: pd.DataFrame) -> str:
     no = rows[rows["verdict"] == "no"]
     parts = [
         "Read **no**: " + ("; ".join(f"{r.claim} ({r.scale})" for r in no.itertuples()) or "none"),
-        "Undecided, every seed against the paper: "
-        + (listed(rows[undecided & (rows["side"] == "against the paper")], True) or "none"),
+        "Undecided, every seed against the claim's source: "
+        + (listed(rows[undecided & rows["side"].astype(str).str.startswith("against ")], True) or "none"),
         "Seeds split: " + (listed(rows[undecided & (rows["side"] == "split")]) or "none"),
         "Pending: " + (listed(rows[rows["verdict"] == "pending"]) or "none"),
     ]
-    leaning = int((undecided & (rows["side"] == "with the paper")).sum())
-    return ". ".join(parts) + f". The other {leaning} undecided rows have every seed on the paper's side."
+    leaning = int((undecided & rows["side"].astype(str).str.startswith("with ")).sum())
+    return ". ".join(parts) + f". The other {leaning} undecided rows have every seed on their source's side."

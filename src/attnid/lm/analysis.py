@@ -236,6 +236,16 @@ def layer_order(rec: Record) -> float:
     return float(sum(np.sign(d[i] - d[j]) for i, j in pairs) / len(pairs))
 
 
+def layers_out_of_order(rec: Record) -> float:
+    """How many pairs of layers break "earlier layers drift more": pairs (earlier, later) whose final β drift is
+    smaller in the earlier layer (``nan`` if a drift is not finite). A count, not a share of the pairs, so that it
+    means the same at every depth (a share of 6 layers' 15 pairs tolerates a disorder that 4 layers' 6 do not)."""
+    d = final_drift(rec)
+    if not np.isfinite(d).all():
+        return float("nan")
+    return float(sum(d[i] < d[j] for i in range(len(d)) for j in range(i + 1, len(d))))
+
+
 def min_sv_ratio(rec: Record) -> float:
     """Smallest σ_min / σ_max of the final QK product over every head."""
     sv = values(rec, Key.QK_SV)[-1]

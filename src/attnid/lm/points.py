@@ -41,6 +41,16 @@ DENSE_MAX_PARAMS = 3000  # above this a trained point is certified (the dense Ja
 GENERIC_KEYS = ("layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "method")
 
 
+def check_layers(layers: list[int] | None, n_layer: int) -> list[int]:
+    """The layers a reader chose, numbered from 1 as every table, row and flag numbers them (``None``: all of
+    them); ``ValueError`` naming the range for anything else."""
+    chosen = list(range(1, n_layer + 1)) if layers is None else list(layers)
+    bad = [k for k in chosen if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= n_layer)]
+    if bad or not chosen:
+        raise ValueError(f"layer must be an integer from 1 to {n_layer}, got {bad or chosen}")
+    return chosen
+
+
 def layer_inputs(model: GPT, tokens: torch.Tensor, layer: int) -> torch.Tensor:
     """``(B, L, E)``: what attention layer ``layer`` of ``model`` reads for ``tokens`` ``(B, L)``: the residual
     stream entering block ``layer`` through the block's first LayerNorm (eval mode: no dropout)."""
@@ -100,22 +110,23 @@ def generic_count(cfg: AttentionConfig) -> int:
 
 
 def audit_point(model: GPT, tokens: torch.Tensor, layer: int, *, method: str = "auto", rtol: float = RTOL) -> dict:
-    """Audit attention layer ``layer`` of ``model`` at its weights on ``tokens`` ``(B, L)`` (see the module
-    docstring): ``layer``, ``params``, ``rank``, ``unidentified``, ``generic`` (the count at generic weights),
+    """Audit attention layer ``layer`` (numbered from 1) of ``model`` at its weights on ``tokens`` ``(B, L)`` (see the
+    module docstring): ``layer``, ``params``, ``rank``, ``unidentified``, ``generic`` (the count at generic weights),
     ``at_generic`` (equal), ``gap`` (smallest kept over largest dropped singular value), ``weakest``
     (``σ_kept / σ_max``; with ``certify`` its lower bound, :func:`attnid.certify.per_group_certificate`),
     ``method`` (``dense`` or ``certify``). ``certify`` raises nothing where it cannot
     certify the count (a special point, or identified directions weaker than its bound can tell from null ones):
     ``rank``, ``unidentified`` and ``at_generic`` are then ``None`` (undecided), ``weakest`` the certificate's
     lower bound, and ``note`` its reason."""
-    attn = _block(model, layer).attn
+    (index,) = (k - 1 for k in check_layers([layer], len(model.blocks)))
+    attn = _block(model, index).attn
     cfg, p = layer_params(attn)
     n = flatten(p).numel()
     if method == "auto":
         method = "dense" if n <= DENSE_MAX_PARAMS else "certify"
     if method not in ("dense", "certify"):
         raise ValueError(f"method must be 'auto', 'dense' or 'certify', got {method!r}")
-    X = layer_inputs(model, tokens, layer).to(torch.float64).transpose(1, 2)  # (B, E, L), the audit's layout
+    X = layer_inputs(model, tokens, index).to(torch.float64).transpose(1, 2)  # (B, E, L), the audit's layout
     _audit_data_size(cfg, n, method, batch=X.shape[0], seq_len=X.shape[2], ratio=None)  # refuses too little data
     generic = generic_count(cfg)
     out: dict = {"layer": layer, "params": n, "generic": generic, "method": method, "note": ""}
@@ -126,7 +137,7 @@ def audit_point(model: GPT, tokens: torch.Tensor, layer: int, *, method: str = "
         out.update(rank=r.rank, gap=r.sv_gap, weakest=sv[r.rank - 1] / sv[0])
     else:
         known = torch.cat(
-            [*tangent_basis(p, cfg).values(), hyperplane_directions(cfg, p, _block(model, layer).ln_1)], 1
+            [*tangent_basis(p, cfg).values(), hyperplane_directions(cfg, p, _block(model, index).ln_1)], 1
         )
         try:
             r = _certify(cfg, p, X, rtol=rtol, directions=known)
@@ -150,8 +161,10 @@ def validation_tokens(data: CharData, model: GPT, n_params: int, *, seed: int = 
 
 
 POINTS_FILE = "points.json"  # a run folder's cached trained-point audits (keyed by model.pt's digest)
-AUDIT_VERSION = "v2"  # in the cache key: audits of an earlier certificate are not reused (v2: per-group factors)
-FIT_VERSION = "v2"  # in the motion rows' key: rows of an earlier orbit fit are not reused (v2: 20 pairs of history)
+# in the cache keys: rows of an earlier certificate or orbit fit are not reused (v2: per-group factors, 20 pairs of
+# L-BFGS history; v3: layers numbered from 1)
+AUDIT_VERSION = "v3"
+FIT_VERSION = "v3"
 
 
 def audit_run(
@@ -177,10 +190,7 @@ def audit_run(
     d = Path(d)
     model = load_model(d).to(torch.float64)
     n_layer = len(model.blocks)
-    chosen = list(range(n_layer)) if layers is None else layers
-    bad = [k for k in chosen if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n_layer)]
-    if bad or not chosen:
-        raise ValueError(f"layer must be an integer from 0 to {n_layer - 1}, got {bad or chosen}")
+    chosen = check_layers(layers, n_layer)
     key = f"{sha256(d / 'model.pt')}/seed {seed}/{method}/{AUDIT_VERSION}"
     kept = _read_points(d).get(key, {}) if cache else {}
     todo = [k for k in chosen if str(k) not in kept]
@@ -281,7 +291,7 @@ def snapshot_distances(d: str | Path, *, points: int | None = None, cache: bool 
         invariant = model_distances(init, m)
         for k in range(len(m.blocks)):
             raw, orbit = orbit_distance(init, m, k) if step != steps[0] else (0.0, 0.0)
-            rows.append({"step": step, "layer": k, "raw": raw, "orbit": orbit, "invariant": invariant[k]})
+            rows.append({"step": step, "layer": k + 1, "raw": raw, "orbit": orbit, "invariant": invariant[k]})
             kept[f"{step}/{k}"] = rows[-1]
         if cache:
             _keep_points(d, key, kept)
@@ -298,10 +308,10 @@ def _copy(model: GPT) -> GPT:
 def symmetry_moves(model: GPT, *, seed: int = 0) -> dict[str, GPT]:
     """Copies of ``model`` moved along the symmetries of its attention layers (chapters 2–4 and 10), each
     leaving its outputs unchanged: ``"rebalancing"`` (every head, :func:`attnid.lm.train.rebalance_model`),
-    ``"value–output map"`` (an invertible ``S`` per head of layer 0: ``W_V -> S W_V``, ``W_O -> W_O S⁻¹``),
-    ``"norm-weight trade"`` (layer 0's LayerNorm scaled by ``d``, the maps that read it by ``1/d``),
+    ``"value–output map"`` (an invertible ``S`` per head of the first layer: ``W_V -> S W_V``, ``W_O -> W_O S⁻¹``),
+    ``"norm-weight trade"`` (the first layer's LayerNorm scaled by ``d``, the maps that read it by ``1/d``),
     ``"LayerNorm hyperplane"`` (the last layer's biased reader rows moved across the norm's hyperplane,
-    :func:`hyperplane_directions`; with biases) and ``"head permutation"`` (layer 0's first two heads swapped;
+    :func:`hyperplane_directions`; with biases) and ``"head permutation"`` (the first layer's first two heads swapped;
     with two heads or more)."""
     from .train import rebalance_model
 
@@ -368,8 +378,8 @@ def _swap_heads(m: GPT) -> None:
 
 def identified_moves(model: GPT, *, size: float = 1e-2, seed: int = 0) -> dict[str, GPT]:
     """Copies of ``model`` moved by a relative ``size`` along directions that change its function: ``"output
-    map"`` (layer 0's ``c_proj`` scaled by ``1 + size``) and ``"random direction"`` (every attention weight of
-    layer 0 plus ``size`` times Gaussian noise of its own scale)."""
+    map"`` (the first layer's ``c_proj`` scaled by ``1 + size``) and ``"random direction"`` (every attention weight
+    of the first layer plus ``size`` times Gaussian noise of its own scale)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     m = _copy(model)

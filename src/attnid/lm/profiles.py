@@ -57,7 +57,7 @@ OPTIMIZERS_OF_THE_PAPER = {  # §5's four optimizer cases
     "adamw": ADAMW,
     "adamw_rebalance": dict(ADAMW, rebalance=True),
 }
-POINTS_WIDTH = dict(n_embd=16, n_head=2)  # 1,104 parameters per attention layer: its Jacobian is formed whole
+POINTS_WIDTH = dict(n_embd=16, n_head=2)  # 1,088 parameters per attention layer: its Jacobian is formed whole
 SUITES: dict[str, Suite] = {
     # chapter 6: the paper's four optimizer cases, then the SGD learning-rate sweep
     "dynamics": Suite(
