@@ -729,7 +729,9 @@ def _audit_parser(sub) -> None:
         help="a transformers save_pretrained folder of a family attnid knows (read offline): audit its attention "
         "layers at their trained weights on the hidden states its own model makes from random tokens",
     )  # fmt: skip
-    g.add_argument("--layer", type=int, help="--run or --checkpoint: only this layer (default: every layer)")
+    g.add_argument(
+        "--layer", type=int, help="--run or --checkpoint: only this layer, numbered from 1 (default: every layer)"
+    )
     _threads_arg(p)
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
     p.set_defaults(func=cmd_audit)
