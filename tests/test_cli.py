@@ -177,7 +177,10 @@ def test_audit_of_a_large_preset_is_refused_before_it_starts():
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_train_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_sigterm_during_train_says_how_to_resume(tmp_path, signame, code):
+    """Ctrl-C, and SIGTERM (which ended the run without a word), each leave one line: where it stopped, how to
+    resume."""
     import signal
 
     env = {**os.environ, "ATTNID_RUNS": str(tmp_path)}
@@ -208,12 +211,13 @@ def test_ctrl_c_during_train_says_how_to_resume(tmp_path):
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
     assert started.wait(timeout=600), "the training loop never reported a step"
-    p.send_signal(signal.SIGINT)
+    p.send_signal(getattr(signal, signame))
     p.wait(timeout=300)
     reader.join(timeout=60)
     err = "".join(err_parts)
-    assert p.returncode == 130, err[-2000:]
-    assert "interrupted at step" in err and "rerun the same command to resume" in err and "Traceback" not in err
+    assert p.returncode == code, err[-2000:]
+    assert f"interrupted ({signame}) at step" in err and "rerun the same command to resume" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.slow

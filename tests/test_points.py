@@ -165,8 +165,11 @@ def test_motion_rows_are_kept_for_this_model_and_this_fit(tiny_run, tmp_path, mo
     kept = json.loads((d / points.POINTS_FILE).read_text())
     key = f"{sha256(d / 'model.pt')}/motion/{points.FIT_VERSION}"
     assert set(kept) == {key}
-    stale = {step_layer: {**row, "orbit": 123.0} for step_layer, row in kept[key].items()}
-    (d / points.POINTS_FILE).write_text(json.dumps({f"{sha256(d / 'model.pt')}/motion": stale}))  # an older fit
+    stale = {step_layer: {**row, "orbit": 123.0} for step_layer, row in kept[key]["rows"].items()}
+    old_key = f"{sha256(d / 'model.pt')}/motion"  # an older fit's rows, sealed as they were kept
+    (d / points.POINTS_FILE).write_text(
+        json.dumps({old_key: {"seal": points._points_seal(old_key, stale), "rows": stale}})
+    )
     again = points.snapshot_distances(d, points=1, cache=True)
     assert fits == [0, 1] and 123.0 not in {r["orbit"] for r in again}
     assert again == first  # the same fit of the same weights
@@ -237,3 +240,43 @@ def test_the_narrow_width_names_its_layer_size():
     n = flatten(layer_params(m.blocks[0].attn)[1]).numel()
     root = Path(__file__).resolve().parents[1]
     assert n == 1088 and f"{n:,} parameters a layer" in (root / "notebooks" / "10_your_model.py").read_text()
+
+
+def test_a_hand_edited_audit_in_the_cache_is_recomputed(tiny_run, tmp_path, corpus):
+    """points.json keeps each entry sealed: an audit edited by hand (one more unidentified direction, as if the
+    layer sat at a special point) breaks its seal and is recomputed, not read."""
+    import json
+    import shutil
+
+    from attnid.lm import points
+
+    d = tmp_path / "run"
+    shutil.copytree(tiny_run, d)
+    (row,) = points.audit_run(d, corpus, layers=[1], cache=True)
+    body = json.loads((d / points.POINTS_FILE).read_text())
+    (key,) = body
+    body[key]["rows"]["1"]["unidentified"] += 5
+    body[key]["rows"]["1"]["at_generic"] = False
+    (d / points.POINTS_FILE).write_text(json.dumps(body))
+    (again,) = points.audit_run(d, corpus, layers=[1], cache=True)
+    assert again["seconds"] != row["seconds"]  # recomputed, not read
+    assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in row.items() if k != "seconds"}
+
+
+def test_two_audits_of_one_run_keep_both_layers(tmp_path):
+    """Two processes auditing layers 1 and 2 of one run each write the rows they hold: the second must not drop the
+    first's (the cache is merged under its lock, not replaced)."""
+    from attnid.lm import points
+
+    points._keep_points(tmp_path, "k", {"1": {"layer": 1}})  # process A
+    points._keep_points(tmp_path, "k", {"2": {"layer": 2}})  # process B, which read the cache before A wrote
+    assert points._read_points(tmp_path) == {"k": {"1": {"layer": 1}, "2": {"layer": 2}}}
+
+
+def test_a_fifo_as_the_cache_is_not_read(tmp_path):
+    import os
+
+    from attnid.lm import points
+
+    os.mkfifo(tmp_path / "points.json")
+    assert points._read_points(tmp_path) == {}  # returns at once instead of blocking on the read

@@ -81,3 +81,147 @@ def test_a_model_file_outside_a_sealed_record_is_refused(sealed_run, tmp_path, c
     (d / "summary.json").unlink()
     assert main(["audit", "--run", str(d)]) == 2
     assert "no sealed summary.json" in _one_error_line(capsys)
+
+
+# ------------------------------------------------------------------------------ silent wrong results, ignored inputs
+def _gpt2_checkpoint(tmp_path, capsys):
+    from test_checkpoints import save, tiny
+
+    d = save(tiny("gpt2")[1], tmp_path / "ckpt")
+    capsys.readouterr()  # save_pretrained's progress bar
+    return d
+
+
+def test_a_checkpoint_with_missing_weights_is_refused_naming_them(tmp_path, capsys):
+    """transformers fills a missing tensor with a random initialisation; audited, it read as a trained layer at a
+    generic point. Weights lacking from the file (here layer 1's attention) refuse the audit, named."""
+    pytest.importorskip("transformers")
+    from safetensors.torch import load_file, save_file
+
+    d = _gpt2_checkpoint(tmp_path, capsys)
+    weights = load_file(d / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if ".h.0.attn." not in k}, d / "model.safetensors", {"format": "pt"})
+    assert main(["audit", "--checkpoint", str(d), "--json"]) == 2
+    line = _one_error_line(capsys)
+    assert "lacks the weights" in line and "h.0.attn.c_attn" in line
+
+
+def test_a_weight_index_that_leaves_the_folder_is_refused(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    import json
+
+    d = _gpt2_checkpoint(tmp_path, capsys)
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": "../other.bin"}}))
+    assert main(["audit", "--checkpoint", str(d)]) == 2
+    assert "outside its folder: ../other.bin" in _one_error_line(capsys)
+
+
+def test_a_checkpoint_too_large_for_the_memory_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("transformers")
+    from attnid import checkpoints
+
+    d = _gpt2_checkpoint(tmp_path, capsys)
+    loaded = []
+    monkeypatch.setattr(checkpoints, "_check_loaded", lambda *a: loaded.append(a))
+    assert main(["audit", "--checkpoint", str(d), "--max-memory", "1e-6"]) == 2
+    assert "more than the" in _one_error_line(capsys) and not loaded  # refused before from_pretrained
+
+
+def test_a_model_file_whose_config_declares_another_model_is_refused_before_building(sealed_run, tmp_path, capsys):
+    """A 100 KB model.pt that declares a 3 GB model: its tensors do not fit its gpt_config, refused before GPT(...)
+    allocates anything; an unknown config key and non-finite weights likewise, each one line naming the file."""
+    d = tmp_path / "run"
+    shutil.copytree(sealed_run, d)
+    f = d / "model.pt"
+    good = records.load_tensors(f.read_bytes(), f)
+    plants = [
+        ({**good, "gpt_config": {**good["gpt_config"], "n_embd": 16384, "n_layer": 48}}, "do not fit its gpt_config"),
+        ({**good, "gpt_config": {**good["gpt_config"], "flash": True}}, "not a model's"),
+        ({**good, "model": {**good["model"], "blocks.0.attn.c_attn.weight": torch.full((48, 16), float("nan"))}},
+         "not finite"),
+    ]  # fmt: skip
+    for ck, word in plants:
+        torch.save(ck, f)
+        relist(d)
+        assert main(["audit", "--run", str(d), "--json"]) == 1
+        line = _one_error_line(capsys)
+        assert str(f) in line and word in line, line
+
+
+@pytest.mark.parametrize(
+    "change, word",
+    [
+        ({"num_key_value_heads": 0}, "num_key_value_heads: 0 must be a positive integer"),
+        ({"head_dim": 0}, "head_dim: 0 must be a positive integer"),
+        ({"query_pre_attn_scalar": -1}, "query_pre_attn_scalar = -1"),
+        ({"final_logit_softcapping": 0.0}, "final_logit_softcapping = 0.0"),
+    ],
+)
+def test_a_zero_in_a_config_is_refused_not_read_as_its_default(tmp_path, capsys, change, word):
+    """``x or default`` read 0 heads as H and a head size of 0 as E/H; each is now refused by name."""
+    pytest.importorskip("transformers")
+    import json
+
+    from attnid.configs import CONFIG_DIR
+
+    cfg = json.loads((CONFIG_DIR / "gemma-2-9b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, **change}))
+    assert main(["count", "--config", str(tmp_path)]) == 2
+    assert word in _one_error_line(capsys)
+
+
+def test_gpt2_n_inner_zero_is_refused(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    import json
+
+    from attnid.configs import CONFIG_DIR
+
+    cfg = json.loads((CONFIG_DIR / "gpt2.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "n_inner": 0}))
+    assert main(["count", "--config", str(tmp_path), "--scope", "model"]) == 2
+    assert "n_inner: 0 must be a positive integer" in _one_error_line(capsys)
+
+
+def test_strings_from_a_users_file_are_printed_escaped_and_cut(tmp_path, capsys):
+    """A config's source and an unknown field's value reach the terminal escaped (no escape sequence runs) and
+    cut (a 300 MB field is not echoed whole)."""
+    pytest.importorskip("transformers")
+    import json
+
+    from attnid.configs import CONFIG_DIR
+
+    cfg = json.loads((CONFIG_DIR / "llama-2-7b.json").read_text())
+    cfg["_attnid"] = {"source": "\x1b[31mred\x1b[0m"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["count", "--config", str(tmp_path), "--scope", "model"]) == 0  # its header names the source
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[31mred" in out
+    cfg["mystery"] = "x" * 1_000_000 + "\x1b[2J"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["count", "--config", str(tmp_path)]) == 2
+    line = _one_error_line(capsys)
+    assert "mystery" in line and len(line) < 2000 and "\x1b" not in line
+
+
+def test_deeply_nested_json_is_one_line(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["count", "--config", str(tmp_path)]) == 2
+    assert "nests its JSON too deeply" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("seed", ["-1", "100000000000000000000"])
+def test_audit_run_checks_its_seed_as_every_command_does(sealed_run, capsys, seed):
+    assert main(["audit", "--run", str(sealed_run), "--seed", seed]) == 2
+    assert "seed must be an integer from 0 to 2**63 - 1" in _one_error_line(capsys)
+
+
+def test_a_fifo_as_model_file_is_refused_not_waited_on(sealed_run, tmp_path, capsys):
+    import os
+
+    d = tmp_path / "run"
+    shutil.copytree(sealed_run, d)
+    (d / "model.pt").unlink()
+    os.mkfifo(d / "model.pt")
+    assert main(["audit", "--run", str(d)]) == 1
+    line = _one_error_line(capsys)
+    assert str(d / "model.pt") in line and "not a regular file" in line

@@ -13,6 +13,7 @@ describe the data.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import warnings
@@ -29,16 +30,50 @@ from .configs import ConfigError, config_preset
 from .counting import biased_reader_rows, count
 from .families import HF_TYPES
 from .hf import HFAuditError, _check_memory, _float64_softmax, _transformers, set_norms
-from .lm.points import check_layers
+from .inputs import check_layers, printable
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+# tensors a checkpoint may hold that are buffers of older code, not weights: not "unexpected"
+BUFFER_SUFFIXES = (".inv_freq", ".masked_bias", ".attn.bias")
 SPAN_RTOL = 1e-9  # an input direction whose singular value is this far below the largest is not spanned
 
 
-def load_checkpoint(path: str | Path) -> tuple[AttentionConfig, str, torch.nn.Module]:
+def _check_weight_index(d: Path) -> None:
+    """Refuse a sharded checkpoint whose index names a weight file outside its folder (``../``, an absolute path)."""
+    index = d / "model.safetensors.index.json"
+    if not index.is_file():
+        return
+    try:
+        files = set(json.loads(index.read_text()).get("weight_map", {}).values())
+    except (ValueError, AttributeError, RecursionError, OSError):
+        raise ConfigError(f"checkpoint: {index} is not a weight index (JSON with a weight_map)") from None
+    root = d.resolve()
+    outside = sorted(str(f) for f in files if not isinstance(f, str) or root not in (root / f).resolve().parents)
+    if outside:
+        raise ConfigError(f"checkpoint: {index} names weight files outside its folder: {printable(outside[0])}")
+
+
+def _check_model_memory(preset, d: Path, max_memory: float | None) -> None:
+    """Refuse, before anything is loaded, a model whose float64 weights (from its config's count) would need more
+    than ``max_memory`` bytes (default: the memory available)."""
+    from .audit import available_memory
+    from .presets import scope_count
+
+    n = scope_count(preset, "model", str(d)).total_params
+    need, limit = 8 * n, available_memory() if max_memory is None else max_memory
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"checkpoint: {d} holds a model of {n:,} parameters, {need / 2**30:,.3g} GiB in float64, more than the "
+            f"{limit / 2**30:.3g} GiB available (--max-memory, free memory, ulimit -v, the cgroup limit)"
+        )
+
+
+def load_checkpoint(path: str | Path, max_memory: float | None = None) -> tuple[AttentionConfig, str, torch.nn.Module]:
     """``(cfg, hf_type, model)``: the attention config of a ``save_pretrained`` folder (its ``config.json`` read
     as :func:`attnid.configs.config_preset` reads any config, refusing what attnid does not model), its family,
-    and its causal LM loaded offline in float64, eval mode, every RMSNorm computing in float64."""
+    and its causal LM loaded offline in float64, eval mode, every RMSNorm computing in float64. Refused before
+    loading: a model too large for ``max_memory`` bytes, a weight index that leaves the folder; after: weights the
+    model lacks or does not have, and weights that are not finite."""
     d = Path(path)
     if not d.is_dir():
         raise ConfigError(f"checkpoint: {d} is not a folder (give the folder save_pretrained wrote)")
@@ -51,6 +86,8 @@ def load_checkpoint(path: str | Path) -> tuple[AttentionConfig, str, torch.nn.Mo
         raise ConfigError(f"checkpoint: attnid audits trained checkpoints of {known}; this one is "
                           f"{preset.description.split(' config')[0]}")  # fmt: skip
     hf_type = preset.hf_type
+    _check_weight_index(d)
+    _check_model_memory(preset, d, max_memory)
     tf = _transformers()
     eager = HF_TYPES[hf_type].softcap is not None  # sdpa cannot cap the scores
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -58,12 +95,35 @@ def load_checkpoint(path: str | Path) -> tuple[AttentionConfig, str, torch.nn.Mo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            model = tf.AutoModelForCausalLM.from_pretrained(
-                d, local_files_only=True, dtype=torch.float64, attn_implementation="eager" if eager else "sdpa"
+            model, info = tf.AutoModelForCausalLM.from_pretrained(
+                d,
+                local_files_only=True,
+                dtype=torch.float64,
+                attn_implementation="eager" if eager else "sdpa",
+                output_loading_info=True,
             )
         except Exception as e:  # a damaged or mismatched weight file (safetensors has its own error types)
-            raise ConfigError(f"checkpoint: transformers cannot load {d}: {type(e).__name__}: {e}") from None
+            raise ConfigError(f"checkpoint: transformers cannot load {d}: {type(e).__name__}: {printable(e)}") from None
+    _check_loaded(d, model, info)
     return preset.config, hf_type, set_norms(model.eval(), exact=True)
+
+
+def _check_loaded(d: Path, model: torch.nn.Module, info: dict) -> None:
+    """Refuse a checkpoint whose weights the model lacks (transformers fills them with a random initialisation,
+    which would be audited as if trained), holds tensors the model does not have, or holds weights that are not
+    finite: each named."""
+    missing = sorted(info.get("missing_keys") or [])
+    unexpected = sorted(k for k in info.get("unexpected_keys") or [] if not k.endswith(BUFFER_SUFFIXES))
+    mismatched = sorted(str(m[0]) if isinstance(m, tuple) else str(m) for m in info.get("mismatched_keys") or [])
+    for what, names in (("lacks the weights", missing), ("holds tensors the model does not have", unexpected),
+                        ("holds weights of another shape", mismatched)):  # fmt: skip
+        if names:
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            raise ConfigError(f"checkpoint: {d} {what} {printable(', '.join(names[:3]), 200)}{more}; attnid audits "
+                              "a checkpoint that holds every weight of its model")  # fmt: skip
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise ConfigError(f"checkpoint: {d} holds weights that are not finite in {printable(', '.join(bad[:3]), 200)}")
 
 
 def attention_layers(model: torch.nn.Module, hf_type: str) -> list[torch.nn.Module]:
@@ -144,7 +204,7 @@ def audit_checkpoint(
     from tqdm import tqdm
 
     check_seed(seed)
-    cfg, hf_type, model = load_checkpoint(path)
+    cfg, hf_type, model = load_checkpoint(path, max_memory)
     attns = attention_layers(model, hf_type)
     chosen = [k - 1 for k in check_layers(layers, len(attns))]  # numbered from 1, indexed from 0
     n = sum(p.numel() for p in attns[0].parameters())

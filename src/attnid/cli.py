@@ -837,14 +837,15 @@ def main(argv: list[str] | None = None) -> int:
     from .audit import CertificateError
     from .hf import HFAuditError
     from .lm.data import DataError
-    from .lm.launch import LaunchError, Stopped
+    from .lm.launch import LaunchError, Stopped, sigterm_as_interrupt
     from .lm.records import RecordError, Refused
     from .lm.train import Interrupted
 
     ap = build_parser()
     a = ap.parse_args(argv)
     try:
-        return a.func(a)
+        with sigterm_as_interrupt():  # SIGTERM stops a command as Ctrl-C does, with its one line
+            return a.func(a)
     except (ValueError, DataError, Refused) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
@@ -866,14 +867,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Interrupted as e:
         print(f"attnid: {e}", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:  # outside a training loop (a loop reports its step itself)
+        return 143 if e.signame == "SIGTERM" else 130
+    except KeyboardInterrupt as e:  # outside a training loop (a loop reports its step itself)
+        signame = getattr(e, "signame", "SIGINT")
         print(
-            f"attnid: interrupted (attnid {a.command}); finished runs and records are kept and reused: "
+            f"attnid: interrupted ({signame}, attnid {a.command}); finished runs and records are kept and reused: "
             "run the same command again",
             file=sys.stderr,
         )
-        return 130
+        return 143 if signame == "SIGTERM" else 130
 
 
 if __name__ == "__main__":

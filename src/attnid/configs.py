@@ -19,6 +19,7 @@ from pathlib import Path
 from .attention import AttentionConfig
 from .counting import MLAConfig
 from .families import HF_TYPES, MLA_TYPES, equivalent_config
+from .inputs import printable
 from .presets import Model, Preset
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "data" / "configs"
@@ -52,6 +53,13 @@ NEUTRAL: dict[str, str] = {
     "layer_norm_epsilon": "a norm's ε; refused if not positive",
     "max_position_embeddings": "the longest input; a RoPE model has no position rows (read where it has)",
 }  # fmt: skip
+
+# neutral fields that must be positive to mean what NEUTRAL says of them: refused by name otherwise
+POSITIVE: dict[str, str] = {
+    "query_pre_attn_scalar": "the scores are divided by its square root",
+    "final_logit_softcapping": "c tanh(z / c) needs c > 0 (0 divides by zero)",
+    "routed_scaling_factor": "a factor of 0 zeroes every routed expert's output",
+}
 
 # fields that transformers' code does not read but fixes to one value: accepted at that value only
 FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
@@ -94,11 +102,14 @@ def read_config(path: str | Path) -> tuple[dict, str]:
     try:
         fields = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"config: {p} is not JSON ({e})") from None
+        raise ConfigError(f"config: {p} is not JSON ({printable(e)})") from None
+    except RecursionError:
+        raise ConfigError(f"config: {p} nests its JSON too deeply to be a model's config") from None
     if not isinstance(fields, dict):
         raise ConfigError(f"config: {p} holds a {type(fields).__name__}, not a JSON object")
     note = fields.pop(SOURCE_KEY, None)
-    return fields, (note or {}).get("source", str(p)) if isinstance(note, dict) else str(p)
+    source = note.get("source", str(p)) if isinstance(note, dict) else str(p)
+    return fields, printable(source, 200)  # a string from the file: shown escaped and cut
 
 
 def config_preset(path: str | Path) -> Preset:
@@ -147,7 +158,7 @@ def _library_config(model_type: str, fields: dict):
         return transformers.AutoConfig.for_model(model_type, **{k: v for k, v in fields.items() if k != "model_type"})
     except Exception as e:
         why = e.__cause__ or e
-        raise ConfigError(f"config: transformers refuses this {model_type} config: {why}") from None
+        raise ConfigError(f"config: transformers refuses this {model_type} config: {printable(why, 200)}") from None
 
 
 def _rope(c, partial: bool) -> tuple[float, float]:
@@ -158,8 +169,12 @@ def _rope(c, partial: bool) -> tuple[float, float]:
         rp = rp["full_attention"]
     kind = rp.get("rope_type", "default")
     if kind not in DISTINCT_FREQUENCY_ROPE:
-        raise ConfigError(f"rope_parameters: rope_type {kind!r} is not modelled (attnid counts RoPE whose "
-                          f"frequencies stay distinct: {', '.join(DISTINCT_FREQUENCY_ROPE)})")  # fmt: skip
+        raise ConfigError(f"rope_parameters: rope_type {printable(repr(kind))} is not modelled (attnid counts RoPE "
+                          f"whose frequencies stay distinct: {', '.join(DISTINCT_FREQUENCY_ROPE)})")  # fmt: skip
+    factor = rp.get("factor")
+    if kind != "default" and factor is not None and not (isinstance(factor, (int, float)) and factor > 0):
+        raise ConfigError(f"rope_parameters: factor {printable(repr(factor))} of {kind} RoPE must be positive (it "
+                          "divides the frequencies)")  # fmt: skip
     share = rp.get("partial_rotary_factor", 1.0) if partial else 1.0
     return float(rp.get("rope_theta", 10000.0)), float(share)
 
@@ -184,8 +199,8 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
     t = HF_TYPES[hf_type]
     d = c.to_dict()
     E, H = c.hidden_size, c.num_attention_heads
-    G = getattr(c, "num_key_value_heads", None) or H
-    D = getattr(c, "head_dim", None) or E // H
+    G = _positive(c, "num_key_value_heads", default=H)  # a field left out (None) takes its default; 0 is refused
+    D = _positive(c, "head_dim", default=E // H)
     if hf_type in FAMILY_BIAS:
         bias = FAMILY_BIAS[hf_type]
     elif hf_type == "opt":
@@ -214,13 +229,27 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
             cfg = cfg.with_(logit_softcap=c.attn_logit_softcapping)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
-    ffn = c.n_inner or 4 * E if hf_type == "gpt2" else c.ffn_dim if hf_type == "opt" else c.intermediate_size
+    if hf_type == "gpt2":
+        ffn = _positive(c, "n_inner", default=4 * E)
+    else:
+        ffn = _positive(c, "ffn_dim" if hf_type == "opt" else "intermediate_size", default=None)
     context = {"gpt2": "n_positions", "opt": "max_position_embeddings"}.get(hf_type)
     if context:
         read.add(context)
     model = Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "",
                   context=getattr(c, context) if context else 0)  # fmt: skip
     return cfg, model, read
+
+
+def _positive(c, name: str, default):
+    """A config's integer field ``name``: ``default`` where the config leaves it out (None), else a positive
+    integer, or :class:`ConfigError` naming it (transformers cannot build a layer of 0 heads or width 0)."""
+    v = getattr(c, name, None)
+    if v is None:
+        return default
+    if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+        raise ConfigError(f"{name}: {printable(repr(v))} must be a positive integer")
+    return v
 
 
 def _read_latent(c) -> tuple[MLAConfig, Model, set[str]]:
@@ -285,11 +314,14 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):
             bad.append(f"{k} = {v!r} (attnid counts norms with ε > 0)")
+        elif k in POSITIVE and v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            bad.append(f"{k} = {printable(repr(v))} ({POSITIVE[k]})")
         elif k in FIXED_BY_CODE:
             if v != FIXED_BY_CODE[k]:
                 bad.append(f"{k} = {v!r} (transformers' code implements {FIXED_BY_CODE[k]!r} only)")
         elif k not in read and k not in NEUTRAL and (k not in default or default[k] != v):
-            bad.append(f"{k} = {v!r}" + (f" (default {default[k]!r})" if k in default else " (a field unknown here)"))
+            bad.append(printable(f"{k} = {v!r}", 120) + (f" (default {printable(repr(default[k]))})" if k in default
+                                                         else " (a field unknown here)"))  # fmt: skip
     if bad:
         raise ConfigError(f"config: {'; '.join(bad)}: not modelled for {hf_type}, and it may change the count; "
                           "attnid refuses rather than ignore it")  # fmt: skip

@@ -21,6 +21,7 @@ a whole GPT along each symmetry, and along directions that change its function.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from ..attention import AttentionConfig, AttentionParams, flatten, from_fused, u
 from ..audit import RTOL, _audit_data_size, _certify, _layer_fn, jacobian_rank
 from ..certify import CertificateError
 from ..counting import biased_reader_rows, count
+from ..inputs import check_layers
 from ..invariants import Invariants, fold_layernorm, invariant_distance, layer_invariants
 from ..symmetry import tangent_basis
 from . import records
@@ -39,16 +41,6 @@ from .gpt import GPT, Block, CausalSelfAttention, GPTConfig
 
 DENSE_MAX_PARAMS = 3000  # above this a trained point is certified (the dense Jacobian grows as n²)
 GENERIC_KEYS = ("layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "method")
-
-
-def check_layers(layers: list[int] | None, n_layer: int) -> list[int]:
-    """The layers a reader chose, numbered from 1 as every table, row and flag numbers them (``None``: all of
-    them); ``ValueError`` naming the range for anything else."""
-    chosen = list(range(1, n_layer + 1)) if layers is None else list(layers)
-    bad = [k for k in chosen if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= n_layer)]
-    if bad or not chosen:
-        raise ValueError(f"layer must be an integer from 1 to {n_layer}, got {bad or chosen}")
-    return chosen
 
 
 def layer_inputs(model: GPT, tokens: torch.Tensor, layer: int) -> torch.Tensor:
@@ -184,9 +176,11 @@ def audit_run(
     on 2 cores)."""
     from tqdm import tqdm  # not tqdm.auto: in a notebook without ipywidgets it warns on import
 
+    from ..audit import check_seed
     from .data import sha256
     from .train import load_model
 
+    check_seed(seed)
     d = Path(d)
     model = load_model(d).to(torch.float64)
     n_layer = len(model.blocks)
@@ -204,17 +198,55 @@ def audit_run(
     return [kept[str(k)] for k in chosen]
 
 
+def _points_seal(key: str, rows: dict) -> str:
+    """The seal of one cache entry: the sha256 of its key and rows (canonical JSON). A hand edit of a kept audit
+    (its count, its verdict) breaks it, and the entry is recomputed instead of read."""
+    import hashlib
+
+    text = json.dumps({"key": key, "rows": rows}, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_CACHE_NOTED: set[Path] = set()
+
+
 def _keep_points(d: Path, key: str, entry: dict) -> None:
-    """Write ``entry`` under ``key`` into the folder's ``points.json``, beside what it already keeps."""
-    records.atomic_write(d / POINTS_FILE, json.dumps({**_read_points(d), key: entry}, indent=1).encode())
+    """Merge ``entry`` (rows by layer, or by step and layer) under ``key`` into the folder's ``points.json``, sealed,
+    holding the folder's cache lock: two audits of one run (two layers) each keep their rows. A folder that cannot
+    be written (a read-only copy of the records) keeps nothing, and says so once."""
+    from filelock import FileLock
+
+    try:
+        with FileLock(str(d / f".{POINTS_FILE}.lock")):
+            kept = _read_points(d)
+            rows = {**kept.get(key, {}), **entry}
+            others = {k: {"seal": _points_seal(k, v), "rows": v} for k, v in kept.items() if k != key}
+            body = {**others, key: {"seal": _points_seal(key, rows), "rows": rows}}
+            records.atomic_write(d / POINTS_FILE, json.dumps(body, indent=1).encode())
+    except OSError as e:
+        if d not in _CACHE_NOTED:
+            _CACHE_NOTED.add(d)
+            print(f"attnid: note: cannot keep audits in {d / POINTS_FILE} ({e.strerror or e}); they are recomputed "
+                  "next time", file=sys.stderr)  # fmt: skip
 
 
 def _read_points(d: Path) -> dict:
+    """The sealed entries of the folder's ``points.json`` (key -> rows); an entry whose seal does not match, a
+    damaged file or anything but a regular file (a FIFO would block the read) reads as nothing: recomputed."""
     f = d / POINTS_FILE
-    try:
-        return json.loads(f.read_text()) if f.exists() else {}
-    except (OSError, ValueError):  # a damaged cache is recomputed
+    if not f.is_file():
         return {}
+    try:
+        raw = json.loads(f.read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        k: v["rows"]
+        for k, v in raw.items()
+        if isinstance(v, dict) and isinstance(v.get("rows"), dict) and v.get("seal") == _points_seal(k, v["rows"])
+    }
 
 
 def gpt_layer_invariants(model: GPT, layer: int) -> Invariants:

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..inputs import printable
+
 # 1: metrics.jsonl with 17-digit floats, no file list (commit 360a5c8 and before); 2: no seal on summary.json;
 # 3: summary.json sealed (a record of format 2 that verifies is sealed by `python tools/import_records.py --seal DIR`)
 FORMAT = 3
@@ -257,15 +259,6 @@ def load_tensors(data: bytes, path: Path, map_location: str = "cpu"):
         raise RecordError(f"{path}: damaged ({type(e).__name__}: {printable(e, 80)})") from None
 
 
-def printable(text: object, limit: int = 120) -> str:
-    """``text`` as a reader's terminal may show it: control characters (escape sequences) escaped as ``repr``
-    does, and cut to ``limit`` characters with the length said."""
-    s = str(text)
-    cut = s[:limit]
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
-    return shown + (f"... ({len(s):,} characters)" if len(s) > limit else "")
-
-
 def sealed_bytes(d: Path, name: str) -> bytes:
     """The bytes of file ``name`` of the finished record in folder ``d``, read once and checked, before anything
     parses them, against the size and sha256 that the record's sealed ``summary.json`` lists for it. Raises
@@ -328,7 +321,9 @@ def read_json(path: Path):
     except FileNotFoundError:
         raise _fail(path, "missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _fail(path, f"not valid JSON ({e})") from None
+        raise _fail(path, f"not valid JSON ({printable(e)})") from None
+    except RecursionError:
+        raise _fail(path, "nests its JSON too deeply") from None
 
 
 def read_rows(d: Path) -> list[dict]:

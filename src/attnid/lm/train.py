@@ -114,13 +114,19 @@ def evaluate(model: GPT, data: CharData, cfg: RunConfig, device: str, step: int)
 
 # ------------------------------------------------------------------------------ the loop
 class Interrupted(Exception):
-    """A run stopped before its end: on Ctrl-C (the message names the step and the last checkpoint)
-    or by ``stop_after`` (tests use it to simulate an interruption). Rerunning resumes it."""
+    """A run stopped before its end: on Ctrl-C or SIGTERM (the message names the step and the last checkpoint;
+    ``signame`` the signal) or by ``stop_after`` (tests use it to simulate an interruption). Rerunning resumes it."""
+
+    signame = "SIGINT"
 
 
-def interrupted(step: int, saved: int) -> Interrupted:
-    """The error of a Ctrl-C inside a loop: where it stopped, and how to resume."""
-    return Interrupted(f"interrupted at step {step} (last checkpoint: step {saved}); rerun the same command to resume")
+def interrupted(step: int, saved: int, signame: str = "SIGINT") -> Interrupted:
+    """The error of a Ctrl-C (or SIGTERM) inside a loop: where it stopped, and how to resume."""
+    e = Interrupted(
+        f"interrupted ({signame}) at step {step} (last checkpoint: step {saved}); rerun the same command to resume"
+    )
+    e.signame = signame
+    return e
 
 
 def _check_existing(d: Path, cfg: RunConfig) -> None:
@@ -820,8 +826,8 @@ def train_group(
                 _save_checkpoints(group, probe, it + 1, time.perf_counter() - t0)
                 saved = it + 1
         fills.drain()
-    except KeyboardInterrupt:
-        raise interrupted(it, saved) from None
+    except KeyboardInterrupt as e:
+        raise interrupted(it, saved, getattr(e, "signame", "SIGINT")) from None
     finally:
         bar.close()
         if probe is not None:
@@ -928,12 +934,22 @@ def read_model_file(d: Path) -> dict:
 def load_model(d: Path, device: str = "cpu") -> GPT:
     """The trained model of a finished run saved with ``save_model=True`` (in eval mode)."""
     ck = read_model_file(d)
+    f = Path(d) / "model.pt"
     try:
-        model = GPT(GPTConfig(**ck["gpt_config"])).to(device)
-        model.load_state_dict(ck["model"])
-    except (TypeError, ValueError, RuntimeError) as e:  # an unknown config key, a bad value, a shape that differs
-        f = Path(d) / "model.pt"
-        raise RecordError(f"{f}: its weights do not fit its gpt_config ({records.printable(e)})") from None
+        cfg = GPTConfig(**ck["gpt_config"])
+        with torch.device("meta"):  # the shapes its config declares, before anything is allocated
+            want = {k: tuple(v.shape) for k, v in GPT(cfg).state_dict().items()}
+    except (TypeError, ValueError) as e:  # an unknown config key, a bad value
+        raise RecordError(f"{f}: its gpt_config is not a model's ({records.printable(e)})") from None
+    got = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in ck["model"].items()}
+    if got != want:
+        diff = sorted(set(got) ^ set(want)) or sorted(k for k in want if got[k] != want[k])
+        raise RecordError(f"{f}: its weights do not fit its gpt_config (first: {records.printable(diff[0])})")
+    bad = [k for k, v in ck["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise RecordError(f"{f}: weights that are not finite in {records.printable(', '.join(bad[:3]))}")
+    model = GPT(cfg).to(device)
+    model.load_state_dict(ck["model"])
     return model.eval()
 
 
