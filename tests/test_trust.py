@@ -170,6 +170,19 @@ def test_a_zero_in_a_config_is_refused_not_read_as_its_default(tmp_path, capsys,
     assert word in _one_error_line(capsys)
 
 
+def test_a_routed_scaling_factor_of_zero_is_refused(tmp_path, capsys):
+    """DeepSeek-V3's routed experts are scaled by routed_scaling_factor: 0 zeroes their output, no harmless scale."""
+    pytest.importorskip("transformers")
+    import json
+
+    from attnid.configs import CONFIG_DIR
+
+    cfg = json.loads((CONFIG_DIR / "deepseek-v3.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "routed_scaling_factor": 0.0}))
+    assert main(["count", "--config", str(tmp_path)]) == 2
+    assert "routed_scaling_factor = 0.0 (a factor of 0 zeroes every routed expert's output)" in _one_error_line(capsys)
+
+
 def test_gpt2_n_inner_zero_is_refused(tmp_path, capsys):
     pytest.importorskip("transformers")
     import json
@@ -225,3 +238,71 @@ def test_a_fifo_as_model_file_is_refused_not_waited_on(sealed_run, tmp_path, cap
     assert main(["audit", "--run", str(d)]) == 1
     line = _one_error_line(capsys)
     assert str(d / "model.pt") in line and "not a regular file" in line
+
+
+@pytest.mark.parametrize("layer_type", ["sliding_attention", "full_attention"])
+def test_every_layer_types_rope_is_checked(tmp_path, capsys, layer_type):
+    """Gemma 3's sliding layers have their own RoPE: a base of 1 there (every pair at one frequency: 84
+    unidentified directions, not 72) is refused as it is on the full-attention layers."""
+    pytest.importorskip("transformers")
+    import json
+
+    from attnid.configs import CONFIG_DIR
+
+    cfg = json.loads((CONFIG_DIR / "gemma-3-12b.json").read_text())
+    cfg.pop("rope_local_base_freq", None)
+    text = cfg.get("text_config", cfg)
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}  # fmt: skip
+    rope[layer_type]["rope_theta"] = 1.0
+    text["rope_parameters"] = rope
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["count", "--config", str(tmp_path)]) == 2
+    assert f"rope_parameters['{layer_type}']: rope_theta 1.0 must be a positive number other than 1" in (
+        _one_error_line(capsys)
+    )
+
+
+def _windowed_rank(window: int, E: int = 8, H: int = 2, L: int = 10) -> tuple[int, int]:
+    """``(params, unidentified)`` of causal attention with all biases whose queries see the last ``window`` tokens,
+    from the rank of its Jacobian at random weights and inputs (float64)."""
+    D = E // H
+    g = torch.Generator().manual_seed(0)
+    shapes = {"Wq": (H, D, E), "Wk": (H, D, E), "Wv": (H, D, E), "Wo": (E, H * D), "bq": (H, D), "bk": (H, D),
+              "bv": (H, D), "bo": (E,)}  # fmt: skip
+    sizes = {k: int(torch.Size(v).numel()) for k, v in shapes.items()}
+    theta = torch.randn(sum(sizes.values()), generator=g, dtype=torch.float64) / E**0.5
+    X = torch.randn(6, L, E, generator=g, dtype=torch.float64)
+    i = torch.arange(L)
+    allowed = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < window)
+
+    def f(t):
+        p = dict(zip(shapes, (part.reshape(shapes[k]) for k, part in zip(shapes, t.split(list(sizes.values()))))))
+        q, k, v = (torch.einsum("hde,ble->bhld", p[f"W{c}"], X) + p[f"b{c}"][None, :, None] for c in "qkv")
+        s = (q @ k.transpose(-1, -2) / D**0.5).masked_fill(~allowed, float("-inf"))
+        y = (s.softmax(-1) @ v).transpose(1, 2).reshape(6, L, H * D)
+        return (y @ p["Wo"].T + p["bo"]).reshape(-1)
+
+    s = torch.linalg.svdvals(torch.func.jacfwd(f)(theta))
+    return theta.numel(), theta.numel() - int((s > 1e-9 * s[0]).sum())
+
+
+def test_a_sliding_window_of_two_tokens_keeps_the_count_and_one_is_refused(tmp_path, capsys):
+    """A window of at least two tokens leaves the count of full causal attention (the Jacobian's rank says so);
+    a window of one token makes every query and key weight unidentified, so such a config is refused by name."""
+    pytest.importorskip("transformers")
+    import json
+
+    from attnid.attention import AttentionConfig
+    from attnid.configs import CONFIG_DIR, MIN_WINDOW
+    from attnid.counting import count
+
+    full = count(AttentionConfig(8, 2, bias="all", causal=True)).unidentified
+    assert [_windowed_rank(w)[1] for w in (MIN_WINDOW, 3, 10)] == [full] * 3
+    assert _windowed_rank(1)[1] > full
+    cfg = json.loads((CONFIG_DIR / "mistral-7b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "sliding_window": 1}))
+    assert main(["count", "--config", str(tmp_path)]) == 2
+    assert "sliding_window = 1 (a window of one token" in _one_error_line(capsys)
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "sliding_window": 2}))
+    assert main(["count", "--config", str(tmp_path)]) == 0

@@ -42,7 +42,8 @@ NEUTRAL: dict[str, str] = {
                     "a classification head outside the language model"),
     **dict.fromkeys(("sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
                      "_sliding_window_pattern", "sliding_window_pattern", "rope_local_base_freq"),
-                    "a banded mask or a second RoPE base on some layers: the same parameters, still generic"),
+                    "a banded mask of at least two tokens (the count of full causal attention holds: "
+                    "tests/test_trust.py) or a second RoPE base on some layers (checked like the first)"),
     **dict.fromkeys(("query_pre_attn_scalar", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                      "reorder_and_upcast_attn", "routed_scaling_factor"),
                     "a fixed factor (or its numerics): absorbed by the weights it multiplies, no new symmetry"),
@@ -60,6 +61,8 @@ POSITIVE: dict[str, str] = {
     "final_logit_softcapping": "c tanh(z / c) needs c > 0 (0 divides by zero)",
     "routed_scaling_factor": "a factor of 0 zeroes every routed expert's output",
 }
+
+MIN_WINDOW = 2  # the shortest sliding window whose attention has the count of full causal attention
 
 # fields that transformers' code does not read but fixes to one value: accepted at that value only
 FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
@@ -161,22 +164,32 @@ def _library_config(model_type: str, fields: dict):
         raise ConfigError(f"config: transformers refuses this {model_type} config: {printable(why, 200)}") from None
 
 
+LAYER_TYPES = ("full_attention", "sliding_attention")  # Gemma 3's rope_parameters, one entry per layer type
+
+
 def _rope(c, partial: bool) -> tuple[float, float]:
-    """``(base, rotated share)`` of a config's RoPE (full-attention layers' for Gemma 3); refuses a variant
-    whose frequencies could coincide."""
+    """``(base, rotated share)`` of a config's RoPE (full-attention layers' for Gemma 3); refuses a variant whose
+    frequencies could coincide, in every layer type's RoPE (Gemma 3's sliding layers have their own base): a type
+    not modelled, a factor that is not positive, a base of 1 (every pair at one frequency) or not positive."""
     rp = c.rope_parameters or {}
-    if "full_attention" in rp:
-        rp = rp["full_attention"]
-    kind = rp.get("rope_type", "default")
-    if kind not in DISTINCT_FREQUENCY_ROPE:
-        raise ConfigError(f"rope_parameters: rope_type {printable(repr(kind))} is not modelled (attnid counts RoPE "
-                          f"whose frequencies stay distinct: {', '.join(DISTINCT_FREQUENCY_ROPE)})")  # fmt: skip
-    factor = rp.get("factor")
-    if kind != "default" and factor is not None and not (isinstance(factor, (int, float)) and factor > 0):
-        raise ConfigError(f"rope_parameters: factor {printable(repr(factor))} of {kind} RoPE must be positive (it "
-                          "divides the frequencies)")  # fmt: skip
-    share = rp.get("partial_rotary_factor", 1.0) if partial else 1.0
-    return float(rp.get("rope_theta", 10000.0)), float(share)
+    per_type = {t: rp[t] for t in LAYER_TYPES if isinstance(rp.get(t), dict)} or {"": rp}
+    for layer_type, params in per_type.items():
+        where = f"rope_parameters[{layer_type!r}]" if layer_type else "rope_parameters"
+        kind = params.get("rope_type", "default")
+        if kind not in DISTINCT_FREQUENCY_ROPE:
+            raise ConfigError(f"{where}: rope_type {printable(repr(kind))} is not modelled (attnid counts RoPE "
+                              f"whose frequencies stay distinct: {', '.join(DISTINCT_FREQUENCY_ROPE)})")  # fmt: skip
+        factor = params.get("factor")
+        if kind != "default" and factor is not None and not (isinstance(factor, (int, float)) and factor > 0):
+            raise ConfigError(f"{where}: factor {printable(repr(factor))} of {kind} RoPE must be positive (it "
+                              "divides the frequencies)")  # fmt: skip
+        theta = params.get("rope_theta", 10000.0)
+        if not (isinstance(theta, (int, float)) and math.isfinite(theta) and theta > 0 and theta != 1):
+            raise ConfigError(f"{where}: rope_theta {printable(repr(theta))} must be a positive number other than 1 "
+                              "(at 1 every pair rotates at one frequency: more are unidentified)")  # fmt: skip
+    main = per_type.get("full_attention", per_type.get("", {}))
+    share = main.get("partial_rotary_factor", 1.0) if partial else 1.0
+    return float(main.get("rope_theta", 10000.0)), float(share)
 
 
 def _activations(c, hf_type: str) -> set[str]:
@@ -316,6 +329,10 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
             bad.append(f"{k} = {v!r} (attnid counts norms with ε > 0)")
         elif k in POSITIVE and v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             bad.append(f"{k} = {printable(repr(v))} ({POSITIVE[k]})")
+        elif k == "sliding_window" and v is not None and not (isinstance(v, int) and v >= MIN_WINDOW):
+            bad.append(f"{k} = {printable(repr(v))} (a window of one token: each query sees only itself, its scores "
+                       "do nothing and every query and key weight is unidentified; attnid counts windows of at least "
+                       f"{MIN_WINDOW} tokens, where the count of full causal attention holds)")  # fmt: skip
         elif k in FIXED_BY_CODE:
             if v != FIXED_BY_CODE[k]:
                 bad.append(f"{k} = {v!r} (transformers' code implements {FIXED_BY_CODE[k]!r} only)")
