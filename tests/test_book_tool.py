@@ -338,3 +338,27 @@ def test_a_stop_while_the_tool_trains_a_chapters_runs_is_the_builds_stop(monkeyp
     with pytest.raises(tool.Interrupted, match=r"interrupted \(SIGTERM\): 1 chapter") as e:
         tool.execute_all(tmp_path, {"profile": "smoke"}, [chapter], ROOT / "src", set())
     assert e.value.unfinished == [chapter] and not list(tmp_path.rglob("*.hash"))
+
+
+@pytest.mark.parametrize("cap_gb", [0.4, 1.5])
+def test_the_page_check_under_a_memory_cap_is_one_line(tmp_path, cap_gb):
+    """Under ulimit -v the Playwright driver dies at start, printing a native backtrace: the check says so in one
+    line (exit 2), with the backtrace kept off the terminal."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+    import resource
+
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "index.html").write_text("<html><body><p>x</p></body></html>")
+    cap = int(cap_gb * 2**30)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "check_pages.py"), str(html)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)),
+    )
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert "could not start" in lines[0] and "no page was checked" in lines[0]

@@ -167,6 +167,23 @@ def _launch(pw, chromium: str):
         raise BrowserUnavailable(f"Chromium ({chromium}) could not start: {why}") from None
 
 
+def _start_quietly(manager):
+    """``manager.start()`` with the driver's standard error (inherited when it is spawned) sent to a temporary file:
+    a driver that dies under a memory cap prints a native backtrace of dozens of lines there, not on ours."""
+    import os
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            return manager.start()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def _check_pages(
     base: str, pages: list[tuple[str, bool]], screenshots: Path | None, chromium: str, timeout_s: float
 ) -> dict:
@@ -175,7 +192,15 @@ def _check_pages(
     from playwright.sync_api import sync_playwright
 
     found = {}
-    with sync_playwright() as pw:
+    try:
+        pw = _start_quietly(sync_playwright())
+    except Exception as e:  # the driver (a Node process) died at start: Playwright raises a bare Exception
+        lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+        raise BrowserUnavailable(
+            f"the Playwright driver could not start ({lines[0] if lines else type(e).__name__}); a memory cap "
+            "(ulimit -v) below about 2 GB stops it"
+        ) from None
+    try:
         browser = _launch(pw, chromium)
         for rel, chapter in pages:
             try:
@@ -187,6 +212,11 @@ def _check_pages(
                 browser.close()  # its stuck tab with it; the next pages get a fresh browser
                 browser = _launch(pw, chromium)
         browser.close()
+    finally:
+        import contextlib
+
+        with contextlib.suppress(Exception):  # a driver that died: nothing left to stop
+            pw.stop()
     return found
 
 
@@ -318,6 +348,11 @@ def main() -> int:
     try:
         problems = check_book(a.html, a.screenshots, chromium=a.chromium, jobs=a.jobs)
     except BrowserUnavailable as e:
+        import logging
+
+        # the dead driver's pending futures are reported by asyncio when they are collected at exit: the one line
+        # below says what happened
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         print(f"check_pages: error: {e}; no page was checked", file=sys.stderr)
         return 2
     print("\n".join(problems) if problems else f"{len(pages_of(a.html))} pages: no problems")
