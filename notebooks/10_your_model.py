@@ -31,7 +31,8 @@
 # least {glue:text}`ident_min_invariants:.0e`. {glue:text}`narrow_generic` of the
 # {glue:text}`narrow_layers` layers of the narrow trained runs sit at the generic count, with their
 # weakest identified direction at {glue:text}`narrow_weakest_min:.0e` to
-# {glue:text}`narrow_weakest_max:.0e` of the strongest. By the end of chapter 6's training runs,
+# {glue:text}`narrow_weakest_max:.0e` of the strongest on the {glue:text}`narrow_tokens:,` validation tokens each
+# audit read (a measure of those windows: more data, a larger value). By the end of chapter 6's training runs,
 # the symmetry undoes {glue:text}`along_min:.0%` to {glue:text}`along_max:.0%` of the squared
 # distance their attention layers moved.
 # :::

@@ -280,3 +280,22 @@ def test_a_fifo_as_the_cache_is_not_read(tmp_path):
 
     os.mkfifo(tmp_path / "points.json")
     assert points._read_points(tmp_path) == {}  # returns at once instead of blocking on the read
+
+
+def test_the_weakest_direction_comes_with_its_data_and_a_bound_says_so(tiny_run, capsys):
+    """The weakest identified direction depends on how much text the audit read: each row says how many tokens,
+    and the table marks a certificate's value as the lower bound it is."""
+    import json
+
+    from attnid.cli import main
+
+    assert main(["audit", "--run", str(tiny_run), "--json", "--layer", "1"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["layers"]
+    assert row["tokens"] > 0 and row["tokens"] % 8 == 0  # whole windows of the model's context (8)
+    assert main(["audit", "--run", str(tiny_run), "--layer", "1", "--method", "certify"]) == 0
+    text = capsys.readouterr().out
+    weakest = next(line for line in text.splitlines() if line.startswith("weakest "))
+    assert "≥" in weakest and "tokens" in text
+    assert main(["audit", "--run", str(tiny_run), "--layer", "1", "--method", "dense"]) == 0
+    dense = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("weakest "))
+    assert "≥" not in dense

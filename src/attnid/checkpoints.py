@@ -235,5 +235,6 @@ def audit_checkpoint(
             "layer": k + 1, "params": n, "rank": r.rank, "unidentified": r.unidentified, "generic": generic,
             "at_generic": r.unidentified == generic, "gap": r.sv_gap, "weakest": sv[r.rank - 1] / sv[0],
             "method": "dense", "note": "", "hyperplane": hyperplane, "seconds": time.perf_counter() - t0,
+            "tokens": B * L,
         })  # fmt: skip
     return rows

@@ -345,7 +345,11 @@ def _print_points(source: dict, rows: list[dict], as_json: bool) -> int:
         return 0
     print(f"{'':<14}" + "".join(f"{'layer ' + str(r['layer']):>16}" for r in rows))
     for k in [*GENERIC_KEYS[1:], "seconds", "note"]:
-        cells = [r[k] for r in rows]
+        cells = [r.get(k) for r in rows]
+        if k == "weakest":  # a certificate gives a lower bound, and says so
+            cells = [
+                f"≥{c:.3e}" if r["method"] == "certify" and isinstance(c, float) else c for r, c in zip(rows, cells)
+            ]
         if k == "note" and not any(cells):
             continue
         print(f"{k:<14}" + "".join(f"{c:>16.3e}" if isinstance(c, float) else f"{c!s:>16}" for c in cells))
@@ -357,6 +361,8 @@ def _print_points(source: dict, rows: list[dict], as_json: bool) -> int:
         print(f"undecided at layer(s) {undecided}: see note (--method dense decides at a small width)")
     if not special and not undecided:
         print("every layer at a generic point")
+    print("weakest: the weakest identified direction over the strongest, on the tokens read (more data, a larger "
+          "value); ≥: a certificate's lower bound")  # fmt: skip
     return 0
 
 

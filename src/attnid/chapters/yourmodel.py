@@ -173,7 +173,8 @@ def table_points(
 
 
 POINT_COLUMNS = (
-    "layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "method", "seconds",
+    "layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "tokens", "method",
+    "seconds",
 )  # fmt: skip
 
 
@@ -210,6 +211,7 @@ def points_facts(t: pd.DataFrame, key: str) -> dict:
         **dict(zip((f"{key}_weakest_min", f"{key}_weakest_max"), span(weakest))),
         f"{key}_weak": int((weakest < WEAK).sum()),
         **dict(zip((f"{key}_bound_min", f"{key}_bound_max"), span(bound))),
+        f"{key}_tokens": int(audited["tokens"].max()) if "tokens" in audited and len(audited) else 0,
     }
 
 
@@ -235,7 +237,9 @@ def points_sentence(t: pd.DataFrame, what: str) -> str:
     elif decided and np.isfinite(f["x_weakest_min"]):
         text += (
             f" Where decided, the weakest identified direction is {f['x_weakest_min']:.1e} to "
-            f"{f['x_weakest_max']:.1e} of the strongest; in {f['x_weak']} of those {decided} layers it is below "
+            f"{f['x_weakest_max']:.1e} of the strongest, on the {f['x_tokens']:,} validation tokens each audit read "
+            "(it grows with the data, so it is a measure of these windows, not of the layer alone); in "
+            f"{f['x_weak']} of those {decided} layers it is below "
             f"{WEAK:.0e}: a step along it moves the output less than a millionth as much as the same step along the "
             "strongest."
         )

@@ -40,7 +40,9 @@ from .data import CharData
 from .gpt import GPT, Block, CausalSelfAttention, GPTConfig
 
 DENSE_MAX_PARAMS = 3000  # above this a trained point is certified (the dense Jacobian grows as n²)
-GENERIC_KEYS = ("layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "method")
+GENERIC_KEYS = (
+    "layer", "params", "rank", "unidentified", "generic", "at_generic", "gap", "weakest", "method", "tokens",
+)  # fmt: skip
 
 
 def layer_inputs(model: GPT, tokens: torch.Tensor, layer: int) -> torch.Tensor:
@@ -106,7 +108,8 @@ def audit_point(model: GPT, tokens: torch.Tensor, layer: int, *, method: str = "
     module docstring): ``layer``, ``params``, ``rank``, ``unidentified``, ``generic`` (the count at generic weights),
     ``at_generic`` (equal), ``gap`` (smallest kept over largest dropped singular value), ``weakest``
     (``σ_kept / σ_max``; with ``certify`` its lower bound, :func:`attnid.certify.per_group_certificate`),
-    ``method`` (``dense`` or ``certify``). ``certify`` raises nothing where it cannot
+    ``method`` (``dense`` or ``certify``), ``tokens`` (the data it read: the weakest direction depends on it).
+    ``certify`` raises nothing where it cannot
     certify the count (a special point, or identified directions weaker than its bound can tell from null ones):
     ``rank``, ``unidentified`` and ``at_generic`` are then ``None`` (undecided), ``weakest`` the certificate's
     lower bound, and ``note`` its reason."""
@@ -121,7 +124,9 @@ def audit_point(model: GPT, tokens: torch.Tensor, layer: int, *, method: str = "
     X = layer_inputs(model, tokens, index).to(torch.float64).transpose(1, 2)  # (B, E, L), the audit's layout
     _audit_data_size(cfg, n, method, batch=X.shape[0], seq_len=X.shape[2], ratio=None)  # refuses too little data
     generic = generic_count(cfg)
-    out: dict = {"layer": layer, "params": n, "generic": generic, "method": method, "note": ""}
+    # the weakest identified direction grows with the data the audit reads: the row says how much it read
+    out: dict = {"layer": layer, "params": n, "generic": generic, "method": method, "note": "",
+                 "tokens": X.shape[0] * X.shape[2]}  # fmt: skip
     t0 = time.perf_counter()
     if method == "dense":
         r = jacobian_rank(_layer_fn(cfg, p, X), flatten(p), rtol=rtol)
