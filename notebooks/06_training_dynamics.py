@@ -172,13 +172,14 @@ md(ch.weights_only_sentence(rho_rows, live))
 # $\|\beta_T - c_T\beta_0\|_F / \|c_T\beta_0\|_F$ per layer, which the probe records
 # (`beta_law_residual`). The drift $\|\beta_T - \beta_0\| / \|\beta_0\|$ compared with $1 - c_T$ would
 # not do: once $c_T$ is small, a remainder orthogonal to $\beta_0$ enters that norm only squared, and a
-# remainder twice as large as $c_T\beta_0$ moves it by under 1 % (`tests/test_claims.py` plants one). The
-# paper-scale records predate the residual; for them the law is tested on $\tau = \operatorname{tr}\beta$
-# per head, which it scales the same way (a weaker test: a remainder without trace escapes it).
+# remainder twice as large as $c_T\beta_0$ moves it by under 1 % (`tests/test_claims.py` plants one). Records
+# made before the probe kept the residual are tested on $\tau = \operatorname{tr}\beta$ per head, which the law
+# scales the same way; the tables say which measure each scale was read on, and how the two compare where a
+# record holds both.
 #
 # How large can $R_T$ be? Plain SGD with the same seed and schedule has no decay, so its drift is the
 # remainder alone; divided by $c_T$ it says how large the remainder is against what the law predicts. A
-# layer is *tested* where that ratio, averaged over the seeds, is below one (`attnid.lm.claims.LAW_CUT`): there
+# layer is *tested* where that ratio, median over the seeds, is below one (`attnid.lm.claims.LAW_CUT`): there
 # the first-order term $c_T\beta_0$ is the larger part of $\beta_T$, and the test reads whether the residual
 # is below 1 % (`attnid.lm.claims.LAW_TOLERANCE`). The same layers are tested in every seed, and the claims
 # table says which cut of the remainder would change the verdict. The remainder varies from seed to seed like
@@ -191,6 +192,7 @@ fig = decay.fig_wd_law(scales, title)
 law_table = decay.table_wd_law(scales)
 table(law_table)
 md(decay.law_paragraph(law_table))
+md(ladder.law_measure_sentence(ladder.scale_quantities(scales)))
 
 # %% [markdown]
 # The decay's own symmetry component solves $S G_Q + G_K S = -\eta\lambda\beta$: it is proportional to

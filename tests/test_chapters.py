@@ -367,3 +367,27 @@ def test_records_sentence_names_each_scales_provenance(scales):
         "2.11.0+cu130) by the code of commit 0144f25, 6 minutes of machine time in all" in text  # one stack: once
     )
     assert text.index("smoke rerun") < text.index("paper scale")  # smallest model first
+
+
+def test_the_ladder_names_the_measure_of_each_law_reading(scales):
+    """The law's cell and the ladder's quantities say whether a scale was read on β or on τ per head (records without
+    the residual), and the sentence comparing the two readings follows from their numbers."""
+    import copy
+
+    from test_claims import _without
+
+    from attnid.chapters import ladder
+
+    older = copy.copy(scales)
+    older["smoke rerun"] = _without(scales["smoke rerun"], "sgd_wd", Key.BETA_LAW)  # τ only, as older records
+    rows = verdicts.claim_rows(older)
+    cells = ladder.table_ladder(rows, older).set_index("claim").loc["wd_beta_law"]
+    assert "on τ" in cells["smoke (4 × 4 × 64)"] and "on β" in cells["paper (6 × 6 × 384)"]
+    q = ladder.scale_quantities(older).set_index("scale")
+    assert list(q["law measured on"]) == ["τ", "β"]
+    text = ladder.law_measure_sentence(q.reset_index())
+    assert "smoke (4 × 4 × 64) on τ, paper (6 × 6 × 384) on β" in text
+    paper = q.loc["paper (6 × 6 × 384)"]
+    assert f"τ {paper['τ residual, tested layers']:.2g} against β {paper['law residual, tested layers']:.2g}" in text
+    stricter = paper["τ residual, tested layers"] > paper["law residual, tested layers"]
+    assert ("τ is the stricter reading" in text) == stricter

@@ -38,11 +38,15 @@ def short(runs: SuiteRuns) -> str:
 
 
 def verdict_cell(row) -> str:
-    """One claim at one scale: ``"yes (3 seeds)"``, ``"inconclusive (1 seed, against the paper)"``, ``"pending"``."""
+    """One claim at one scale: ``"yes (3 seeds)"``, ``"inconclusive (1 seed, against the paper)"``, ``"pending"``;
+    the law's cell names the measure it was read on (``"yes (3 seeds, on β)"``)."""
     if row["verdict"] == "pending":
         return "pending"
     n = int(row["seeds"])
     seeds = f"{n} seed{'s' * (n != 1)}"
+    measure = row.get("law_measure") if hasattr(row, "get") else None
+    if isinstance(measure, str):
+        seeds += f", on {measure.split(' ')[0]}"
     if row["verdict"] in ("yes", "no"):
         return f"{row['verdict']} ({seeds})"
     side = row["side"] if isinstance(row["side"], str) else "undecided"
@@ -161,12 +165,51 @@ def scale_quantities(scales: Scales) -> pd.DataFrame:
             laws = [cl.wd_beta_law(runs.runs["sgd_wd"][s], runs.runs["sgd"][s]) for s in seeds]
             tested = cl.law_tested(laws)
             row["c_T"] = laws[0].factor
+            row["law measured on"] = laws[0].measure.split(" ")[0]
             row["law residual, tested layers"] = (
                 float(np.mean([w.residual[tested].max() for w in laws])) if tested else np.nan
             )
+            on_tau = [cl.law_residual(runs.runs["sgd_wd"][s], on_tau=True)[2][-1] for s in seeds]
+            row["τ residual, tested layers"] = float(np.mean([r[tested].max() for r in on_tau])) if tested else np.nan
             row["remainder / c_T, tested layers"] = float(cl.law_remainder(laws)[tested].max()) if tested else np.nan
         out.append(row)
     return pd.DataFrame(out)
+
+
+def law_measure_sentence(q: pd.DataFrame) -> str:
+    """Which measure each scale's law is read on (:func:`scale_quantities`), and, where a scale's records hold β's
+    residual, how τ's residual in the same tested layers compares with it: the numbers, not a general claim."""
+    if "law measured on" not in q:
+        return ""
+    read = q.dropna(subset=["law measured on"])
+    parts = [f"{r['scale']} on {r['law measured on']}" for _, r in read.iterrows()]
+    text = f"The law's residual is read on: {', '.join(parts)}."
+    both = read[(read["law measured on"] == "β") & read["τ residual, tested layers"].notna()]
+    cells = [
+        f"{r['scale']}: τ {r['τ residual, tested layers']:.2g} against β {r['law residual, tested layers']:.2g}"
+        for _, r in both.iterrows()
+        if np.isfinite(r["law residual, tested layers"])
+    ]
+    if cells:
+        ratios = [
+            r["τ residual, tested layers"] / r["law residual, tested layers"]
+            for _, r in both.iterrows()
+            if np.isfinite(r["law residual, tested layers"]) and r["law residual, tested layers"] > 0
+        ]
+        side = (
+            "smaller"
+            if max(ratios) < 1
+            else "larger"
+            if min(ratios) > 1
+            else "smaller at some scales, larger at others"
+        )
+        text += " Read on τ = tr β per head instead, the largest residual over the tested layers is " + side
+        verdict = {
+            "larger": ": on these records τ is the stricter reading, not the weaker one.",
+            "smaller": ".",
+        }.get(side, ": neither reading is the stricter at every scale.")
+        text += " (" + "; ".join(cells) + ")" + verdict
+    return text
 
 
 def drift_profiles(scales: Scales) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -207,7 +250,10 @@ def fig_ladder(scales: Scales):
     ax = axes.flat[1]
     if "c_T" in q:
         ax.plot(x, q["c_T"], "k--", marker="s", label="c_T (the law's factor)")
-        ax.plot(x, q["law residual, tested layers"], marker="o", color="C1", label="law residual (largest tested)")
+        on = ", ".join(sorted(set(q["law measured on"].dropna()))) if "law measured on" in q else "β"
+        ax.plot(
+            x, q["law residual, tested layers"], marker="o", color="C1", label=f"law residual on {on} (largest tested)"
+        )
         ax.plot(x, q["remainder / c_T, tested layers"], marker="^", color="C0", label="SGD remainder / c_T")
         ax.axhline(cl.LAW_TOLERANCE, color="grey", lw=0.8, ls=":", label="1 % tolerance")
     ax.set(yscale="log", ylabel="ratio (1 = equal)", title="The weight-decay law against scale")

@@ -122,14 +122,14 @@ class WdLaw:
         return float(self.residual[self.tested].max()) if self.tested else float("nan")
 
 
-def law_residual(rec: Record) -> tuple[str, np.ndarray, np.ndarray]:
+def law_residual(rec: Record, on_tau: bool = False) -> tuple[str, np.ndarray, np.ndarray]:
     """``(measure, steps, residual (n_rows, L))`` of the weight-decay law over training.
 
-    From the probe's ``beta_law_residual`` when the record holds it; else from τ = tr β per head, which the
-    law scales the same way: ``‖τ_t − (c_t / c_1) τ_1‖ / ‖(c_t / c_1) τ_1‖`` over the heads of a layer, from
-    the first recorded step ``1`` (the records hold no τ before the first step)."""
+    From the probe's ``beta_law_residual`` when the record holds it (and ``on_tau`` is false); else from τ = tr β
+    per head, which the law scales the same way: ``‖τ_t − (c_t / c_1) τ_1‖ / ‖(c_t / c_1) τ_1‖`` over the heads
+    of a layer, from the first recorded step ``1`` (the records hold no τ before the first step)."""
     steps, res = series(rec.rows, Key.BETA_LAW)
-    if len(steps):
+    if len(steps) and not on_tau:
         return "β (the probe's residual)", steps, res
     steps, tau = series(rec.rows, Key.TAU)
     if not len(steps):
