@@ -391,3 +391,19 @@ def test_the_ladder_names_the_measure_of_each_law_reading(scales):
     assert f"τ {paper['τ residual, tested layers']:.2g} against β {paper['law residual, tested layers']:.2g}" in text
     stricter = paper["τ residual, tested layers"] > paper["law residual, tested layers"]
     assert ("τ is the stricter reading" in text) == stricter
+
+
+def test_the_ladder_says_whether_the_matched_loss_reading_changes_a_verdict(scales):
+    import copy
+
+    from test_claims import PLANTS
+
+    from attnid.chapters import ladder
+
+    assert ladder.matched_loss_changes(verdicts.claim_rows(scales), scales) == []
+    planted = copy.copy(scales)
+    planted["smoke rerun"] = PLANTS["adamw_closest_at_loss"](scales["smoke rerun"])
+    rows = verdicts.claim_rows(planted)
+    assert ladder.matched_loss_changes(rows, planted) == [("adamw_closest", "smoke", "yes (3 seeds)", "no (3 seeds)")]
+    text = ladder.ladder_sentence(rows, planted)
+    assert "*adamw_closest* at smoke: yes (3 seeds) at the same step, no (3 seeds) at the same loss" in text

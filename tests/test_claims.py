@@ -59,8 +59,8 @@ def _rows(case: str, seed: int, rng: np.random.Generator) -> list[dict]:
             Key.NORM_BQ: np.full((L, H), 0.1).tolist(),
             Key.NORM_BK: np.full((L, H), 1e-4).tolist(),
         }
-        if i in (0, 2, N - 1):
-            row[Key.VAL_LOSS] = 2.5 - 0.5 * f
+        if i in (0, 2, N - 1):  # AdamW learns faster: it reaches the others' best loss (2.0) at step 21
+            row[Key.VAL_LOSS] = 2.5 - 0.5 * f - (0.3 if case == "adamw" else 0.0)
             row[Key.QK_SV] = np.tile(np.geomspace(1.0, 0.1, D), (L, H, 1)).tolist()
         rows.append(row)
     return rows
@@ -134,7 +134,7 @@ PLANTS = {
     "adamw_closest": lambda r: _edit(r, "adamw", Key.RHO, lambda v, i: np.where(v > 0.5, v, v * 0.25)),
     "adamw_covers": lambda r: _edit(r, "adamw", Key.RHO, lambda v, i: np.minimum(v, 0.3)),  # largest 0.3
     "late_spike_sgd": lambda r: _edit(r, "sgd", Key.RHO_DIFF, lambda v, i: np.full((L, H), 1e-7)),  # flat: ratio 1
-    "sgd_conserves_beta": lambda r: _edit(r, "sgd", Key.BETA_DRIFT, lambda v, i: v * 10),  # largest 0.4
+    "sgd_conserves_beta": lambda r: _edit(r, "sgd", Key.BETA_DRIFT, lambda v, i: v * 5),  # largest 0.2
     "drift_falls_with_lr": lambda r: _edit(r, "sgd", Key.BETA_DRIFT, lambda v, i: v * 1e-3),  # η = 0.5 lowest
     # layers 2-4 reversed: drift rises over three of the four layers, Kendall's τ 0
     "drift_earlier_layers": lambda r: _edit(r, "sgd_deep", Key.BETA_DRIFT, lambda v, i: v[[0, 3, 2, 1]]),
@@ -147,6 +147,15 @@ PLANTS = {
     # one dead head: its query bias gets no gradient (the run's typical one, the median over heads, stays)
     "query_bias_grad_nonzero": lambda r: _edit(r, "sgd", Key.GRAD_BQ, lambda v, i: np.where(_head(0, 0), 1e-12, v)),
     "rebalance_keeps_loss": None,  # below: the summary's rebalances
+    # the matched-loss readings: AdamW changed before it reaches the others' best loss (step 21) only, so that the
+    # reading at the last step stays on the paper's side
+    "adamw_closest_at_loss": lambda r: _edit(
+        r, "adamw", Key.RHO, lambda v, i: v * 0.1 if i <= 2 else np.maximum(v, 0.3)
+    ),  # at step 21 AdamW's mean ρ is a fifth of SGD + wd's; over all of training three times it
+    "adamw_changes_beta_at_loss": lambda r: _edit(r, "adamw", Key.BETA_DRIFT, lambda v, i: v * 0.01 if i <= 2 else v),
+    "adamw_spreads_tau_at_loss": lambda r: _edit(
+        r, "adamw", Key.TAU, lambda v, i: v / (1 + 9 * i / (N - 1)) if i <= 2 else v
+    ),  # no spread before step 21
     "rebalance_changes_beta": lambda r: _edit(r, "adamw_rebalance", Key.BETA_REL, lambda v, i: np.full(L, 0.3)),
 }
 
@@ -167,11 +176,13 @@ def test_every_claim_has_a_plant():
 
 @pytest.mark.parametrize("claim_id", list(PLANTS))
 def test_planted_violation_flips_the_verdict(good, claim_id):
-    """Each plant turns its own claim to ``no`` and leaves every other claim at ``yes``."""
+    """Each plant turns its own claim to ``no`` and leaves every other claim at ``yes``; a plant over the whole of
+    training also turns the claim's matched-loss reading (the same quantity, read earlier), and only that."""
     planted = _verdicts(PLANTS[claim_id](good))
     assert planted[claim_id]["verdict"] == "no", planted[claim_id]
     assert _verdicts(good)[claim_id]["verdict"] == "yes"
-    others = {k: r["verdict"] for k, r in planted.items() if k != claim_id and r["verdict"] != "yes"}
+    twin = claim_id + claims.MATCHED_SUFFIX
+    others = {k: r["verdict"] for k, r in planted.items() if k not in (claim_id, twin) and r["verdict"] != "yes"}
     assert not others, f"the plant of {claim_id} also flipped {others}"
 
 
@@ -580,3 +591,16 @@ def test_planted_trained_point_off_the_generic_count(corpus, tmp_path):
     assert ok["verdict"] == "yes" and ok["value"] == 0 and 0 < ok["control_value"] < 1, ok
     planted = evaluate_claim(claim, suite(True))
     assert planted["verdict"] == "no" and planted["value"] == 1, planted
+
+
+def test_the_matched_loss_reading_names_where_it_reads(good):
+    """AdamW reaches the others' best loss (2.0) at step 21: the matched-loss rows read it there and say so."""
+    rows = _verdicts(good)
+    for claim_id in claims.MATCHED_LOSS:
+        twin = rows[claim_id + claims.MATCHED_SUFFIX]
+        assert twin["verdict"] == "yes" and "adamw at step 21" in twin["depends_on"], twin
+        assert "validation loss of 2.000" in twin["depends_on"]
+    cut = claims.up_to_loss(good.runs["adamw"][0], 2.0)
+    assert cut.rows[-1][Key.STEP] == 21 and len(cut.rows) == 3
+    with pytest.raises(claims.Undecidable, match="never reaches"):
+        claims.up_to_loss(good.runs["sgd"][0], 1.0)

@@ -130,7 +130,31 @@ def ladder_sentence(rows: pd.DataFrame, scales: Scales, middle: str | None = Non
             text += "."
     if read["unread"]:
         text += f" Not read at any scale: {listed(read['unread'])}."
-    return text
+    return text + " " + matched_loss_sentence(rows, scales)
+
+
+def matched_loss_changes(rows: pd.DataFrame, scales: Scales) -> list[tuple[str, str, str, str]]:
+    """``(claim, scale, at the same step, at the same loss)`` wherever reading an optimizer comparison at the same
+    validation loss (:data:`attnid.lm.claims.MATCHED_LOSS`) gives another verdict or side than at the same step."""
+    out = []
+    for name in ordered(scales):
+        part = rows[rows["scale"] == name].set_index("id")
+        for claim_id in cl.MATCHED_LOSS:
+            twin = claim_id + cl.MATCHED_SUFFIX
+            if claim_id in part.index and twin in part.index:
+                a, b = verdict_cell(part.loc[claim_id]), verdict_cell(part.loc[twin])
+                if a != b:
+                    out.append((claim_id, scales[name].profile, a, b))
+    return out
+
+
+def matched_loss_sentence(rows: pd.DataFrame, scales: Scales) -> str:
+    """Whether comparing the optimizers at the same validation loss changes any verdict, and where."""
+    changes = matched_loss_changes(rows, scales)
+    if not changes:
+        return "Read at the same validation loss instead of the same step, the optimizer comparisons change no verdict."
+    cells = "; ".join(f"*{c}* at {s}: {a} at the same step, {b} at the same loss" for c, s, a, b in changes)
+    return f"Read at the same validation loss instead of the same step, the optimizer comparisons change: {cells}."
 
 
 def ladder_facts(rows: pd.DataFrame, scales: Scales) -> dict[str, object]:

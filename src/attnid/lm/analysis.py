@@ -157,14 +157,18 @@ def isotropic_rho(config: dict) -> float:
 def schema_steps(config: dict, key: Key, metrics: bool = True) -> list[int]:
     """The steps whose rows hold ``key`` (:data:`attnid.lm.metrics.SCHEMA`): every recorded step, the metric
     steps (every ``metric_interval``-th and the last) or the evaluation steps (every ``eval_interval``-th, the
-    first and the last)."""
+    first and the last). A record read only up to a step (``config["read_to_step"]``, set by
+    :func:`attnid.lm.claims.up_to_loss`) expects the steps of the whole run up to that one."""
     n, mi, ei = config["max_iters"], config["metric_interval"], config["eval_interval"]
+    cut = config.get("read_to_step", n)
     rows = SCHEMA[key].rows
     if rows.startswith("evaluation"):
-        return [it + 1 for it in range(n) if (it + 1) % ei == 0 or it in (0, n - 1)]
-    if rows.startswith("metric"):
-        return [it + 1 for it in range(n) if it % mi == 0 or it == n - 1]
-    return records.expected_steps(config, metrics)
+        steps = [it + 1 for it in range(n) if (it + 1) % ei == 0 or it in (0, n - 1)]
+    elif rows.startswith("metric"):
+        steps = [it + 1 for it in range(n) if it % mi == 0 or it == n - 1]
+    else:
+        steps = records.expected_steps(config, metrics)
+    return [s for s in steps if s <= cut]
 
 
 def values(rec: Record, key: Key) -> np.ndarray:
