@@ -76,9 +76,6 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(self.inner, cfg.n_embd, bias=cfg.bias)
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.head_mask: torch.Tensor | None = None  # (H,) multipliers; None = all heads on
-        # softmax(K^T Q) written out instead of the fused kernel: under torch.func.vmap (several seeds as one
-        # stacked model, attnid.lm.batched), where the fused kernel has no batching rule
-        self.math_attention = False
 
     def qk_views(self):
         """Per-head ``W_Q, b_Q, W_K, b_K`` views into ``c_attn`` (no copy)."""
@@ -89,13 +86,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(self.inner, dim=2)  # 3 x (B, T, nh * hs)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
         p_drop = self.dropout if self.training else 0.0
-        if self.math_attention:
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, nh, T, T)
-            causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-            att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(-1), p=p_drop)
-            y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True)  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True)  # (B, nh, T, hs)
         if self.head_mask is not None:
             y = y * self.head_mask.to(y.dtype)[None, :, None, None]
         y = y.transpose(1, 2).contiguous().view(B, T, self.inner)  # re-assemble all head outputs side by side
