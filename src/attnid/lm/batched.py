@@ -40,7 +40,8 @@ from torch import nn
 from . import records
 from .data import CharData
 from .gpt import GPT
-from .profiles import RunConfig, lr_at
+from .profiles import RunConfig
+from .train import Group, Run, Stepper, build, make_optimizer, train_runs
 
 # what may differ between the runs of one stack (all of it acts elementwise on the parameters, or per run)
 PER_RUN = ("profile", "case", "seed", "optimizer", "lr", "weight_decay", "betas", "grad_clip", "rebalance")
@@ -168,15 +169,13 @@ def clip_per_run(params: list[torch.Tensor], max_norms: torch.Tensor) -> None:
         g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
 
 
-class Stepper:
+class StackStepper(Stepper):
     """One torch optimizer for the runs ``[start, stop)`` of a stack that share their optimizer settings: its
     parameters are views of their slice of every stacked tensor (and their gradients views of the stacked
     gradients), so that one call steps them all. ``run_state``/``load_run_state`` give and take one run's part
     of its state in the format of that run's own optimizer (:func:`attnid.lm.train.make_optimizer`)."""
 
     def __init__(self, stack: StackedGPT, runs: list, start: int, stop: int, device: str):
-        from .train import make_optimizer
-
         self.start, self.stop, self.cfg = start, stop, runs[start].cfg
         self.params: dict[str, nn.Parameter] = {}
         for name, P in stack.p.items():
@@ -190,12 +189,6 @@ class Stepper:
             r: make_optimizer(runs[r].cfg, list(runs[r].model.parameters()), device) for r in range(start, stop)
         }
         self.names = {r: {id(p): n for n, p in runs[r].model.named_parameters()} for r in range(start, stop)}
-
-    def set_lr(self, it: int) -> float:
-        lr = lr_at(self.cfg, it)
-        for g in self.opt.param_groups:
-            g["lr"] = lr
-        return lr
 
     def run_state(self, r: int) -> dict:
         """Run ``r``'s optimizer ``state_dict()`` (copies), as its own optimizer would hold it."""
@@ -245,8 +238,6 @@ def train_stack(
     """Train (or resume, or reuse) the runs ``cfgs``, which share everything but :data:`PER_RUN`, as one stacked
     model; returns their summaries (with ``rows`` and ``heads``) in the order of ``cfgs``. ``checkpoints=False``:
     no resume points (:func:`attnid.lm.train.train_group`)."""
-    from .train import train_runs
-
     if not cfgs:
         return []
     check_stack(cfgs)
@@ -267,9 +258,7 @@ def train_stack(
 def stacked_runs(items: list[tuple[RunConfig, Path]], data: CharData, device: str, precision: str):
     """The group of several runs as one stacked model: each run's model is built (its own init, as when trained
     alone) and becomes a view of its slice of the stack, so that every per-run step of the loop (rebalancing,
-    checkpoint) works on it unchanged; the runs are ordered by optimizer class (:class:`Stepper`)."""
-    from .train import Group, Run, build
-
+    checkpoint) works on it unchanged; the runs are ordered by optimizer class (:class:`StackStepper`)."""
     items = sorted(items, key=lambda item: [optimizer_class(c) for c, _ in items].index(optimizer_class(item[0])))
     cfgs = [c for c, _ in items]
     models = [build(c, data.vocab_size, device)[0] for c in cfgs]
@@ -284,7 +273,7 @@ def stacked_runs(items: list[tuple[RunConfig, Path]], data: CharData, device: st
     steppers, start = [], 0
     for s in range(1, len(runs) + 1):
         if s == len(runs) or optimizer_class(cfgs[s]) != optimizer_class(cfgs[start]):
-            steppers.append(Stepper(stack, runs, start, s, device))
+            steppers.append(StackStepper(stack, runs, start, s, device))
             start = s
     step_model = torch.compile(stack) if cfgs[0].compile and device.startswith("cuda") else stack
     norms = torch.tensor([c.grad_clip for c in cfgs], device=device)

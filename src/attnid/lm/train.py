@@ -451,12 +451,16 @@ class Run:
             torch.set_num_threads(ck.threads)  # CPU reductions depend on the thread count: resume exactly
 
 
-class SoloStepper:
-    """The optimizer of one run trained alone (the interface of :class:`attnid.lm.batched.Stepper`)."""
+class Stepper:
+    """One torch optimizer ``opt`` that steps the runs ``[start, stop)`` of a group (``params``: its parameters by
+    name) at the learning rate of ``cfg``'s schedule. Run ``r``'s optimizer state is ``run_state(r)`` in the format
+    of that run's own optimizer (:class:`attnid.lm.batched.StackStepper` slices a stack's)."""
 
-    def __init__(self, cfg: RunConfig, model: GPT, opt: torch.optim.Optimizer):
-        self.cfg, self.opt, self.start, self.stop = cfg, opt, 0, 1
-        self.params = dict(model.named_parameters())
+    cfg: RunConfig
+    opt: torch.optim.Optimizer
+    start: int
+    stop: int
+    params: dict
 
     def set_lr(self, it: int) -> float:
         lr = lr_at(self.cfg, it)
@@ -469,6 +473,14 @@ class SoloStepper:
 
     def load_run_state(self, r: int, sd: dict) -> None:
         self.opt.load_state_dict(sd)
+
+
+class SoloStepper(Stepper):
+    """The optimizer of one run trained alone."""
+
+    def __init__(self, cfg: RunConfig, model: GPT, opt: torch.optim.Optimizer):
+        self.cfg, self.opt, self.start, self.stop = cfg, opt, 0, 1
+        self.params = dict(model.named_parameters())
 
 
 @dataclass
