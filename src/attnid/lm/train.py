@@ -99,12 +99,17 @@ def rebalance_model(model: GPT) -> None:
                     view.copy_(value)
 
 
+def eval_generator(cfg: RunConfig, step: int) -> torch.Generator:
+    """The generator of the validation batches of ``cfg``'s evaluation after ``step`` steps (alone or stacked)."""
+    return torch.Generator().manual_seed(EVAL_SEED * (cfg.seed + 1) + step)
+
+
 @torch.no_grad()
 def evaluate(model: GPT, data: CharData, cfg: RunConfig, device: str, step: int) -> float:
     """Mean validation loss over ``eval_iters`` batches from a generator seeded by (seed, step); one host sync."""
     was = model.training
     model.eval()
-    gen = torch.Generator().manual_seed(EVAL_SEED * (cfg.seed + 1) + step)
+    gen = eval_generator(cfg, step)
     losses = [
         model(*data.batch("val", cfg.batch_size, cfg.block_size, gen, device))[1].float() for _ in range(cfg.eval_iters)
     ]
@@ -640,7 +645,7 @@ def evaluate_group(group: Group, step: int) -> list[float]:
         if not group.stacked:
             return [evaluate(run.model, run.data, run.cfg, run.device, step)]
         cfg, stack = run.cfg, group.module
-        gens = [torch.Generator().manual_seed(EVAL_SEED * (r.cfg.seed + 1) + step) for r in group.runs]
+        gens = [eval_generator(r.cfg, step) for r in group.runs]
         was = stack.training
         stack.eval()
         losses = []
