@@ -233,7 +233,7 @@ def test_certify_reports_where_its_time_goes():
     r = audit(AttentionConfig(16, 4, bias="all"), method="certify")
     stages = r.details["stage_seconds"]
     assert list(stages) == [
-        *("output_block", "tangent_lu", "null_residuals", "sigma_max", "block_jacobians", "block_factors")
+        *("output_block", "known_directions", "null_residuals", "sigma_max", "block_jacobians", "block_factors")
     ]
     assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= r.seconds
 

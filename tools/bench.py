@@ -17,11 +17,11 @@ from attnid.counting import count
 from attnid.lm.ablation import fixed_batches
 
 
-def audit_ladder(threads: int) -> None:
+def audit_ladder(threads: int, widths: list[int]) -> None:
     torch.set_num_threads(threads)
     print(f"\naudit ladder: H = 8, all biases, LAPACK/torch threads = {threads}")
     print(f"{'E':>4}{'params':>9}{'theory':>8}{'audit':>8}{'method':>9}{'sv_gap':>10}{'seconds':>9}")
-    for E in (16, 32, 48, 64):
+    for E in widths:
         cfg = AttentionConfig(E, 8, bias="all")
         t = time.perf_counter()
         r = audit(cfg)
@@ -318,6 +318,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", choices=["audit", "train", "stack"], default=None)
+    ap.add_argument("--E", type=int, nargs="+", default=[16, 32, 48, 64, 128], help="the audit ladder's widths")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--gpu", action="store_true", help="stacked runs at the paper profile: ms per run-step, probe, "
@@ -340,7 +341,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {os.cpu_count()} cpus")
     if a.only in (None, "audit"):
         for th in a.threads:
-            audit_ladder(th)
+            audit_ladder(th, a.E)
     if a.only in (None, "train"):
         torch.set_num_threads(max(a.threads))
         train_bench(a.steps, a.repeats)

@@ -264,7 +264,14 @@ def head_mixtures(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> 
 
 
 def _mixing_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.Tensor]:
-    n = cfg.H // cfg.G
+    return mix_heads(*projections(X, p, cfg), p, cfg)
+
+
+def projections(
+    X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The activations ``Q`` ``(B, H, D, L)``, ``K`` ``(B, G, D, L)``, ``V`` ``(B, G, C, L)``: linear in the query,
+    key and value parameters, token by token (``W X + b 1ᵀ``)."""
     Q = torch.einsum("hde,bel->bhdl", p["W_Q"], X)
     K = torch.einsum("gde,bel->bgdl", p["W_K"], X)
     V = torch.einsum("gce,bel->bgcl", p["W_V"], X)
@@ -274,6 +281,16 @@ def _mixing_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> 
         K = K + p["b_K"][None, :, :, None]
     if "b_V" in p:
         V = V + p["b_V"][None, :, :, None]
+    return Q, K, V
+
+
+def mix_heads(
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, p: AttentionParams, cfg: AttentionConfig
+) -> dict[str, torch.Tensor]:
+    """From the activations of :func:`projections` to the mixtures ``Z`` (QK-norm with ``p``'s ``g_Q``/``g_K``,
+    RoPE, scores, soft-cap, mask, softmax; the intermediates of :func:`attention_steps`). A query's mixtures depend
+    on that query alone; a key or value moves the mixtures of its own sequence only."""
+    n, L = cfg.H // cfg.G, Q.shape[-1]
     if cfg.qk_norm:
         Q, K = rms_normed(Q, p["g_Q"], cfg), rms_normed(K, p["g_K"], cfg)
     if cfg.rope:
@@ -285,8 +302,7 @@ def _mixing_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> 
     if cfg.logit_softcap is not None:
         A = cfg.logit_softcap * torch.tanh(A / cfg.logit_softcap)
     if cfg.causal:
-        L = X.shape[-1]
-        future = torch.ones(L, L, dtype=torch.bool, device=X.device).tril(-1)  # key > query
+        future = torch.ones(L, L, dtype=torch.bool, device=Q.device).tril(-1)  # key > query
         A = A.masked_fill(future, float("-inf"))
     P = torch.softmax(A, dim=-2)  # each column sums to one
     Z = torch.einsum("bhck,bhkq->bhcq", V, P)

@@ -12,9 +12,10 @@ Every function takes and returns an ``AttentionParams`` dict; nothing is modifie
 
 from __future__ import annotations
 
+import scipy.sparse
 import torch
 
-from .attention import AttentionConfig, AttentionParams, flatten
+from .attention import AttentionConfig, AttentionParams, param_slices
 from .rope import commutant_basis
 
 
@@ -115,49 +116,89 @@ def tangent_basis(p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.T
 
     Blocks as in :func:`attnid.counting.count`. Assumes ``D, C <= E`` (where the
     counts are ``D²``/``C²`` per group); for the value bias without an output bias the
-    directions are the null space of ``b_V -> Σ_h W_O^h b_V^g``.
+    directions are the null space of ``b_V -> Σ_h W_O^h b_V^g``. The blocks are views of the rows of
+    :func:`tangent_rows`, made dense.
     """
+    rows, blocks = tangent_rows(p, cfg)
+    dense = torch.from_numpy(rows.toarray())
+    return {k: dense[sl].T for k, sl in blocks.items()}
+
+
+def _value_bias_moves(p: AttentionParams, cfg: AttentionConfig) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The value-bias directions: their ``δb_V`` rows ``(k, G·C)`` and ``δb_O`` rows ``(k, E)`` (each unit ``δb_V``
+    with ``−Σ_h W_O^h δb_V``), or without ``b_O`` the null space of ``b_V -> Σ_h W_O^h b_V^g`` and ``None``."""
+    if "b_V" not in p:
+        return None
+    G, C = cfg.G, cfg.C
+    M = p["W_O"].reshape(G, cfg.H // G, cfg.E, C).sum(1).permute(1, 0, 2).reshape(cfg.E, G * C)  # (E, G·C)
+    if "b_O" in p:
+        return torch.eye(G * C, dtype=p["b_V"].dtype), -M.T
+    _, s, Vh = torch.linalg.svd(M.to(torch.float64))
+    return Vh[int((s > s.max() * 1e-12).sum()) :].to(p["b_V"].dtype), None
+
+
+def tangent_rows(p: AttentionParams, cfg: AttentionConfig) -> tuple[scipy.sparse.csr_array, dict[str, slice]]:
+    """The directions of :func:`tangent_basis` as the rows of one sparse ``(k, n_params)`` matrix (θ's order), and
+    the rows of each block: per group, ``(S W_Q, −Sᵀ W_K)`` for each generator ``S`` of :func:`qk_generators` and
+    ``(−W_O S, S W_V)`` for each unit ``S`` of ``R^{C×C}``; a unit shift of each unrotated key-bias coordinate;
+    ``(δb_V, −Σ_h W_O^h δb_V)`` for each unit ``δb_V`` (or, without ``b_O``, the null space of that map). A direction
+    moves one group's parameters (and its heads' ``W_O``): at E = 128 the dense matrix would hold 2.3 GB for the
+    few MB of entries that are not zero. Long because each family of directions is written out next to its formula,
+    where a reader checks it against §4."""
     if cfg.D > cfg.E or cfg.C > cfg.E:
         raise ValueError("tangent_basis: needs head_dim <= embed and value_dim <= embed")
-    G = cfg.G
-    cols: dict[str, list[torch.Tensor]] = {"qk": [], "vo": [], "key_bias": [], "value_bias": []}
+    G, n_h, D, C = cfg.G, cfg.H // cfg.G, cfg.D, cfg.C
+    dtype = p["W_Q"].dtype
+    where = param_slices(p)
+    gens = qk_generators(cfg).to(dtype)  # (m, D, D)
+    units = torch.eye(C * C, dtype=dtype).reshape(-1, C, C)  # the unit S, row-major
+    value_bias = _value_bias_moves(p, cfg)
+    counts = {
+        "qk": G * len(gens),
+        "vo": G * C * C,
+        "key_bias": G * (D - cfg.R) if "b_K" in p else 0,
+        "value_bias": 0 if value_bias is None else len(value_bias[0]),
+    }
+    blocks, k = {}, 0
+    for name, c in counts.items():
+        blocks[name], k = slice(k, k + c), k + c
+    entries: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (rows, columns, values)
+
+    def put(name: str, a: int, sel: tuple, values: torch.Tensor) -> None:  # rows a.., the entries p[name][sel]
+        cols = torch.arange(where[name].start, where[name].stop).reshape(p[name].shape)[sel].reshape(-1)
+        m = len(values)
+        entries.append((torch.arange(a, a + m).repeat_interleave(len(cols)), cols.repeat(m), values.reshape(-1)))
+
+    m = len(gens)
     for g in range(G):
-        for S0 in qk_generators(cfg):
-            S = torch.zeros(G, cfg.D, cfg.D, dtype=torch.float64)
-            S[g] = S0
-            cols["qk"].append(flatten(qk_direction(p, cfg, S)))
-        for i in range(cfg.C * cfg.C):
-            S = torch.zeros(G * cfg.C * cfg.C, dtype=torch.float64)
-            S[g * cfg.C * cfg.C + i] = 1.0
-            cols["vo"].append(flatten(vo_direction(p, cfg, S.reshape(G, cfg.C, cfg.C))))
-    zero = {k: torch.zeros_like(v) for k, v in p.items()}
-    if "b_K" in p:  # the unrotated coordinates of the key bias (all of them without RoPE)
-        for g in range(G):
-            for i in range(cfg.R, cfg.D):
-                d = dict(zero)
-                d["b_K"] = torch.zeros_like(p["b_K"])
-                d["b_K"][g, i] = 1.0
-                cols["key_bias"].append(flatten(d))
-    if "b_V" in p:
-        # the map b_V -> Σ_h W_O^h b_V^g, as an (E, G*C) matrix
-        W_sum = p["W_O"].reshape(G, cfg.H // G, cfg.E, cfg.C).sum(1)  # (G, E, C)
-        M = W_sum.permute(1, 0, 2).reshape(cfg.E, G * cfg.C)
-        if "b_O" in p:
-            for j in range(G * cfg.C):
-                d = dict(zero)
-                unit = torch.zeros(G * cfg.C, dtype=p["b_V"].dtype).index_fill(0, torch.tensor([j]), 1.0)
-                d["b_V"] = unit.reshape(p["b_V"].shape)
-                d["b_O"] = -M[:, j]
-                cols["value_bias"].append(flatten(d))
-        else:
-            _, s, Vh = torch.linalg.svd(M.to(torch.float64))
-            rank = int((s > s.max() * 1e-12).sum())
-            for v in Vh[rank:]:
-                d = dict(zero)
-                d["b_V"] = v.to(p["b_V"].dtype).reshape(p["b_V"].shape)
-                cols["value_bias"].append(flatten(d))
-    n = flatten(p).numel()
-    return {k: (torch.stack(v, dim=1) if v else torch.zeros(n, 0, dtype=p["W_Q"].dtype)) for k, v in cols.items()}
+        heads, a = slice(g * n_h, (g + 1) * n_h), blocks["qk"].start + g * m
+        put("W_Q", a, (heads,), torch.einsum("sij,hje->shie", gens, p["W_Q"][heads]))
+        put("W_K", a, (g,), -torch.einsum("sji,je->sie", gens, p["W_K"][g]))
+        if "b_Q" in p:
+            put("b_Q", a, (heads,), torch.einsum("sij,hj->shi", gens, p["b_Q"][heads]))
+        if "b_K" in p:
+            put("b_K", a, (g,), -torch.einsum("sji,j->si", gens, p["b_K"][g]))
+        a = blocks["vo"].start + g * C * C
+        put("W_V", a, (g,), torch.einsum("sab,be->sae", units, p["W_V"][g]))
+        put("W_O", a, (heads,), -torch.einsum("hea,sab->sheb", p["W_O"][heads], units))
+        if "b_V" in p:
+            put("b_V", a, (g,), torch.einsum("sab,b->sa", units, p["b_V"][g]))
+    if counts["key_bias"]:  # the unrotated coordinates (all of them without RoPE)
+        unrotated = torch.zeros(D, dtype=torch.bool)
+        unrotated[cfg.R :] = True
+        cols = torch.arange(where["b_K"].start, where["b_K"].stop).reshape(G, D)[:, unrotated].reshape(-1)
+        rows = torch.arange(blocks["key_bias"].start, blocks["key_bias"].stop)
+        entries.append((rows, cols, torch.ones(len(rows), dtype=dtype)))
+    if value_bias is not None:
+        a = blocks["value_bias"].start
+        put("b_V", a, (), value_bias[0])
+        if value_bias[1] is not None:
+            put("b_O", a, (), value_bias[1])
+    n = sum(v.numel() for v in p.values())
+    r, c, v = (torch.cat(x).numpy() for x in zip(*entries))
+    out = scipy.sparse.csr_array((v, (r, c)), shape=(k, n))
+    out.eliminate_zeros()
+    return out, blocks
 
 
 # ----------------------------------------------------------------- probes used by the book

@@ -159,8 +159,9 @@ def validation_tokens(data: CharData, model: GPT, n_params: int, *, seed: int = 
 
 POINTS_FILE = "points.json"  # a run folder's cached trained-point audits (keyed by model.pt's digest)
 # in the cache keys: rows of an earlier certificate or orbit fit are not reused (v2: per-group factors, 20 pairs of
-# L-BFGS history; v3: layers numbered from 1)
-AUDIT_VERSION = "v3"
+# L-BFGS history; v3: layers numbered from 1; v4: the group's query/key block factored through its Gram, whose
+# estimates of the weakest direction move in the fourth digit)
+AUDIT_VERSION = "v4"
 FIT_VERSION = "v3"
 
 
