@@ -14,7 +14,7 @@ import attnid.certify as C
 from attnid.attention import AttentionConfig, flatten, head_mixtures, init_params, unflatten
 from attnid.audit import CertificateError, _layer_fn, audit, default_data_size, random_inputs
 from attnid.counting import count
-from attnid.symmetry import tangent_basis, tangent_rows
+from attnid.symmetry import qk_direction, qk_generators, tangent_basis, tangent_rows, vo_direction
 
 GROUP_CONFIGS = [
     AttentionConfig(8, 2, bias="all", causal=True),
@@ -92,7 +92,7 @@ def _explicit_complement(T):
 @pytest.mark.parametrize("unit", [False, True], ids=["random", "unit vectors (τ = 0 reflectors)"])
 def test_the_complement_of_the_known_directions(unit):
     """``M Q_⊥`` through the compact WY form spans and measures the same as an explicit basis of the complement (the
-    two bases differ by an orthogonal map: equal Gram matrices and singular values), in place or not, and the Gram
+    two bases differ by an orthogonal map: equal Gram matrices and singular values), written over M, and the Gram
     taken to the complement on both sides equals ``Q_⊥ᵀ G Q_⊥`` of the same basis."""
     g = torch.Generator().manual_seed(0)
     n, k = 30, 7
@@ -110,10 +110,11 @@ def test_the_complement_of_the_known_directions(unit):
     assert (T.T @ Q[:, k:]).abs().max() < 1e-13  # and its trailing columns are the complement
     M = torch.randn(12, n, generator=g, dtype=torch.float64)
     want = M @ _explicit_complement(T)
-    got = C._on_complement(M, qr)
+    written = M.clone()
+    got = C._on_complement(written, qr)
     assert torch.allclose(got @ got.T, want @ want.T, atol=1e-12)
     assert torch.allclose(got, M @ Q[:, k:], atol=1e-13)
-    assert torch.allclose(C._on_complement(M.clone(), qr, inplace=True), got, atol=1e-14)
+    assert got.data_ptr() == written[:, k:].data_ptr()  # in place: a view of M's last columns
     A = torch.randn(n, n, generator=g, dtype=torch.float64)
     G = A @ A.T
     upper = np.asfortranarray(G.numpy())
@@ -182,14 +183,31 @@ def test_qk_norm_ties_the_groups():
 
 
 def test_known_directions_as_sparse_rows():
-    """The tangent directions are built as sparse rows: the same numbers as the dense basis, no stored zero; a dense
-    (n, k) tensor becomes the same rows, and NaN stays (a direction with NaN is not null)."""
+    """The tangent directions are built as sparse rows: each QK and VO row the flat direction of qk_direction and
+    vo_direction for its generator (written independently, one dense direction at a time), no stored zero, the
+    same numbers as the dense basis; a dense (n, k) tensor becomes the same rows, and NaN stays (a direction with
+    NaN is not null)."""
     cfg = AttentionConfig(16, 4, groups=2, bias="all", rope_dims=2)
     p = init_params(cfg, seed=0)
     rows, blocks = tangent_rows(p, cfg)
     dense = torch.cat(list(tangent_basis(p, cfg).values()), 1)
     assert isinstance(rows, scipy.sparse.csr_array) and (rows.data != 0).all()
     assert torch.equal(torch.from_numpy(rows.toarray()).T, dense)
+    gens, j = qk_generators(cfg), blocks["qk"].start
+    for g in range(cfg.G):
+        for S0 in gens:
+            S = torch.zeros(cfg.G, cfg.D, cfg.D, dtype=torch.float64)
+            S[g] = S0
+            assert torch.allclose(torch.from_numpy(rows[[j]].toarray()[0]), flatten(qk_direction(p, cfg, S)))
+            j += 1
+    j = blocks["vo"].start
+    for g in range(cfg.G):
+        for i in range(cfg.C**2):
+            S = torch.zeros(cfg.G, cfg.C * cfg.C, dtype=torch.float64)
+            S[g, i] = 1.0
+            want = flatten(vo_direction(p, cfg, S.reshape(cfg.G, cfg.C, cfg.C)))
+            assert torch.allclose(torch.from_numpy(rows[[j]].toarray()[0]), want)
+            j += 1
     assert sum(sl.stop - sl.start for sl in blocks.values()) == dense.shape[1] == count(cfg).unidentified
     again = C.direction_rows(dense)
     assert (again != rows).nnz == 0

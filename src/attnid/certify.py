@@ -333,7 +333,8 @@ class _GroupBlock:
     ``params`` under ``sub`` (the layer's config with this group alone), its known directions ``T`` ``(n_g, k_g)``
     (the columns ``dirs`` of the whole ``T``) and the Jacobian through its activations. From step 2
     (:func:`_split_known`): ``value_rows`` ``(E', a)``, an orthonormal basis of the rows of ``[W_V b_V]`` that the
-    known value directions leave (``None``: no split; every coordinate goes with the query/key ones), ``rest``
+    known value directions leave (``None``: no split; every coordinate goes with the query/key ones) and
+    ``value_map`` the map of :meth:`GroupActivations.value_map` they act on, ``rest``
     the projections certified at full size (``"QK"`` or ``"QKV"``, in the order of
     :meth:`GroupActivations.ext_order`) and ``rest_qr`` the Householder QR of their known directions."""
 
@@ -342,6 +343,7 @@ class _GroupBlock:
     T: torch.Tensor
     dirs: torch.Tensor
     acts: GroupActivations
+    value_map: torch.Tensor | None = None
     value_rows: torch.Tensor | None = None
     rest: str = "QKV"
     rest_qr: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -355,9 +357,12 @@ Directions: TypeAlias = "torch.Tensor | scipy.sparse.csr_array"
 def direction_rows(T: Directions) -> scipy.sparse.csr_array:
     """Known directions as the rows of a sparse float64 matrix ``(k, n)``: ``T`` given as a dense ``(n, k)`` tensor
     (one direction per column, as :func:`certify` takes them) or already as such rows
-    (:func:`attnid.symmetry.tangent_rows`). Entries that are zero are not stored; NaN is."""
+    (:func:`attnid.symmetry.tangent_rows`; float64 rows are returned as they are, their stored zeros dropped in
+    place, so the steps pass one object along). Entries that are zero are not stored; NaN is."""
     if isinstance(T, torch.Tensor):
         rows = scipy.sparse.csr_array(T.detach().to(torch.float64).T.numpy())
+    elif isinstance(T, scipy.sparse.csr_array) and T.dtype == np.float64:
+        rows = T
     else:
         rows = scipy.sparse.csr_array(T, dtype=np.float64)
     rows.eliminate_zeros()
@@ -473,12 +478,10 @@ def _householder(T: torch.Tensor, rtol: float) -> tuple[tuple[torch.Tensor, torc
     return (a, tau), t_cond
 
 
-def _on_complement(
-    M: torch.Tensor, qr: tuple[torch.Tensor, torch.Tensor] | None, *, inplace: bool = False
-) -> torch.Tensor:
+def _on_complement(M: torch.Tensor, qr: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
     """``M Q_⊥`` ``(m, n_b − k)``: the columns of ``M`` ``(m, n_b)`` on an orthonormal basis ``Q_⊥`` of the complement
-    of the known directions whose Householder QR is ``qr`` (the trailing columns of its ``Q``). With ``inplace``,
-    written over ``M``'s last ``n_b − k`` columns and returned as a view of them.
+    of the known directions whose Householder QR is ``qr`` (the trailing columns of its ``Q``), written over ``M``'s
+    last ``n_b − k`` columns and returned as a view of them.
 
     ``Q = H_1 ⋯ H_k = I − V T Vᵀ`` in compact WY form, ``T⁻¹ = triu(VᵀV, 1) + diag(1/τ)`` (Joffrain et al.,
     *ACM TOMS* 32, 2006; a reflector with ``τ = 0`` is the identity and drops out), so
@@ -489,9 +492,7 @@ def _on_complement(
     V, T_inv = _compact_wy(qr)
     k = V.shape[1]
     MVT = torch.linalg.solve_triangular(T_inv, M @ V, upper=True, left=False)  # (M V) T
-    if inplace:
-        return M[:, k:].addmm_(MVT, V[k:].T, alpha=-1.0)
-    return M[:, k:] - MVT @ V[k:].T
+    return M[:, k:].addmm_(MVT, V[k:].T, alpha=-1.0)
 
 
 def _compact_wy(qr: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -558,7 +559,8 @@ def _split_known(block: _GroupBlock, rtol: float) -> None:
         raise CertificateError(f"certify: {k} supplied null directions for {n_b} coordinates are not independent")
     on_v, on_r = T[v_idx].ne(0).any(0), T[r_idx].ne(0).any(0)
     rows = None
-    if not bool((on_v & on_r).any()) and block.acts.value_map() is not None:
+    block.value_map = block.acts.value_map() if not bool((on_v & on_r).any()) else None
+    if block.value_map is not None:
         rows = _value_rows(T[v_idx][:, on_v], block.sub.C, "b_V" in where, rtol)
     if rows is None:  # every coordinate, in the order of GroupActivations.columns
         block.rest, T_rest, t_v = "QKV", T[block.acts.ext_order("QKV")], 1.0
@@ -819,22 +821,18 @@ def group_singular_values(
 
     an upper block-triangular matrix with the same singular values once ``B2`` is factored (``R22``). So only the
     query/key part is factored at full size. ``R22ᵀR22 = B2ᵀB2 = Q_⊥ᵀ (Σ_c J_cᵀJ_c − WᵀW) Q_⊥`` with
-    ``W = (I_C ⊗ [heads_Qz Q_s])ᵀ J_rest``: the first term from the activations without forming ``J``
-    (:meth:`GroupActivations.query_key_gram`), the second from ``C·(n·rank_z + a)`` rows where ``B2`` has
-    ``C·(n·B·L − n·rank_z − a)``. Without the split, ``B2`` is formed one channel at a time and its Gram factored
-    (:func:`_gram_factor`). ``low`` and ``high`` are the block inverse and power iterations on ``R`` (applied block
-    by block, never formed), widened by the Gram's rounding bound; where that bound is above ``GRAM_MARGIN σ_min²``,
-    or the Cholesky fails, ``R22`` is the R of a QR of ``B2`` (exact). ``work``: arrays reused from group to group.
-    Long because this docstring derives the factorization the three helpers compute."""
+    ``W = (I_C ⊗ [heads_Qz Q_s])ᵀ J_rest`` (:func:`_query_key_factor`). Without the split, ``B2`` is formed one
+    channel at a time and its Gram factored (:func:`_gram_factor`). ``low`` and ``high`` are the block inverse and
+    power iterations on ``R`` (applied block by block, never formed), widened by the Gram's rounding bound; where
+    that bound is above ``GRAM_MARGIN σ_min²``, or the Cholesky fails, ``R22`` is the R of a QR of ``B2`` (exact).
+    ``work``: arrays reused from group to group."""
     work = {} if work is None else work
+    timer = StageTimer() if timer is None else timer
     acts, C, n = block.acts, block.sub.C, block.sub.H
     heads_Qz = torch.block_diag(*[Qz] * n)  # (n·B·L, n·rank_z): the output block's rows, for each head
-    if block.value_rows is None:
-        Q_s, R_s = heads_Qz.new_zeros(len(heads_Qz), 0), heads_Qz.new_zeros(0, 0)
-    else:
-        value = acts.value_map()
-        assert value is not None  # the split was made where the value channels mix alone
-        A = value @ block.value_rows
+    Q_s, R_s = heads_Qz.new_zeros(len(heads_Qz), 0), heads_Qz.new_zeros(0, 0)
+    if block.value_map is not None and block.value_rows is not None:
+        A = block.value_map @ block.value_rows
         A = A - heads_Qz @ (heads_Qz.T @ A)
         Q_s, R_s = torch.linalg.qr(A - heads_Qz @ (heads_Qz.T @ A))  # projected twice: Q_s ⟂ heads_Qz to rounding
     reached = torch.cat([heads_Qz, Q_s], 1)
@@ -843,16 +841,14 @@ def group_singular_values(
     factor = None
     if block.rest == "QK" and n2 and C * (len(heads_Qz) - reached.shape[1]) >= n2:
         factor = _query_key_factor(block, reached, heads_Qz.shape[1], n2, work)
-    if timer is not None:
-        timer("block_jacobians")
+    timer("block_jacobians")
     low = high = 0.0
     if factor is not None:
         B1, R22, err = factor
         low, high = _block_triangular_singular_values(R_s, C, B1, R22, gen)
     if factor is None or err > GRAM_MARGIN * low**2:  # B2 itself, one channel at a time
         B1, B2 = _row_blocks(block, reached, Q_s, n2, work)
-        if timer is not None:
-            timer("block_jacobians")
+        timer("block_jacobians")
         for exact in (False, True):
             R22_rows, err = _gram_factor(B2, exact, _fortran(work, "gram", n2))
             if R22_rows is None:
@@ -860,8 +856,7 @@ def group_singular_values(
             low, high = _block_triangular_singular_values(R_s, C, B1, R22_rows, gen)
             if err <= GRAM_MARGIN * low**2:
                 break
-    if timer is not None:
-        timer("block_factors")
+    timer("block_factors")
     return math.sqrt(max(low**2 - err, 0.0)), math.sqrt(high**2 + err)
 
 
@@ -870,7 +865,9 @@ def _query_key_factor(
 ) -> tuple[torch.Tensor, torch.Tensor, float] | None:
     """``B1``, ``R22`` and the rounding bound ``err`` of :func:`group_singular_values` from the query/key Gram:
     ``R22ᵀR22 = Q_⊥ᵀ (Σ_c J_cᵀJ_c − WᵀW) Q_⊥``, ``W = (I_C ⊗ reached)ᵀ J_rest`` (``reached = [heads_Qz Q_s]``, the
-    first ``rz`` columns the output block's); ``None`` where the Cholesky fails."""
+    first ``rz`` columns the output block's): ``Σ_c J_cᵀJ_c`` from the activations without forming ``J``
+    (:meth:`GroupActivations.query_key_gram`), ``WᵀW`` from ``C·(n·rank_z + a)`` rows where ``B2`` has
+    ``C·(n·B·L − n·rank_z − a)``; ``None`` where the Cholesky fails."""
     acts, C = block.acts, block.sub.C
     tokens, r = reached.shape
     a, n_rest = r - rz, n2 + (0 if block.rest_qr is None else block.rest_qr[0].shape[1])
@@ -881,7 +878,7 @@ def _query_key_factor(
         torch.matmul(reached.T, acts.columns("QK", c, out=J_c), out=W[c])
     B1_rows = _buffer(work, "B1_rows", (C * a, n_rest))
     B1_rows.view(C, a, n_rest).copy_(W[:, rz:])
-    B1 = _on_complement(B1_rows, block.rest_qr, inplace=True)
+    B1 = _on_complement(B1_rows, block.rest_qr)
     W2 = W.view(C * r, n_rest)
     upper = scipy.linalg.blas.dsyrk(  # G − WᵀW, upper triangle, over G in Fortran order (it is symmetric)
         -1.0, W2.numpy().T, beta=1.0, c=gram.numpy().T, trans=0, overwrite_c=1
@@ -912,7 +909,7 @@ def _row_blocks(
     J_c = _buffer(work, "J_c", (len(reached), len(acts.ext_order(block.rest))))
     B1, B2 = _buffer(work, "B1", (C * a, n2)), _buffer(work, "B2", (C * q, n2))
     for c in range(C):
-        JQ = _on_complement(acts.columns(block.rest, c, out=J_c), block.rest_qr, inplace=True)
+        JQ = _on_complement(acts.columns(block.rest, c, out=J_c), block.rest_qr)
         torch.matmul(Q_s.T, JQ, out=B1[c * a : (c + 1) * a])
         torch.matmul(Q_rest.T, JQ, out=B2[c * q : (c + 1) * q])
     return B1, B2

@@ -141,10 +141,9 @@ def tangent_rows(p: AttentionParams, cfg: AttentionConfig) -> tuple[scipy.sparse
     """The directions of :func:`tangent_basis` as the rows of one sparse ``(k, n_params)`` matrix (θ's order), and
     the rows of each block: per group, ``(S W_Q, −Sᵀ W_K)`` for each generator ``S`` of :func:`qk_generators` and
     ``(−W_O S, S W_V)`` for each unit ``S`` of ``R^{C×C}``; a unit shift of each unrotated key-bias coordinate;
-    ``(δb_V, −Σ_h W_O^h δb_V)`` for each unit ``δb_V`` (or, without ``b_O``, the null space of that map). A direction
-    moves one group's parameters (and its heads' ``W_O``): at E = 128 the dense matrix would hold 2.3 GB for the
-    few MB of entries that are not zero. Long because each family of directions is written out next to its formula,
-    where a reader checks it against §4."""
+    ``(δb_V, −Σ_h W_O^h δb_V)`` for each unit ``δb_V`` (or, without ``b_O``, the null space of that map); the
+    entries of :func:`qk_direction` and :func:`vo_direction`. Sparse: at E = 128 the dense matrix holds 2.3 GB for
+    a few MB of entries that are not zero."""
     if cfg.D > cfg.E or cfg.C > cfg.E:
         raise ValueError("tangent_basis: needs head_dim <= embed and value_dim <= embed")
     G, n_h, D, C = cfg.G, cfg.H // cfg.G, cfg.D, cfg.C
@@ -166,12 +165,11 @@ def tangent_rows(p: AttentionParams, cfg: AttentionConfig) -> tuple[scipy.sparse
 
     def put(name: str, a: int, sel: tuple, values: torch.Tensor) -> None:  # rows a.., the entries p[name][sel]
         cols = torch.arange(where[name].start, where[name].stop).reshape(p[name].shape)[sel].reshape(-1)
-        m = len(values)
-        entries.append((torch.arange(a, a + m).repeat_interleave(len(cols)), cols.repeat(m), values.reshape(-1)))
+        rows = torch.arange(a, a + len(values)).repeat_interleave(len(cols))
+        entries.append((rows, cols.repeat(len(values)), values.reshape(-1)))
 
-    m = len(gens)
     for g in range(G):
-        heads, a = slice(g * n_h, (g + 1) * n_h), blocks["qk"].start + g * m
+        heads, a = slice(g * n_h, (g + 1) * n_h), blocks["qk"].start + g * len(gens)
         put("W_Q", a, (heads,), torch.einsum("sij,hje->shie", gens, p["W_Q"][heads]))
         put("W_K", a, (g,), -torch.einsum("sji,je->sie", gens, p["W_K"][g]))
         if "b_Q" in p:
@@ -183,12 +181,11 @@ def tangent_rows(p: AttentionParams, cfg: AttentionConfig) -> tuple[scipy.sparse
         put("W_O", a, (heads,), -torch.einsum("hea,sab->sheb", p["W_O"][heads], units))
         if "b_V" in p:
             put("b_V", a, (g,), torch.einsum("sab,b->sa", units, p["b_V"][g]))
-    if counts["key_bias"]:  # the unrotated coordinates (all of them without RoPE)
-        unrotated = torch.zeros(D, dtype=torch.bool)
-        unrotated[cfg.R :] = True
-        cols = torch.arange(where["b_K"].start, where["b_K"].stop).reshape(G, D)[:, unrotated].reshape(-1)
-        rows = torch.arange(blocks["key_bias"].start, blocks["key_bias"].stop)
-        entries.append((rows, cols, torch.ones(len(rows), dtype=dtype)))
+    if counts["key_bias"]:  # a unit shift of each unrotated coordinate (all of them without RoPE)
+        cols = torch.arange(where["b_K"].start, where["b_K"].stop).reshape(G, D)[:, cfg.R :].reshape(-1)
+        entries.append(
+            (torch.arange(blocks["key_bias"].start, blocks["key_bias"].stop), cols, torch.ones_like(cols, dtype=dtype))
+        )
     if value_bias is not None:
         a = blocks["value_bias"].start
         put("b_V", a, (), value_bias[0])
