@@ -1,5 +1,7 @@
 """Trained points: an attention layer audited at given weights on the inputs its LayerNorm gives it."""
 
+import io
+
 import pytest
 import torch
 from plants import relist
@@ -146,6 +148,42 @@ def test_audit_run_keeps_its_audits_for_this_model(tiny_run, tmp_path, corpus, m
     assert computed == [1, 2]  # another model.pt: audited again
 
 
+@pytest.mark.parametrize("reader", ["audit_run", "snapshot_distances"])
+def test_the_cache_key_names_the_bytes_that_were_read(reader, tiny_run, tmp_path, corpus, monkeypatch):
+    """model.pt is read once: a file swapped for another sealed model right after it was read leaves the cache
+    entry keyed by the digest of the weights computed on, not by the swapped file's (a second read for the key
+    would name the new file and hand its audits to the old weights)."""
+    import hashlib
+    import json
+    import shutil
+
+    from attnid.lm import points, records
+
+    d = tmp_path / "run"
+    shutil.copytree(tiny_run, d)
+    monkeypatch.setattr(points, "audit_point", lambda model, tokens, k, **kw: {"layer": k})
+    monkeypatch.setattr(points, "orbit_distance", lambda a, b, k: (0.0, 0.0))
+    read: list[str] = []
+    real_read = records.sealed_bytes
+
+    def read_then_swap(folder, name):
+        data = real_read(folder, name)
+        read.append(hashlib.sha256(data).hexdigest())
+        ck = torch.load(io.BytesIO(data), weights_only=False)
+        ck["model"]["blocks.1.attn.c_proj.bias"] += 1.0
+        torch.save(ck, d / "model.pt")
+        relist(d)
+        return data
+
+    monkeypatch.setattr(records, "sealed_bytes", read_then_swap)
+    if reader == "audit_run":
+        points.audit_run(d, corpus, layers=[1], cache=True)
+    else:
+        points.snapshot_distances(d, points=1, cache=True)
+    (key,) = json.loads((d / points.POINTS_FILE).read_text())
+    assert len(read) == 1 and key.split("/")[0] == read[0] != records.file_entry(d / "model.pt")["sha256"]
+
+
 def test_motion_rows_are_kept_for_this_model_and_this_fit(tiny_run, tmp_path, monkeypatch):
     """The orbit fits are kept in points.json under the model's digest and the fit's version: reused by the next
     call; rows that an earlier fit left (planted under the old key, without the version) are refitted."""
@@ -192,7 +230,7 @@ def test_motion_along_the_symmetry_is_undone_by_the_orbit_fit(tiny_run, tmp_path
     # planted: the last snapshot replaced by the first one moved along the symmetry only
     d = tmp_path / "run"
     shutil.copytree(tiny_run, d)
-    cfg, snaps = load_snapshots(d)
+    cfg, snaps, _digest = load_snapshots(d)
     m = model_from_snapshot(cfg, snaps[0])
     with torch.no_grad():
         m.blocks[0].attn.c_attn.bias.uniform_(-0.5, 0.5)  # off the zero-bias init, where rebalancing is trivial

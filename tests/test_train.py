@@ -207,7 +207,7 @@ def test_the_smoke_profile_keeps_the_model_and_its_snapshots(smoke_runs):
     out, _runs = smoke_runs
     d = out / "smoke" / "adamw"
     model = load_model(d)
-    _cfg, snaps = load_snapshots(d)
+    _cfg, snaps, _digest = load_snapshots(d)
     assert sorted(snaps) == [0, 1, 25, 50]
     kept = {k for k in model.state_dict() if ".attn." in k or ".ln_1." in k}
     assert set(snaps[0]) == kept and len(kept) == 2 * 6  # per layer: c_attn, c_proj, ln_1 (weight, bias each)

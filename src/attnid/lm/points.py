@@ -183,15 +183,15 @@ def audit_run(
     from tqdm import tqdm  # not tqdm.auto: in a notebook without ipywidgets it warns on import
 
     from ..audit import check_seed
-    from .data import sha256
-    from .train import load_model
+    from .train import model_from_file, read_model_file
 
     check_seed(seed)
     d = Path(d)
-    model = load_model(d).to(torch.float64)
+    contents, digest = read_model_file(d)  # the key names the bytes audited: model.pt is read once
+    model = model_from_file(contents, d / "model.pt").to(torch.float64)
     n_layer = len(model.blocks)
     chosen = check_layers(layers, n_layer)
-    key = f"{sha256(d / 'model.pt')}/seed {seed}/{method}/{AUDIT_VERSION}"
+    key = f"{digest}/seed {seed}/{method}/{AUDIT_VERSION}"
     kept = _read_points(d).get(key, {}) if cache else {}
     todo = [k for k in chosen if str(k) not in kept]
     if todo:
@@ -306,12 +306,11 @@ def snapshot_distances(d: str | Path, *, points: int | None = None, cache: bool 
     last included (every step: ``None``). ``cache``: reuse and extend the rows kept in the folder's
     ``points.json`` for this ``model.pt`` (an orbit fit takes seconds). Rows ``{"step", "layer", "raw", "orbit",
     "invariant"}``."""
-    from .data import sha256
     from .train import load_snapshots
 
     d = Path(d)
-    cfg, snaps = load_snapshots(d)
-    key = f"{sha256(d / 'model.pt')}/motion/{FIT_VERSION}"
+    cfg, snaps, digest = load_snapshots(d)  # the key names the bytes read: model.pt is read once
+    key = f"{digest}/motion/{FIT_VERSION}"
     kept = _read_points(d).get(key, {}) if cache else {}
     steps = sorted(snaps)
     if points is not None:

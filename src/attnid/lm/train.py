@@ -18,6 +18,7 @@ Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import platform
 import sys
@@ -932,9 +933,11 @@ def _finish(group: Group, *, metrics: bool, save: bool, start: int, train_second
     return out
 
 
-def read_model_file(d: Path) -> dict:
-    """The contents of a finished run's ``model.pt``, checked against its record's seal before they are parsed
-    and read without running code (:func:`attnid.lm.records.sealed_bytes`, :func:`attnid.lm.records.load_tensors`)."""
+def read_model_file(d: Path) -> tuple[dict, str]:
+    """The contents of a finished run's ``model.pt`` and the sha256 of the bytes they were parsed from (what a
+    cache of results on this model is keyed by): the file is read once, checked against its record's seal before
+    it is parsed and read without running code (:func:`attnid.lm.records.sealed_bytes`,
+    :func:`attnid.lm.records.load_tensors`)."""
     f = Path(d) / "model.pt"
     try:
         data = records.sealed_bytes(Path(d), "model.pt")
@@ -942,16 +945,21 @@ def read_model_file(d: Path) -> dict:
         raise FileNotFoundError(
             f"no trained model at {f}; rerun with save_model=True (`attnid train --save-model`)"
         ) from None
+    digest = hashlib.sha256(data).hexdigest()
     ck = records.load_tensors(data, f)
     if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("gpt_config"), dict)):
         raise RecordError(f"{f}: not a trained model of attnid (a dict with 'model' and 'gpt_config')")
-    return ck
+    return ck, digest
 
 
 def load_model(d: Path, device: str = "cpu") -> GPT:
     """The trained model of a finished run saved with ``save_model=True`` (in eval mode)."""
-    ck = read_model_file(d)
-    f = Path(d) / "model.pt"
+    return model_from_file(read_model_file(d)[0], Path(d) / "model.pt", device)
+
+
+def model_from_file(ck: dict, f: Path, device: str = "cpu") -> GPT:
+    """The model (in eval mode) of the contents ``ck`` of ``model.pt`` file ``f`` (:func:`read_model_file`), its
+    weights checked against its ``gpt_config`` on the meta device before anything is built."""
     try:
         cfg = GPTConfig(**ck["gpt_config"])
         with torch.device("meta"):  # the shapes its config declares, before anything is allocated
@@ -970,10 +978,11 @@ def load_model(d: Path, device: str = "cpu") -> GPT:
     return model.eval()
 
 
-def load_snapshots(d: Path) -> tuple[GPTConfig, dict[int, dict[str, torch.Tensor]]]:
-    """The model config and the snapshots (:attr:`Run.snapshots`) kept in a finished run's ``model.pt``."""
+def load_snapshots(d: Path) -> tuple[GPTConfig, dict[int, dict[str, torch.Tensor]], str]:
+    """The model config and the snapshots (:attr:`Run.snapshots`) kept in a finished run's ``model.pt``, and the
+    file's sha256 (:func:`read_model_file`)."""
     f = Path(d) / "model.pt"
-    ck = read_model_file(d)
+    ck, digest = read_model_file(d)
     if not ck.get("snapshots"):
         raise FileNotFoundError(f"{f} keeps no snapshots (written before they were kept); rerun with --force")
-    return GPTConfig(**ck["gpt_config"]), ck["snapshots"]
+    return GPTConfig(**ck["gpt_config"]), ck["snapshots"], digest
