@@ -184,6 +184,29 @@ def test_the_cache_key_names_the_bytes_that_were_read(reader, tiny_run, tmp_path
     assert len(read) == 1 and key.split("/")[0] == read[0] != records.file_entry(d / "model.pt")["sha256"]
 
 
+def test_a_folder_that_cannot_be_written_keeps_no_audits_and_says_so_once(
+    tiny_run, tmp_path, corpus, monkeypatch, capsys
+):
+    """A read-only copy of the records (the tests run as root, so the write is refused by a plant): the audits are
+    computed and returned, nothing is kept, and one note (not one per layer) names the file."""
+    import shutil
+
+    from attnid.lm import points, records
+
+    d = tmp_path / "run"
+    shutil.copytree(tiny_run, d)
+    monkeypatch.setattr(points, "audit_point", lambda model, tokens, k, **kw: {"layer": k})
+
+    def refused(path, data):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(records, "atomic_write", refused)
+    assert points.audit_run(d, corpus, cache=True) == [{"layer": 1}, {"layer": 2}]
+    err = capsys.readouterr().err
+    assert err.count("cannot keep audits") == 1 and f"{d / points.POINTS_FILE} (Permission denied)" in err
+    assert not (d / points.POINTS_FILE).exists()
+
+
 def test_motion_rows_are_kept_for_this_model_and_this_fit(tiny_run, tmp_path, monkeypatch):
     """The orbit fits are kept in points.json under the model's digest and the fit's version: reused by the next
     call; rows that an earlier fit left (planted under the old key, without the version) are refitted."""
