@@ -138,6 +138,12 @@ def test_audit_refuses_small_batch_and_bad_threads():
         (["train", "--profile", "smoke", "--device", "mps"], "mps"),
         (["train", "--profile", "smoke", "--threads", "0"], "threads"),
         (["train", "--profile", "paper", "--case", "sgd"], "paper profile needs a GPU"),
+        (
+            ["train", "--profile", "smoke", "--device", "cpu", "--compile"],
+            "compile: torch.compile is used on CUDA only",
+        ),
+        (["train", "--profile", "smoke", "--device", "cpu", "--precision", "tf32"], "tf32 exists on CUDA only"),
+        (["experiments", "--profile", "smoke", "--stacked", "--device", "cpu", "--compile"], "CUDA only"),
         (["train", "--profile", "smoke", "--seed", "99999999999999999999999"], "seed must be an integer from 0"),
         (["audit", "--embed", "8", "--heads", "2", "--seed", "-1"], "seed must be an integer from 0"),
         (["audit", "--embed", "8", "--heads", "2", "--seed", "99999999999999999999999"], "seed must be"),

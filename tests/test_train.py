@@ -215,6 +215,22 @@ def test_the_smoke_profile_keeps_the_model_and_its_snapshots(smoke_runs):
     assert not torch.equal(snaps[0]["blocks.0.attn.c_attn.weight"], snaps[1]["blocks.0.attn.c_attn.weight"])
 
 
+@pytest.mark.parametrize("option, word", [({"compile": True}, "compile"), ({"precision": "tf32"}, "tf32")])
+@pytest.mark.parametrize("stacked", [False, True])
+def test_options_the_cpu_cannot_honour_are_refused_before_anything_is_written(option, word, stacked, corpus, tmp_path):
+    """torch.compile and TF32 exist on CUDA only: on the CPU the run would be plain fp32 eager under their label
+    (a TF32 record reads the bias theorems), so they are refused by name, alone or stacked, before a folder is made."""
+    from attnid.lm.batched import train_stack
+
+    cfgs = [make_config("smoke", c, device="cpu", **option) for c in ("sgd", "adamw")]
+    with pytest.raises(ValueError, match=f"{word}.*CUDA only"):
+        if stacked:
+            train_stack(cfgs, out=tmp_path, data=corpus, progress=False)
+        else:
+            train(cfgs[0], out=tmp_path, data=corpus, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_resume_with_another_thread_count_is_identical(corpus, tmp_path):
     """The checkpoint records the thread count and the resume restores it (CPU reductions depend on it)."""
     cfg = make_config("smoke", "adamw")

@@ -94,7 +94,7 @@ def train_bench(steps: int, repeats: int) -> None:
     )
 
 
-def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: bool = False) -> tuple[float, float]:
+def step_and_metric_ms(cfg, data, device: str, precision: str, n: int) -> tuple[float, float]:
     """Median ms of one training step of one model (no metrics) and of the probe's work on one step (its host part
     included, computed at once)."""
     import statistics
@@ -103,17 +103,16 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int, compile: 
     from attnid.lm.train import build, precision_context
 
     model, opt = build(cfg, data.vocab_size, device)
-    step_model = torch.compile(model) if compile else model
     probe = IdentificationProbe.for_model(model, opt)
     gen = torch.Generator().manual_seed(0)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     step_times, metric_times = [], []
-    for i in range(n + 5):  # the first 5 steps warm up (and compile)
+    for i in range(n + 5):  # the first 5 steps warm up
         x, y = data.batch("train", cfg.batch_size, cfg.block_size, gen, device)
         sync()
         t = time.perf_counter()
         with precision_context(precision, device):
-            _, loss = step_model(x, y)
+            _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

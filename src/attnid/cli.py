@@ -517,10 +517,15 @@ def _check_launcher_flags(a) -> None:
         raise ValueError("stacked: trains in this process; it cannot be combined with --launcher local|slurm")
 
 
-def _check_paper_device(a) -> None:
-    from .lm.profiles import resolve_device
+def _check_device(a) -> None:
+    """The device, and what the execution flags ask of it (``--precision tf32`` and ``--compile`` exist on CUDA
+    only), checked before anything trains; the paper profile on the CPU is refused unless asked for by name."""
+    from .lm.profiles import check_compile, resolve_device, resolve_precision
 
-    if a.profile == "paper" and resolve_device(a.device) == "cpu":
+    device = resolve_device(a.device)
+    resolve_precision(a.precision, device)
+    check_compile(a.compile, device)
+    if a.profile == "paper" and device == "cpu":
         if a.device == "auto":
             raise ValueError(
                 "device: the paper profile needs a GPU (one run takes about a day on 2 CPU cores); "
@@ -534,7 +539,7 @@ def cmd_train(a) -> int:
     from .lm.train import train
 
     cfg = make_config(a.profile, a.case, seed=a.seed, device=a.device, **_run_options(a))
-    _check_paper_device(a)
+    _check_device(a)
     _set_threads(a)
     s = train(cfg, force=a.force, progress=not a.json)
     s.pop("rows", None)
@@ -560,7 +565,7 @@ def cmd_experiments(a) -> int:
     """Every run of a suite, through a launcher (:mod:`attnid.lm.launch`); everything is checked before
     the first run."""
     from .lm.launch import SlurmOptions, launch
-    from .lm.profiles import SUITES, check_profile, make_config, resolve_device
+    from .lm.profiles import SUITES, check_profile, make_config
 
     if a.suite not in SUITES:
         raise ValueError(f"suite: unknown {a.suite!r}; choose one of {', '.join(SUITES)}")
@@ -581,8 +586,7 @@ def cmd_experiments(a) -> int:
             array_parallelism=a.array_parallelism,
         )
     else:
-        resolve_device(a.device)
-        _check_paper_device(a)
+        _check_device(a)
         _set_threads(a)
     if a.stacked:  # (_check_launcher_flags refused it with another launcher)
         from .lm.batched import stacks, train_stack
@@ -653,9 +657,9 @@ def _exec_args(p: argparse.ArgumentParser) -> None:
         "--precision",
         default="auto",
         choices=PRECISIONS,
-        help="auto: bf16 autocast on CUDA, fp32 on the CPU (the metrics are float64 either way)",
+        help="auto: bf16 autocast on CUDA, fp32 on the CPU; tf32: CUDA only (the metrics are float64 either way)",
     )
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only; refused elsewhere)")
     p.add_argument(
         "--save-model", action=argparse.BooleanOptionalAction,
         help="write model.pt: the final weights and the attention layers' weights at every evaluation (chapter 10; "

@@ -275,7 +275,7 @@ def stacked_runs(items: list[tuple[RunConfig, Path]], data: CharData, device: st
         if s == len(runs) or optimizer_class(cfgs[s]) != optimizer_class(cfgs[start]):
             steppers.append(StackStepper(stack, runs, start, s, device))
             start = s
-    step_model = torch.compile(stack) if cfgs[0].compile and device.startswith("cuda") else stack
+    step_model = torch.compile(stack) if cfgs[0].compile else stack  # CUDA only: refused elsewhere
     norms = torch.tensor([c.grad_clip for c in cfgs], device=device)
     return Group(
         runs,

@@ -129,12 +129,23 @@ def default_threads() -> int:
 
 
 def resolve_precision(precision: str, device: str) -> str:
-    """``"auto"`` -> ``"bf16"`` on CUDA, ``"fp32"`` elsewhere; ``"tf32"`` only means something on CUDA."""
+    """``"auto"`` -> ``"bf16"`` on CUDA, ``"fp32"`` elsewhere. ``"tf32"`` (TensorFloat-32 matrix products) exists
+    on CUDA only and is refused on another device: there it would compute in float32 and label the record TF32."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision: unknown {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if precision == "auto":
         return "bf16" if device.startswith("cuda") else "fp32"
+    if precision == "tf32" and not device.startswith("cuda"):
+        raise ValueError(f"precision: tf32 exists on CUDA only, and the device is {device}; choose fp32 or bf16")
     return precision
+
+
+def check_compile(compile: bool, device: str) -> None:
+    """``compile`` (``torch.compile`` of the model) is offered on CUDA only: refused by name on another device,
+    where it was measured to add about 40 s of compilation to a smoke run on 2 cores (and the cpu profile's step
+    is bound by its matrix products)."""
+    if compile and not device.startswith("cuda"):
+        raise ValueError(f"compile: torch.compile is used on CUDA only, and the device is {device}; drop --compile")
 
 
 @dataclass(kw_only=True)
@@ -163,7 +174,7 @@ class RunConfig(ModelShape):
     head_batches: int = 20  # fixed validation batches of the end-of-run head analysis (chapter 7)
     # execution: how the run is computed, not what it computes (not part of a record's identity)
     precision: str = "auto"  # "fp32" | "tf32" | "bf16" (autocast) | "auto": bf16 on CUDA, fp32 elsewhere
-    compile: bool = False  # torch.compile the model (CUDA only)
+    compile: bool = False  # torch.compile the model (CUDA only: refused elsewhere, check_compile)
     save_model: bool = False  # also write model.pt: final weights, attention weights at each evaluation (chapter 10)
 
     EXECUTION_FIELDS = ("device", "precision", "compile", "save_model")

@@ -37,7 +37,7 @@ from .data import CharData, load
 from .gpt import GPT, GPTConfig
 from .metrics import Key
 from .probe import IdentificationProbe, optimizer_update
-from .profiles import RunConfig, beta_law_factor, lr_at, resolve_device, resolve_precision
+from .profiles import RunConfig, beta_law_factor, check_compile, lr_at, resolve_device, resolve_precision
 from .records import RecordError
 
 # Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
@@ -276,6 +276,7 @@ def train_runs(
     runs that resume do so together only from checkpoints of the same step."""
     device = resolve_device(cfgs[0].device)
     precision = resolve_precision(cfgs[0].precision, device)
+    check_compile(cfgs[0].compile, device)
     dirs = [records.run_dir(c.profile, c.case, c.seed, out) for c in cfgs]
     options: dict[str, Any] = dict(
         progress=progress, metrics=metrics, stop_after=stop_after, save=save, checkpoints=checkpoints
@@ -561,10 +562,11 @@ class Group:
 
 
 def single_run(items: list[tuple[RunConfig, Path]], data: CharData, device: str, precision: str) -> Group:
-    """The group of one run: its model (compiled where ``cfg.compile`` asks, on CUDA) and its optimizer."""
+    """The group of one run: its model (compiled where ``cfg.compile`` asks: CUDA only, :func:`train_runs`
+    refuses it elsewhere) and its optimizer."""
     ((cfg, d),) = items
     model, opt = build(cfg, data.vocab_size, device)
-    step_model = torch.compile(model) if cfg.compile and device.startswith("cuda") else model
+    step_model = torch.compile(model) if cfg.compile else model
     run = Run(cfg, model, data, device, precision, torch.Generator().manual_seed(cfg.seed))
 
     def clip() -> None:
@@ -730,7 +732,7 @@ def summarize(run: Run, *, metrics: bool, train_seconds: float, heads_seconds: f
         "tokens_per_second": cfg.batch_size * cfg.block_size * (cfg.max_iters - start) / max(train_seconds, 1e-9),
         "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
         "precision": run.precision,
-        "compile": bool(cfg.compile and device.startswith("cuda")),
+        "compile": cfg.compile,
         "metrics": metrics,
         "rho_method": "float64 optimizer update",
         "threads": torch.get_num_threads(),
