@@ -45,3 +45,42 @@ def test_paper_records_trains_what_fits_and_packs_the_records(tmp_path, monkeypa
     assert "skipped (4 runs" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--minutes must be positive"):
         records_tool.main(["--minutes", "0"])
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--gpu", "--device", "cpu", "--compile"], "compile: torch.compile is used on CUDA only"),
+        (["--gpu", "--device", "cpu", "--precision", "tf32"], "tf32 exists on CUDA only"),
+        (["--gpu", "--device", "cpu", "--E", "64"], "--E do not apply with --gpu"),
+        (["--only", "audit", "--json", "x.json", "--compile"], "--compile, --json only apply with --gpu"),
+    ],
+)
+def test_the_bench_refuses_flags_it_would_not_honour(args, words):
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench.py"), *args], capture_output=True, text=True, cwd=ROOT
+    )
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 1 and len(lines) == 1 and words in lines[0], run.stderr
+
+
+def test_a_compiled_stack_is_projected_with_its_compilation_and_read_only_with_compile(tmp_path):
+    """The bench times a compiled stack's compilation apart (``compile_s``): the projection adds it once per
+    stack, and paper_records refuses a bench measured with another --compile than its own."""
+    from attnid.lm.profiles import make_config
+
+    bench, records_tool = tool("bench"), tool("paper_records")
+    stack = [make_config("smoke", c) for c in ("sgd", "adamw")]
+    eager = {2: {"step_s": 0.01, "eval_s": 0.5, "heads_s": 2.0}}
+    compiled = {2: {**eager[2], "compile_s": 30.0}}
+    assert bench.project_stack_seconds(compiled, stack) == pytest.approx(bench.project_stack_seconds(eager, stack) + 30)
+    f = tmp_path / "bench.json"
+    f.write_text(json.dumps({"compiled": True, "measured": compiled}))
+    assert records_tool.bench_rates(f, compile=True) == compiled
+    with pytest.raises(SystemExit, match="measured with --compile"):
+        records_tool.bench_rates(f, compile=False)
+    f.write_text(json.dumps({"measured": eager}))  # a bench of before the flag: eager
+    with pytest.raises(SystemExit, match="measured without --compile"):
+        records_tool.bench_rates(f, compile=True)
+    with pytest.raises(SystemExit, match=r"compile: torch\.compile is used on CUDA only"):
+        records_tool.main(["--minutes", "1", "--device", "cpu", "--compile"])

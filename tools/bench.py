@@ -194,21 +194,22 @@ def operators_per_step(group) -> int:
     return sum(e.cpu_parent is None for e in prof.function_events)
 
 
-def measure_stack(R: int, ref, data, device: str, precision: str, tmp: Path, steps: int) -> dict:
+def measure_stack(R: int, ref, data, device: str, precision: str, tmp: Path, steps: int, compile: bool = False) -> dict:
     """One row of :func:`stack_bench`: R runs of the suite stacked (and R seeds of one case for the operator count).
     Seconds of a step with and without the probe, of one evaluation and of the head analysis (projected from one
-    batch of one mask), under the run's precision."""
+    batch of one mask), under the run's precision; ``compile``: the training step compiled, and the seconds of the
+    three warm-up steps that compile it (``compile_s``)."""
     from attnid.lm.probe import IdentificationProbe
     from attnid.lm.profiles import make_config
     from attnid.lm.train import evaluate_group, precision_context
 
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    cfgs = stack_configs(ref.profile, R, device, eval_iters=min(ref.eval_iters, 20))
+    cfgs = stack_configs(ref.profile, R, device, eval_iters=min(ref.eval_iters, 20), compile=compile)
     seeds = [make_config(ref.profile, "adamw", seed=s, device=device) for s in range(R)]  # one optimizer class
     ops = operators_per_step(stacked_group(seeds, data, device, precision, tmp / "ops"))
     group = stacked_group(cfgs, data, device, precision, tmp)
     group.module.train()
-    time_steps(group, 3)  # warm up
+    warmup = time_steps(group, 3)  # warm up (and compile)
     plain = time_steps(group, steps) / steps
     probe = IdentificationProbe(ref.n_head, group.qk_params(), group.qk_update, background=device.startswith("cuda"))
     probed = time_steps(group, steps, probe, ref.metric_interval) / steps
@@ -224,29 +225,39 @@ def measure_stack(R: int, ref, data, device: str, precision: str, tmp: Path, ste
         t = time.perf_counter()
         losses(None)  # one mask, one batch (the result comes to the host: synchronised)
         heads_s = (time.perf_counter() - t) * ref.head_batches * (1 + 2 * ref.n_layer * ref.n_head)
-    return {"step_s": probed, "plain_step_s": plain, "eval_s": eval_s, "heads_s": heads_s, "ops": ops}
+    out = {"step_s": probed, "plain_step_s": plain, "eval_s": eval_s, "heads_s": heads_s, "ops": ops}
+    return {**out, "compile_s": warmup - 3 * plain} if compile else out
 
 
 def stack_bench(
-    device: str, profile: str, sizes: list[int], steps: int, precision: str, json_out: Path | None = None
+    device: str,
+    profile: str,
+    sizes: list[int],
+    steps: int,
+    precision: str,
+    json_out: Path | None = None,
+    compile: bool = False,
 ) -> None:
     """ms per run-step of R stacked runs, with and without the probe; the evaluation's and the head analysis's
-    cost; the operators per step; the projected wall time of each suite; the ratio to the bf16 floor."""
+    cost; the operators per step; the projected wall time of each suite; the ratio to the bf16 floor. ``compile``:
+    each stack's training step through ``torch.compile`` (CUDA only), its compilation timed apart."""
     import tempfile
 
     from attnid.lm.batched import stacks
     from attnid.lm.data import load
-    from attnid.lm.profiles import SUITES, make_config, resolve_precision
+    from attnid.lm.profiles import SUITES, check_compile, make_config, resolve_precision
 
-    data = load()
     precision = resolve_precision(precision, device)
+    check_compile(compile, device)
+    data = load()
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     ref = make_config(profile, "adamw", device=device)
     flops = ref.gpt_config(data.vocab_size).train_flops(ref.batch_size)
     floor_ms = 1e3 * flops / PEAK_BF16
     print(
         f"\nstacked runs: profile {profile} ({ref.n_layer} x {ref.n_head} x {ref.n_embd}, context {ref.block_size}, "
-        f"batch {ref.batch_size}) on {name}, {precision}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+        f"batch {ref.batch_size}) on {name}, {precision}{', compiled' if compile else ''}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
     )
     print(f"one run-step: {flops / 1e12:.3f} TFLOP; bf16 floor at {PEAK_BF16 / 1e12:.0f} TFLOP/s: {floor_ms:.2f} ms")
     print("ops/step: operators per step of R seeds of one case (the suite's mix adds one optimizer call per class)")
@@ -255,12 +266,13 @@ def stack_bench(
     measured = {}
     with tempfile.TemporaryDirectory() as tmp:
         for R in sizes:
-            m = measured[R] = measure_stack(R, ref, data, device, precision, Path(tmp), steps)
+            m = measured[R] = measure_stack(R, ref, data, device, precision, Path(tmp), steps, compile)
             plain, probed = m["plain_step_s"], m["step_s"]
             print(
                 f"{R:>4}{m['ops']:>10}{1e3 * plain:>10.2f}{1e3 * plain / R:>13.3f}{1e3 * probed / R:>10.3f}"
                 f"{100 * (probed / plain - 1):>8.1f}%{m['eval_s']:>9.2f}{m['heads_s']:>9.2f}"
-                + (f"{1e3 * plain / R / floor_ms:>9.2f}" if device.startswith("cuda") else f"{'n/a':>9}"),
+                + (f"{1e3 * plain / R / floor_ms:>9.2f}" if device.startswith("cuda") else f"{'n/a':>9}")
+                + (f"  (compiled in {m['compile_s']:.0f} s)" if compile else ""),
                 flush=True,
             )
     print(f"projected wall time of each suite at {profile} (one stack per model shape, the nearest R measured):")
@@ -274,17 +286,19 @@ def stack_bench(
         print(f"  {suite!r}: {len(cfgs)} runs in {len(stacks(cfgs))} stack(s): {total / 60:.1f} min; "
               f"3 seeds ({len(three)} runs): {total3 / 60:.1f} min")  # fmt: skip
     if json_out is not None:
-        got = {"profile": profile, "device": name, "precision": precision, "floor_ms": floor_ms}
+        got = {"profile": profile, "device": name, "precision": precision, "compiled": compile, "floor_ms": floor_ms}
         json_out.write_text(json.dumps({**got, "measured": measured, "suites": suites}, indent=1))
 
 
 def project_stack_seconds(measured: dict, stack: list) -> float:
     """Wall time of training ``stack`` (its steps with the probe, its evaluations, its head analysis) from the
-    bench's ``measured`` ``{R: {"step_s", "eval_s", "heads_s"}}``, scaled linearly from the nearest R measured."""
+    bench's ``measured`` ``{R: {"step_s", "eval_s", "heads_s"}}``, scaled linearly from the nearest R measured,
+    plus its compilation (``compile_s``) where the bench compiled."""
     R = min(measured, key=lambda m: abs(m - len(stack)))
     m, cfg = measured[R], stack[0]
     n_evals = cfg.max_iters // cfg.eval_interval + 1
-    return len(stack) / R * (cfg.max_iters * m["step_s"] + n_evals * m["eval_s"] + m["heads_s"])
+    training = len(stack) / R * (cfg.max_iters * m["step_s"] + n_evals * m["eval_s"] + m["heads_s"])
+    return training + m.get("compile_s", 0.0)  # a compiled stack compiles once
 
 
 def stack_vs_solo_cpu(steps: int, repeats: int, R: int = 3) -> None:
@@ -313,6 +327,9 @@ def stack_vs_solo_cpu(steps: int, repeats: int, R: int = 3) -> None:
           f"per run-step ({b / a:.2f}x)")  # fmt: skip
 
 
+GPU_ONLY = {"device", "profile", "stack_sizes", "precision", "json", "compile"}  # the flags of --gpu alone
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -329,13 +346,23 @@ def main() -> None:
     ap.add_argument("--stack-sizes", type=int, nargs="+", default=[1, 3, 7, 21], help="with --gpu: the R measured")
     ap.add_argument("--precision", default="auto", help="with --gpu: auto (bf16 on CUDA) | fp32 | tf32 | bf16")
     ap.add_argument("--json", type=Path, help="with --gpu: also write the measurements and projections here")
+    ap.add_argument("--compile", action="store_true", help="with --gpu: torch.compile each stack (CUDA only); the "
+                    "compilation's seconds are printed apart")  # fmt: skip
     a = ap.parse_args()
+    given = {k for k, v in vars(a).items() if v != ap.get_default(k)}
+    stray = sorted(given & ({"threads", "only", "E", "repeats"} if a.gpu else GPU_ONLY))
+    if stray:
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in stray)
+        raise SystemExit(f"bench: {flags} {'do not apply with' if a.gpu else 'only apply with'} --gpu")
     if a.gpu:
         if a.device.startswith("cuda") and not torch.cuda.is_available():
             raise SystemExit("bench --gpu: CUDA is not available on this machine (--device cpu runs it on the CPU)")
         profile = a.profile if a.profile is not None else ("paper" if a.device.startswith("cuda") else "smoke")
         steps = a.steps if a.steps != ap.get_default("steps") else 20
-        stack_bench(a.device, profile, a.stack_sizes, steps, a.precision, a.json)
+        try:
+            stack_bench(a.device, profile, a.stack_sizes, steps, a.precision, a.json, compile=a.compile)
+        except ValueError as e:  # a precision or --compile the device has not
+            raise SystemExit(f"bench --gpu: {e}") from None
         return
     print(f"torch {torch.__version__}, {os.cpu_count()} cpus")
     if a.only in (None, "audit"):

@@ -26,19 +26,32 @@ from bench import project_stack_seconds
 from attnid.lm import records
 from attnid.lm.batched import stacks, train_stack
 from attnid.lm.launch import pending_configs
-from attnid.lm.profiles import SUITES, make_config
+from attnid.lm.profiles import SUITES, check_compile, make_config, resolve_device
 
 DEFAULT_PLAN = ("dynamics:0", "dynamics:1", "dynamics:2", "heads")
 MARGIN_S = 20.0  # kept free before the deadline: packing, a slower stack than projected
 
 
-def plan_configs(item: str, profile: str, device: str) -> list:
+def plan_configs(item: str, profile: str, device: str, compile: bool = False) -> list:
     """The runs of one plan item ``suite`` (the suite's seeds at ``profile``) or ``suite:s1,s2``."""
     suite, _, seeds = item.partition(":")
     if suite not in SUITES:
         raise SystemExit(f"paper_records: unknown suite {suite!r} in the plan; choose from {', '.join(SUITES)}")
     chosen = [int(s) for s in seeds.split(",")] if seeds else list(SUITES[suite].seeds[profile])
-    return [make_config(profile, c, seed=s, device=device) for s in chosen for c in SUITES[suite].cases_at(profile)]
+    cases = SUITES[suite].cases_at(profile)
+    return [make_config(profile, c, seed=s, device=device, compile=compile) for s in chosen for c in cases]
+
+
+def bench_rates(path: Path, compile: bool) -> dict:
+    """The per-stack-size measurements of ``tools/bench.py --gpu --json`` (``{R: {...}}``), refused when they were
+    measured with another ``--compile`` than this call's (the projection would be off by the compilation)."""
+    bench = json.loads(path.read_text())
+    if bench.get("compiled", False) != compile:
+        raise SystemExit(
+            f"paper_records: {path} was measured {'without' if compile else 'with'} --compile; give the same here, "
+            "or bench again"
+        )
+    return {int(R): v for R, v in bench["measured"].items()}
 
 
 def pack(profile: str, out: Path) -> int:
@@ -58,7 +71,8 @@ def pack(profile: str, out: Path) -> int:
     return n
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, every value checked before anything trains."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, required=True, help="the deadline, in minutes from now")
     ap.add_argument("--plan", nargs="+", default=list(DEFAULT_PLAN), help="suite[:seeds] items, trained in order")
@@ -72,16 +86,26 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="write no resume points (a lent machine that is handed back after the call keeps none of them anyway)",
     )
+    ap.add_argument("--compile", action="store_true", help="torch.compile each stack (CUDA only)")
     a = ap.parse_args(argv)
     if not a.minutes > 0:
         raise SystemExit(f"paper_records: --minutes must be positive, got {a.minutes}")
     if a.rate_ms is not None and not a.rate_ms > 0:
         raise SystemExit(f"paper_records: --rate-ms must be positive, got {a.rate_ms}")
+    try:
+        check_compile(a.compile, resolve_device(a.device))
+    except ValueError as e:
+        raise SystemExit(f"paper_records: {e}") from None
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     deadline = time.monotonic() + 60 * a.minutes
     rate = None if a.rate_ms is None else a.rate_ms / 1e3  # seconds per run-step, all in
-    measured = None if a.bench is None else {int(R): v for R, v in json.loads(a.bench.read_text())["measured"].items()}
+    measured = None if a.bench is None else bench_rates(a.bench, a.compile)
     for item in a.plan:
-        for stack in stacks(plan_configs(item, a.profile, a.device)):
+        for stack in stacks(plan_configs(item, a.profile, a.device, a.compile)):
             todo = pending_configs(stack)
             if not todo:
                 continue
