@@ -330,7 +330,7 @@ def stack_vs_solo_cpu(steps: int, repeats: int, R: int = 3) -> None:
 GPU_ONLY = {"device", "profile", "stack_sizes", "precision", "json", "compile"}  # the flags of --gpu alone
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", choices=["audit", "train", "stack"], default=None)
@@ -348,7 +348,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="with --gpu: also write the measurements and projections here")
     ap.add_argument("--compile", action="store_true", help="with --gpu: torch.compile each stack (CUDA only); the "
                     "compilation's seconds are printed apart")  # fmt: skip
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     given = {k for k, v in vars(a).items() if v != ap.get_default(k)}
     stray = sorted(given & ({"threads", "only", "E", "repeats"} if a.gpu else GPU_ONLY))
     if stray:
