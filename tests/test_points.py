@@ -167,13 +167,13 @@ def test_the_cache_key_names_the_bytes_that_were_read(reader, tiny_run, tmp_path
     real_read = records.sealed_bytes
 
     def read_then_swap(folder, name):
-        data = real_read(folder, name)
+        data, digest = real_read(folder, name)
         read.append(hashlib.sha256(data).hexdigest())
         ck = torch.load(io.BytesIO(data), weights_only=False)
         ck["model"]["blocks.1.attn.c_proj.bias"] += 1.0
         torch.save(ck, d / "model.pt")
         relist(d)
-        return data
+        return data, digest
 
     monkeypatch.setattr(records, "sealed_bytes", read_then_swap)
     if reader == "audit_run":

@@ -259,9 +259,10 @@ def load_tensors(data: bytes, path: Path, map_location: str = "cpu"):
         raise RecordError(f"{path}: damaged ({type(e).__name__}: {printable(e, 80)})") from None
 
 
-def sealed_bytes(d: Path, name: str) -> bytes:
-    """The bytes of file ``name`` of the finished record in folder ``d``, read once and checked, before anything
-    parses them, against the size and sha256 that the record's sealed ``summary.json`` lists for it. Raises
+def sealed_bytes(d: Path, name: str) -> tuple[bytes, str]:
+    """The bytes of file ``name`` of the finished record in folder ``d`` and their sha256, read and hashed once and
+    checked, before anything parses them, against the size and sha256 that the record's sealed ``summary.json``
+    lists for it. Raises
     ``FileNotFoundError`` if the file is absent, :class:`RecordError` naming the file if it is not a regular
     file, the summary is missing or not sealed, the file is not listed, or its bytes differ."""
     d = Path(d)
@@ -281,12 +282,13 @@ def sealed_bytes(d: Path, name: str) -> bytes:
     if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)):
         raise Refused(f"{f}: refused: not listed in its record's sealed summary.json")
     data = f.read_bytes()
-    if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != entry.get("bytes") or digest != entry["sha256"]:
         raise Refused(
             f"{f}: refused: differs from the size and sha256 that its record's sealed summary.json lists (changed "
             "since the run finished)"
         )
-    return data
+    return data, digest
 
 
 @dataclass

@@ -18,7 +18,6 @@ Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import platform
 import sys
@@ -942,12 +941,11 @@ def read_model_file(d: Path) -> tuple[dict, str]:
     :func:`attnid.lm.records.load_tensors`)."""
     f = Path(d) / "model.pt"
     try:
-        data = records.sealed_bytes(Path(d), "model.pt")
+        data, digest = records.sealed_bytes(Path(d), "model.pt")
     except FileNotFoundError:
         raise FileNotFoundError(
             f"no trained model at {f}; rerun with save_model=True (`attnid train --save-model`)"
         ) from None
-    digest = hashlib.sha256(data).hexdigest()
     ck = records.load_tensors(data, f)
     if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("gpt_config"), dict)):
         raise RecordError(f"{f}: not a trained model of attnid (a dict with 'model' and 'gpt_config')")
