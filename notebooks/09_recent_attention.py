@@ -209,3 +209,62 @@ fig = ch.fig_scopes(scopes)
 facts = ch.facts(variants, published, conservation, mla, scopes)
 for name, value in facts.items():
     glue(name, value, display=False)
+
+# %% [markdown]
+# ## Sinks, NoPE layers and a capped head: the attention of 2025–2026
+#
+# Three more changes reach the structure the count rests on.
+#
+# **Attention sinks** (gpt-oss) give each head one learned logit $s_h$ in the softmax's denominator
+# that no value reads: $P_{kq} = e^{a_{kq}} / (\sum_{k'} e^{a_{k'q}} + e^{s_h})$. A shift of one
+# query's scores is no longer invisible, since it moves weight between the keys and the sink, so the key
+# bias is identified even where RoPE leaves some of its coordinates unrotated. And a query's weights
+# now sum to $1 - \pi_h(q) < 1$, which changes from query to query and from head to head:
+# $\sum_h (1 - \pi_h(q))\, W_O^h b_V^g$ is no constant, so the output bias no longer absorbs the
+# value bias. The query–key and value–output gauges keep the scores and $V P$, and stay as they were.
+#
+# **NoPE layers** (SmolLM3's every fourth layer, Llama 4's) drop RoPE, and with it the rotations that
+# cut the query–key gauge down to their commutant: those layers have the whole $GL(D)$ per key group
+# again, while the other layers keep the commutant. A model is counted layer type by layer type.
+#
+# **A soft-capped head.** Gemma 2 caps the logits, $c \tanh(z / c)$, before the softmax over the
+# vocabulary. The softmax ignores a shift of the logits, but the cap does not pass one through:
+# $c \tanh((z + a)/c)$ is no shift of $c \tanh(z / c)$. With an untied head, the $E$ directions that
+# add one vector to every row of the head (the logit shift of chapter 8) are identified under the
+# cap; a tied head had none to lose.
+#
+# The table sets each closed form beside the Jacobian count of our layer and of the real
+# `transformers` module (gpt-oss's `GptOssAttention` with its sinks, SmolLM3's `SmolLM3Attention` in a
+# NoPE layer, a one-layer Gemma 2 model with an untied head), with the mechanism and without it.
+
+# %%
+from attnid.chapters import released as rel
+
+mechanisms = rel.mechanism_table(seed, real=not small)
+table(mechanisms)
+
+# %% [markdown]
+# All {glue:text}`n_agree` of {glue:text}`n_checks` Jacobian counts in the table equal their closed form.
+# In the audited shape the sinks identify {glue:text}`sink_gain` more directions, the value bias's
+# $G \cdot C =$ {glue:text}`sink_gc`; in one layer of gpt-oss-20b that is
+# {glue:text}`gpt_oss_value_bias:,`. A NoPE layer leaves {glue:text}`nope_loss` more unidentified than
+# its RoPE twin.
+#
+# ## Released files, as downloaded
+#
+# `attnid count --config` reads a model's `config.json` through its `transformers` config class. Every
+# field of a released file is read, or accepted because it cannot change the count (each with its
+# reason, which the command prints: a hub revision, a generation cache, `auto_map`, whose remote code is
+# never read), or holds the one value the library's code implements, or is refused by name. The
+# copies under `data/configs/released` are files as published (their sources listed beside them).
+# Mixtral's and gpt-oss's mixtures of experts route through a softmax, which has no closed form here
+# yet: their attention is counted and audited, their blocks refused with that reason.
+# Of these {glue:text}`n_released` files, {glue:text}`n_counted_model` are counted at every scope;
+# SmolLM3-3B's whole model leaves {glue:text}`smollm3_share:.3%` of its parameters unidentified, its
+# NoPE layers counted apart.
+
+# %%
+released = rel.released_table()
+table(released)
+for name, value in rel.released_facts(mechanisms, released).items():
+    glue(name, value, display=False)

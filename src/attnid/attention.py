@@ -26,7 +26,7 @@ from .rope import apply_rope
 AttentionParams = dict[str, torch.Tensor]
 
 BIAS_LETTERS = "qkvo"
-PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "g_Q", "g_K", "W_V", "b_V", "W_O", "b_O")
+PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "g_Q", "g_K", "W_V", "b_V", "W_O", "b_O", "sink")
 QK_NORMS = ("", "head", "proj")  # no QK-norm; RMSNorm over each head (Qwen3, Gemma 3); over the projection (OLMo 2)
 
 
@@ -82,7 +82,9 @@ class AttentionConfig:
     over each head's ``D`` coordinates with one weight ``g_Q``/``g_K`` of size ``D`` shared by all heads
     (``"head"``, Qwen3, Gemma 3), or over the whole projection with a weight per coordinate (``"proj"``,
     OLMo 2: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``); ``qk_norm_eps`` its ε (0: the exact symmetric point).
-    ``logit_softcap`` c: scores capped to ``c tanh(a / c)`` before the softmax (Gemma 2).
+    ``logit_softcap`` c: scores capped to ``c tanh(a / c)`` before the softmax (Gemma 2). ``sinks``: one learned
+    logit ``s_h`` per head in every softmax's denominator, attended to by no value (gpt-oss: the weights of a
+    query sum to ``1 − π_h < 1``; parameter ``sink`` ``(H,)``).
     """
 
     embed: int
@@ -98,6 +100,7 @@ class AttentionConfig:
     qk_norm: str = ""
     qk_norm_eps: float = 0.0
     logit_softcap: float | None = None
+    sinks: bool = False
 
     def __post_init__(self) -> None:  # noqa: C901 (reason in the docstring)
         """Refuse a field of the wrong type or range in one line naming it.
@@ -116,7 +119,7 @@ class AttentionConfig:
             v = getattr(self, name)
             if v is not None and not positive_int(v):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("rope", "causal"):
+        for name in ("rope", "causal", "sinks"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         base = self.rope_base
@@ -181,12 +184,15 @@ class AttentionConfig:
             "b_V": (G, C),
             "W_O": (H, E, C),
             "b_O": (E,),
+            "sink": (H,),
         }
         keep = {"b_Q": "q", "b_K": "k", "b_V": "v", "b_O": "o"}
         return {
             k: s
             for k, s in full.items()
-            if (k not in keep or keep[k] in self.bias) and (self.qk_norm or k not in ("g_Q", "g_K"))
+            if (k not in keep or keep[k] in self.bias)
+            and (self.qk_norm or k not in ("g_Q", "g_K"))
+            and (self.sinks or k != "sink")
         }
 
 
@@ -196,7 +202,7 @@ def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = tor
     out: AttentionParams = {}
     for name, shape in cfg.shapes().items():
         fan_in = shape[-1] if name.startswith("W") else 1
-        scale = 1.0 / math.sqrt(fan_in) if name.startswith("W") else 0.5
+        scale = 1.0 / math.sqrt(fan_in) if name.startswith("W") else 0.5  # biases and sink logits: N(0, 1/4)
         z = torch.randn(shape, generator=g, dtype=torch.float64)
         # norm weights: generic, around one (all equal would be a special point with more symmetry)
         out[name] = (1.0 + 0.3 * z if name.startswith("g") else z * scale).to(dtype)
@@ -304,9 +310,17 @@ def mix_heads(
     if cfg.causal:
         future = torch.ones(L, L, dtype=torch.bool, device=Q.device).tril(-1)  # key > query
         A = A.masked_fill(future, float("-inf"))
-    P = torch.softmax(A, dim=-2)  # each column sums to one
+    P = sink_softmax(A, p["sink"]) if cfg.sinks else torch.softmax(A, dim=-2)  # each column sums to one (or 1 − π)
     Z = torch.einsum("bhck,bhkq->bhcq", V, P)
     return {"Q": Q, "K": K, "V": V, "A": A, "P": P, "Z": Z}
+
+
+def sink_softmax(A: torch.Tensor, sink: torch.Tensor) -> torch.Tensor:
+    """Softmax over keys of scores ``A`` ``(B, H, L_keys, L_queries)`` with one more logit ``sink[h]`` per head in the
+    denominator, which no value reads: ``P_kq = exp(A_kq) / (Σ_k' exp(A_k'q) + exp(s_h))`` (gpt-oss)."""
+    B, H, _, Lq = A.shape
+    extended = torch.cat([A, sink.reshape(1, H, 1, 1).expand(B, H, 1, Lq).to(A.dtype)], dim=-2)
+    return torch.softmax(extended, dim=-2)[:, :, :-1, :]
 
 
 def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, return_z: bool = False):
@@ -349,14 +363,19 @@ def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: Attention
         q = apply_rope(q.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
         k = apply_rope(k.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
     k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
-    if cfg.logit_softcap is None:
+    if cfg.logit_softcap is None and not cfg.sinks:
         z = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)  # (B, H, L, C)
-    else:  # sdpa has no cap: the scores by hand, as Gemma 2's eager path computes them
+    else:  # sdpa has no cap and no sink: the scores by hand, as Gemma 2's and gpt-oss's eager paths compute them
         a = q @ k.transpose(-1, -2) / math.sqrt(D)
-        a = cfg.logit_softcap * torch.tanh(a / cfg.logit_softcap)
+        if cfg.logit_softcap is not None:
+            a = cfg.logit_softcap * torch.tanh(a / cfg.logit_softcap)
         if cfg.causal:
             a = a.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
-        z = torch.softmax(a, dim=-1) @ v
+        if cfg.sinks:  # the sink as one more column of the scores, dropped after the softmax
+            a = torch.cat([a, p["sink"].reshape(1, H, 1, 1).expand(B, H, L, 1)], dim=-1)
+            z = torch.softmax(a, dim=-1)[..., :-1] @ v
+        else:
+            z = torch.softmax(a, dim=-1) @ v
     concat = z.transpose(1, 2).reshape(B, L, H * C)
     W_O = p["W_O"].permute(1, 0, 2).reshape(E, H * C)  # [W_O^1 | ... | W_O^H]
     y = concat @ W_O.T

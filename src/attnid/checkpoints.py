@@ -89,7 +89,7 @@ def load_checkpoint(path: str | Path, max_memory: float | None = None) -> tuple[
     _check_weight_index(d)
     _check_model_memory(preset, d, max_memory)
     tf = _transformers()
-    eager = HF_TYPES[hf_type].softcap is not None  # sdpa cannot cap the scores
+    eager = HF_TYPES[hf_type].eager  # sdpa cannot cap the scores
     logging.getLogger("transformers").setLevel(logging.ERROR)
     tf.utils.logging.disable_progress_bar()
     with warnings.catch_warnings():
@@ -218,7 +218,7 @@ def audit_checkpoint(
     vocab = config.vocab_size
     ids = torch.randint(0, vocab, (B, L), generator=torch.Generator().manual_seed(20_000 + seed))
     calls = layer_calls(model, hf_type, ids)
-    eager = HF_TYPES[hf_type].softcap is not None
+    eager = HF_TYPES[hf_type].eager
     rows = []
     for k in tqdm(chosen, desc="layers", disable=not progress):
         x, args, kw = calls[k]

@@ -15,9 +15,10 @@ from .attention import AttentionConfig
 from .audit import METHODS as AUDIT_METHODS
 from .counting import BLOCKS, SCOPES, MLAConfig, count
 from .families import HF_TYPES, MLA_TYPES
+from .inputs import printable
 from .lm.launch import LAUNCHERS, SlurmOptions
 from .lm.profiles import CASES, PRECISIONS
-from .presets import Preset, lookup, scope_count
+from .presets import Preset, layer_type_counts, lookup, scope_count
 
 SLURM = SlurmOptions()  # the defaults of the slurm options
 HF_TYPE_NAMES = (*HF_TYPES, *MLA_TYPES)
@@ -135,9 +136,14 @@ def cmd_count(a) -> int:
     cfg = _config(a)
     c = count(cfg)
     out = {"architecture": _arch(cfg), **c.as_dict()}
+    kinds = layer_type_counts(chosen[1]) if chosen is not None else {}
+    if kinds:  # a model whose layers differ: each kind of attention layer (this count is the "rope" one)
+        out["layer_types"] = {k: {**v.as_dict(), "layers": n} for (k, v), n in zip(kinds.items(), _kind_layers(chosen))}
+    _add_reading(out, chosen)
     if a.json:
         print(strict_json(out))
         return 0
+    _print_reading(out)
     arch = ", ".join(f"{k}={v}" for k, v in out["architecture"].items())
     print(f"architecture: {arch}")
     print(f"{'block':<12}{'params':>14}{'unidentified':>16}")
@@ -145,7 +151,39 @@ def cmd_count(a) -> int:
         print(f"{b:<12}{c.params_by_block[b]:>14,}{c.unidentified_by_block[b]:>16,}")
     print(f"{'total':<12}{c.total_params:>14,}{c.unidentified:>16,}")
     print(f"identified fraction: {c.identified_fraction:.6f}")
+    for kind, row in out.get("layer_types", {}).items():
+        print(f"{kind} layers ({row['layers']} of the model's): {row['unidentified']:,} of {row['total_params']:,} "
+              "unidentified")  # fmt: skip
     return 0
+
+
+def _kind_layers(chosen) -> tuple[int, int]:
+    """How many RoPE and NoPE layers the chosen model stacks."""
+    m = chosen[1].model
+    return m.layers - m.nope_layers, m.nope_layers
+
+
+def _add_reading(out: dict, chosen) -> None:
+    """A config file's reading (:func:`attnid.configs.config_reading`) under ``"config_fields"``."""
+    if chosen is not None and chosen[1].reading is not None:
+        out["config_fields"] = chosen[1].reading
+
+
+def _print_reading(out: dict) -> None:
+    r = out.get("config_fields")
+    if r is None:
+        return
+    print(f"read: {', '.join(r['read']) or 'none'}")
+    if r["at_default"]:
+        print(f"at the library's default (the value audited): {', '.join(r['at_default'])}")
+    for k, why in r["neutral"].items():
+        print(f"accepted {k}: {why}")
+    for k, v in r["fixed"].items():
+        print(f"accepted {k} = {printable(repr(v))}: the one value transformers' code implements")
+    if r["defaults"]:
+        print(
+            "library defaults taken: " + ", ".join(f"{k} = {printable(repr(v), 60)}" for k, v in r["defaults"].items())
+        )
 
 
 def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
@@ -158,9 +196,11 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
     c = scope_count(p, a.scope, name)
     arch = asdict(p.config) if isinstance(p.config, MLAConfig) else _arch(p.config)
     out = {"architecture": arch, "scope": a.scope, "model": asdict(p.model) if p.model else None, **c.as_dict()}
+    _add_reading(out, chosen)
     if a.json:
         print(strict_json(out))
         return 0
+    _print_reading(out)
     print(f"{p.description}, scope {a.scope} ({p.model.source if p.model else ''})")
     print(f"{'params':<24}{'':>16}")
     for k, v in c.params_by_block.items():

@@ -47,13 +47,26 @@ NEUTRAL: dict[str, str] = {
     **dict.fromkeys(("query_pre_attn_scalar", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                      "reorder_and_upcast_attn", "routed_scaling_factor"),
                     "a fixed factor (or its numerics): absorbed by the weights it multiplies, no new symmetry"),
-    "final_logit_softcapping": "c tanh(z / c) of the logits is one-to-one: it hides no parameter",
     "n_ctx": "GPT-2's old name for n_positions, which transformers reads instead",
     "rms_norm_eps": "a norm's ε; refused if not positive (released norms have ε > 0)",
     "layer_norm_eps": "a norm's ε; refused if not positive",
     "layer_norm_epsilon": "a norm's ε; refused if not positive",
     "max_position_embeddings": "the longest input; a RoPE model has no position rows (read where it has)",
+    **dict.fromkeys(("_commit_hash", "cache_implementation", "initial_context_length", "output_attentions",
+                     "output_hidden_states", "return_dict", "torchscript", "use_return_dict"),
+                    "bookkeeping of the hub or of generation (a revision, a cache's kind, a context the model was "
+                    "first trained at, what a call returns): not the function of the weights"),
+    "sliding_window_size": "an older copy of sliding_window that transformers' code does not read (it reads "
+                           "sliding_window, checked as such)",
+    **dict.fromkeys(("n_group", "topk_group"),
+                    "group-limited routing: which experts a token may choose among; each chosen expert and the "
+                    "router are counted as with full routing (two or more chosen per token)"),
 }  # fmt: skip
+
+# a field naming remote code: data here (attnid never imports model code), accepted for a family transformers ships
+REMOTE_CODE = "auto_map"
+REMOTE_CODE_NOTE = ("names Python classes in the model's own repository; attnid reads the file as the transformers "
+                    "family its model_type names and never imports or reads that code")  # fmt: skip
 
 # neutral fields that must be positive to mean what NEUTRAL says of them: refused by name otherwise
 POSITIVE: dict[str, str] = {
@@ -66,7 +79,8 @@ MIN_WINDOW = 2  # the shortest sliding window whose attention has the count of f
 
 # fields that transformers' code does not read but fixes to one value: accepted at that value only
 FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
-                                    "position_embedding_type": "absolute"}  # fmt: skip
+                                    "position_embedding_type": "absolute", "use_mrope": False,
+                                    "apply_residual_connection_post_layernorm": False}  # fmt: skip
 
 # fields read by families attnid counts at scope attention only (their blocks are not modelled)
 ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "ffn_hidden_size", "num_hidden_layers", "vocab_size", "type_vocab_size",
@@ -87,6 +101,21 @@ ACTIVATIONS: dict[str, tuple[str, ...]] = {
 ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation")
 
 ATTENTION_ONLY_TYPES = ("bert", "falcon", "gemma")  # counted at scope attention (no block attnid models)
+
+# families whose attention attnid counts and audits through the real module, and why their decoder layer is not
+# counted (scope block and model are refused with this reason)
+UNCOUNTED_BLOCKS: dict[str, str] = {
+    "gpt_oss": "its mixture of experts (a softmax over the top-k logits of a biased router, clamped SwiGLU experts "
+    "with biases) has no closed form checked here",
+    "mixtral": "its softmax-routed mixture of experts has no closed form checked here",
+    "qwen3_moe": "its softmax-routed mixture of experts has no closed form checked here",
+}
+# fields of those families that only their decoder layer reads: not part of the attention counted
+BLOCK_ONLY_NOTE = "read by the decoder layer only (its MLP, experts or norms), which is not counted: no attention field"
+BLOCK_FIELDS = ("num_local_experts", "num_experts_per_tok", "experts_per_token", "swiglu_limit", "swiglu_alpha",
+                "router_jitter_noise", "decoder_sparse_step", "mlp_only_layers", "moe_intermediate_size",
+                "norm_topk_prob", "num_experts", "intermediate_size", "hidden_act", "num_hidden_layers", "vocab_size",
+                "tie_word_embeddings", "rms_norm_eps")  # fmt: skip
 CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES)
 
 
@@ -131,6 +160,7 @@ def config_preset(path: str | Path) -> Preset:
     if hf_type not in CONFIG_TYPES:
         raise ConfigError(f"config: model_type {model_type!r} is not a family attnid knows; it knows "
                           f"{', '.join(CONFIG_TYPES)}")  # fmt: skip
+    remote = fields.pop(REMOTE_CODE, None)  # data, never code: the family is the one model_type names
     c = _library_config(model_type, fields)
     got: tuple[AttentionConfig | MLAConfig, Model | None, set[str]]
     if hf_type in MLA_TYPES:
@@ -140,11 +170,41 @@ def config_preset(path: str | Path) -> Preset:
     else:
         got = _read_family(hf_type, c)
     config, model, read = got
-    _refuse_unmodelled(c, read, hf_type)
+    block_only = set(BLOCK_FIELDS) if hf_type in UNCOUNTED_BLOCKS else set()
+    _refuse_unmodelled(c, read, hf_type, block_only)
     if model is not None:
         model = replace(model, source=source)
+    reading = config_reading(fields, c, read, remote is not None, block_only)
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
-                  model)  # fmt: skip
+                  model, uncounted_block=UNCOUNTED_BLOCKS.get(hf_type, ""), reading=reading)  # fmt: skip
+
+
+def config_reading(
+    fields: dict, c, read: set[str], remote_code: bool, block_only: set[str] | frozenset[str] = frozenset()
+) -> dict:
+    """What attnid made of a config file (``count --config`` prints it, ``--json`` carries it): ``read``, the
+    file's fields that the count reads; ``neutral``, those accepted because they cannot change the count, each with
+    its reason (``auto_map`` among them: the remote code it names is not read); ``at_default``, those at the config
+    class's default (the value the family's audits were verified at); ``fixed``, those at the one value
+    transformers' code implements; ``defaults``, the fields the count reads that the file left out, at the
+    library's defaults."""
+    lib = c.to_dict()
+    if "rope_parameters" in read:  # transformers gathers the older RoPE fields into rope_parameters
+        read = read | {"rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base"}
+    neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
+    neutral.update({k: BLOCK_ONLY_NOTE for k in sorted(fields) if k in block_only and k not in read})
+    if remote_code:
+        neutral[REMOTE_CODE] = REMOTE_CODE_NOTE
+    default = type(c)().to_dict()
+    listed = set(read) | set(neutral) | set(FIXED_BY_CODE)
+    return {
+        "read": sorted(k for k in fields if k in read),
+        # neither read nor neutral, at the class default: the value the family's audits were verified at
+        "at_default": sorted(k for k in fields if k not in listed and k in default and default[k] == fields[k]),
+        "neutral": neutral,
+        "fixed": {k: fields[k] for k in sorted(fields) if k in FIXED_BY_CODE},
+        "defaults": {k: lib[k] for k in sorted(read) if k in lib and k not in fields and k not in ACTIVATION_FIELDS},
+    }
 
 
 def _library_config(model_type: str, fields: dict):
@@ -204,10 +264,10 @@ def _activations(c, hf_type: str) -> set[str]:
     return names
 
 
-FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": ""}  # fixed by the family's code
+FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": ""}  # fixed by its code
 
 
-def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
+def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[str]]:
     """A family with a counted decoder layer (:data:`attnid.families.HF_TYPES`)."""
     t = HF_TYPES[hf_type]
     d = c.to_dict()
@@ -220,10 +280,11 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
         bias = "qkvo" if c.enable_bias else ""
     else:
         bias = "qkvo" if c.attention_bias else ""
+    uncounted = hf_type in UNCOUNTED_BLOCKS
     read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "attention_bias", "enable_bias",
             "num_hidden_layers", "vocab_size", "tie_word_embeddings", "rope_parameters", "attn_logit_softcapping",
             "n_embd", "n_head", "n_layer", "n_inner", "intermediate_size", "ffn_dim", "word_embed_proj_dim",
-            *_activations(c, hf_type)}  # fmt: skip
+            *(() if uncounted else _activations(c, hf_type))}  # fmt: skip
     if hf_type == "opt" and c.word_embed_proj_dim != E:
         raise ConfigError(f"word_embed_proj_dim: {c.word_embed_proj_dim} != hidden_size {E} is not modelled "
                           "(OPT's projections in and out of the embedding)")  # fmt: skip
@@ -242,6 +303,8 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
             cfg = cfg.with_(logit_softcap=c.attn_logit_softcapping)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
+    if uncounted:
+        return cfg, None, read  # its attention only: UNCOUNTED_BLOCKS says why
     if hf_type == "gpt2":
         ffn = _positive(c, "n_inner", default=4 * E)
     else:
@@ -250,8 +313,25 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
     if context:
         read.add(context)
     model = Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "",
-                  context=getattr(c, context) if context else 0)  # fmt: skip
+                  context=getattr(c, context) if context else 0, **_layer_kinds_and_head(c, t, read))  # fmt: skip
     return cfg, model, read
+
+
+def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
+    """The :class:`Model` fields of a config beyond sizes, adding the fields read to ``read``: its NoPE layers
+    (SmolLM3's ``no_rope_layers``, 0 marks a layer without RoPE) and its logits' cap (Gemma 2's
+    ``final_logit_softcapping``: an untied head's logit shift is then identified)."""
+    nope = 0
+    if t.nope_layers:
+        read |= {"no_rope_layers", "no_rope_layer_interval", "layer_types", "use_sliding_window"}
+        nope = sum(1 for u in c.no_rope_layers if not u)
+    d = c.to_dict()
+    cap = d.get("final_logit_softcapping")
+    if "final_logit_softcapping" in d:
+        read.add("final_logit_softcapping")
+    if not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0):
+        cap = None  # None, or a value refused by name in _refuse_unmodelled (POSITIVE)
+    return {"nope_layers": nope, "final_softcap": None if cap is None else float(cap)}
 
 
 def _positive(c, name: str, default):
@@ -317,9 +397,10 @@ def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[st
         raise ConfigError(f"config: {e}") from None
 
 
-def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
+def _refuse_unmodelled(c, read: set[str], hf_type: str, block_only: set[str] | frozenset[str] = frozenset()) -> None:
     """Refuse, naming them, the fields attnid neither reads nor knows to be neutral that differ from the
-    config class's default (the value the family's audits were verified at); and a norm's ε ≤ 0."""
+    config class's default (the value the family's audits were verified at); and a norm's ε ≤ 0. ``block_only``:
+    fields of a decoder layer attnid does not count (:data:`UNCOUNTED_BLOCKS`), accepted as they are."""
     default = type(c)().to_dict()
     # a field the class does not know is read by no code (activations aside, which are checked): never "read"
     read = (read & set(default)) | {f for f in ACTIVATION_FIELDS if f in read}
@@ -336,6 +417,8 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
         elif k in FIXED_BY_CODE:
             if v != FIXED_BY_CODE[k]:
                 bad.append(f"{k} = {v!r} (transformers' code implements {FIXED_BY_CODE[k]!r} only)")
+        elif k in block_only:
+            continue
         elif k not in read and k not in NEUTRAL and (k not in default or default[k] != v):
             bad.append(printable(f"{k} = {v!r}", 120) + (f" (default {printable(repr(default[k]))})" if k in default
                                                          else " (a field unknown here)"))  # fmt: skip

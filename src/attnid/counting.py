@@ -25,6 +25,12 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
 * Logit soft-capping (Gemma 2): ``c tanh(a / c)`` is one-to-one, so every map that keeps the raw scores
   still keeps the capped ones (the QK block is unchanged), but a per-query shift of the raw scores is no
   longer a shift of the capped ones: the key bias is identified.
+* Attention sinks (gpt-oss; book chapter 9): a learned logit ``s_h`` per head in the softmax's denominator that
+  no value reads. A per-query shift of the scores now moves weight between the keys and the sink, so the key
+  bias is identified (its unrotated coordinates too), and a query's weights sum to ``1 − π_h(q)``, which varies
+  from query to query and head to head: ``Σ_h (1 − π_h) W_O^h b_V^g`` is no constant, and the value bias is
+  identified with or without an output bias. The QK and VO gauges keep the scores and ``V P`` and are unchanged;
+  each sink logit is identified.
 * VO block: ``W_O^h [W_V^g]`` products, ``r = min(C, E)``: ``n E C + C E − r (n E + E − r)``
   per group, ``C²`` when ``C ≤ E``.
 * Value bias: ``Σ_h W_O^h b_V^g`` is a constant output; with an output bias it is absorbed
@@ -113,15 +119,16 @@ def count(cfg: AttentionConfig) -> Count:
     else:
         qk = G * (R + (_product_fiber(n, D - R, q_cols, E) if D > R else 0))
     vo = G * _product_fiber(n, C, E, E)
-    key_bias = G * (D - R) if "k" in cfg.bias and not cfg.qk_norm and cfg.logit_softcap is None else 0
-    if "v" not in cfg.bias:
+    shift_blind = not cfg.qk_norm and cfg.logit_softcap is None and not cfg.sinks  # the softmax ignores a shift
+    key_bias = G * (D - R) if "k" in cfg.bias and shift_blind else 0
+    if "v" not in cfg.bias or cfg.sinks:  # with sinks the weights sum to 1 − π, which varies: b_V is seen
         value_bias = 0
     elif "o" in cfg.bias:
         value_bias = G * C
     else:
         value_bias = max(0, G * C - E)
     params_by_block = {
-        "qk": pc["W_Q"] + pc["W_K"] + pc.get("b_Q", 0) + pc.get("g_Q", 0) + pc.get("g_K", 0),
+        "qk": pc["W_Q"] + pc["W_K"] + pc.get("b_Q", 0) + pc.get("g_Q", 0) + pc.get("g_K", 0) + pc.get("sink", 0),
         "vo": pc["W_V"] + pc["W_O"],
         "key_bias": pc.get("b_K", 0),
         "value_bias": pc.get("b_V", 0) + pc.get("b_O", 0),
@@ -530,7 +537,10 @@ class ModelConfig:
     offset of 2), ``layers`` blocks, a final norm of the blocks' kind, an LM head (``tied`` to the
     embedding or not, ``head_bias``), read through ``log_softmax``. ``norm_eps_zero``: the norms' ε is 0
     (exact scale invariance). ``dense_layers``: of the ``layers``, the first ``dense_layers`` have one MLP of
-    inner size ``dense_ffn`` in place of ``block``'s mixture of experts (DeepSeek-V3's first three)."""
+    inner size ``dense_ffn`` in place of ``block``'s mixture of experts (DeepSeek-V3's first three).
+    ``nope_layers``: of the ``layers``, this many have no RoPE (SmolLM3's every fourth, Llama 4's NoPE layers): their
+    attention keeps the whole ``GL(D)`` query/key gauge of the paper. ``final_softcap`` c: the logits capped to
+    ``c tanh(z / c)`` before ``log_softmax`` (Gemma 2), which breaks the logit shift of an untied head."""
 
     block: BlockConfig
     layers: int
@@ -543,8 +553,10 @@ class ModelConfig:
     norm_eps_zero: bool = False
     dense_layers: int = 0
     dense_ffn: int = 0
+    nope_layers: int = 0
+    final_softcap: float | None = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901 (one check a field, read top to bottom)
         for name in ("layers", "vocab"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -564,11 +576,24 @@ class ModelConfig:
             raise ValueError(f"dense_layers must be an integer in [0, layers], got {d!r}")
         if d and (not self.block.experts or self.dense_ffn < 1):
             raise ValueError("dense_layers: dense layers replace a mixture of experts, with dense_ffn >= 1")
+        k = self.nope_layers
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= self.layers:
+            raise ValueError(f"nope_layers must be an integer in [0, layers], got {k!r}")
+        if k and (d or not isinstance(self.block.attention, AttentionConfig) or not self.block.attention.rope):
+            raise ValueError("nope_layers: NoPE layers are counted beside RoPE layers of a model without dense layers")
+        cap = self.final_softcap
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf):
+            raise ValueError(f"final_softcap must be a positive finite number or None, got {cap!r}")
 
     def blocks(self) -> list[tuple[BlockConfig, int]]:
         """``(block, how many)`` for each kind of layer the model stacks."""
         dense = replace(self.block, ffn=self.dense_ffn, experts=0, shared_ffn=0) if self.dense_layers else None
-        kinds = [(dense, self.dense_layers), (self.block, self.layers - self.dense_layers)]
+        nope = None
+        if self.nope_layers:
+            assert isinstance(self.block.attention, AttentionConfig)
+            nope = replace(self.block, attention=self.block.attention.with_(rope=False))
+        kinds = [(dense, self.dense_layers), (nope, self.nope_layers),
+                 (self.block, self.layers - self.dense_layers - self.nope_layers)]  # fmt: skip
         return [(b, n) for b, n in kinds if b is not None and n]
 
     def total_params(self) -> int:
@@ -594,7 +619,8 @@ def count_model(model: ModelConfig) -> Count:
     * ``final_norm``: the final norm against the LM head (``E`` for γ; with LayerNorm ``E`` for the shift
       and, with a head bias, ``V`` mean directions), untied only;
     * ``logit_shift``: ``log_softmax`` ignores a constant over the vocabulary: the same vector added to
-      every head row, ``E`` (behind a LayerNorm: ``E − 1`` on the head and a constant on its effective bias);
+      every head row, ``E`` (behind a LayerNorm: ``E − 1`` on the head and a constant on its effective bias); none
+      when the logits are soft-capped (``c tanh((z + a) / c)`` is no shift of ``c tanh(z / c)``);
     * LayerNorm only, ``writer_mean``: every LayerNorm removes the stream's mean, so each writer column's
       component along ``1`` is invisible: ``HC + F`` per layer, ``+1`` per output bias, less the one the block
       already counts; ``embedding_mean``: ``V`` (untied); ``position_mean``: the context's rows;
@@ -631,7 +657,7 @@ def count_model(model: ModelConfig) -> Count:
         rotation = (E - 1) * (E - 2) // 2 if layer else E * (E - 1) // 2
         terms["stream_rotation"] = rotation if b.norm_position == "pre" else 0
         terms["final_norm"] = (2 * E + (V if model.head_bias else 0)) if layer else E
-        terms["logit_shift"] = E
+        terms["logit_shift"] = 0 if model.final_softcap is not None else E
     terms["stream_scale"] = 1 if model.norm_eps_zero else 0
     in_blocks = sum(c.total_params * k for c, k in blocks)
     params = {"blocks": in_blocks, "embeddings": model.total_params() - in_blocks}

@@ -40,6 +40,13 @@ class HFType:
     head_bias: bool = False  # a bias on the LM head
     qk_norm: str = ""  # attention.QK_NORMS: RMSNorm on queries and keys per head ("head") or per projection
     softcap: float | None = None  # the scores capped to c tanh(a / c) (its released c); its attention runs eager
+    sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss); its attention runs eager
+    nope_layers: bool = False  # some layers without RoPE (no_rope_layers: SmolLM3)
+
+    @property
+    def eager(self) -> bool:
+        """Whether its attention runs transformers' eager path (sdpa can neither cap scores nor add a sink)."""
+        return self.softcap is not None or self.sinks
 
     def mlp_bias(self, bias: str) -> bool:
         """Whether the MLP maps carry biases when the attention has biases ``bias``."""
@@ -69,8 +76,9 @@ class HFType:
             kw["num_key_value_heads"] = cfg.G
         if self.head_dim:
             kw["head_dim"] = cfg.D
-        if name in ("llama", "qwen3", "olmo2", "gemma2", "gemma3"):
+        if name in ("llama", "qwen3", "olmo2", "gemma2", "gemma3", "gpt_oss", "qwen3_moe", "smollm3"):
             kw["attention_bias"] = bool(cfg.bias)
+        kw.update(_recent_kwargs(name, cfg))
         if name == "gemma3":  # 1/sqrt(D) as ours, one global (full-attention) layer, no cap
             kw.update(query_pre_attn_scalar=cfg.D, layer_types=["full_attention"], attn_logit_softcapping=None)
         if name == "gemma2":  # its own scale and cap: 1/sqrt(D) as ours, the cap of cfg
@@ -99,6 +107,18 @@ class HFType:
             }
             kw["resid_pdrop"] = 0.0
         return kw
+
+
+def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
+    """What the config classes of the 2025 families need beyond the common keywords."""
+    if name == "smollm3":  # its token ids lie outside a tiny vocabulary; the audited layer may be a NoPE one
+        kw: dict = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
+        return kw if cfg.rope else {**kw, "no_rope_layers": [0]}
+    if name == "gpt_oss":  # one full-attention layer, plain RoPE at cfg's base
+        return dict(
+            layer_types=["full_attention"], rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base}
+        )
+    return {}
 
 
 HF_TYPES: dict[str, HFType] = {
@@ -151,6 +171,24 @@ HF_TYPES: dict[str, HFType] = {
         qk_norm="proj", layer="Olmo2DecoderLayer", lm="Olmo2ForCausalLM", norm="rms", mlp="swiglu",
         ffn_ratio=8 / 3, norm_position="post",
     ),
+    "smollm3": HFType(
+        "smollm3", "SmolLM3Config", "SmolLM3Attention", "SmolLM3RotaryEmbedding", biases=("", "qkvo"), groups=True,
+        head_dim=True, nope_layers=True, layer="SmolLM3DecoderLayer", lm="SmolLM3ForCausalLM", norm="rms",
+        mlp="swiglu", ffn_ratio=8 / 3, tied=True,
+    ),
+    # attention audited through the real module; the decoder layer is not counted (attnid.configs says why)
+    "gpt_oss": HFType(
+        "gpt_oss", "GptOssConfig", "GptOssAttention", "GptOssRotaryEmbedding", biases=("qkvo", ""), groups=True,
+        head_dim=True, sinks=True,
+    ),
+    "mixtral": HFType(
+        "mixtral", "MixtralConfig", "MixtralAttention", "MixtralRotaryEmbedding", biases=("",), groups=True,
+        head_dim=True,
+    ),
+    "qwen3_moe": HFType(
+        "qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeAttention", "Qwen3MoeRotaryEmbedding", biases=("", "qkvo"),
+        groups=True, head_dim=True, qk_norm="head",
+    ),
 }  # fmt: skip
 
 
@@ -167,12 +205,15 @@ def equivalent_config(
     rope_dims: int | None = None,
     bias: str | None = None,
     norm_eps: float = 0.0,
+    nope: bool = False,
 ) -> AttentionConfig:
     """The :class:`AttentionConfig` of a ``hf_type`` attention layer (causal self-attention), its QK-norm at
-    ``ε = norm_eps``; a setting the model type cannot express raises ``ValueError`` naming it."""
+    ``ε = norm_eps``; with ``nope``, one of its layers without RoPE (a type with ``nope_layers``: SmolLM3). A
+    setting the model type cannot express raises ``ValueError`` naming it."""
     if hf_type not in HF_TYPES:
         raise ValueError(f"hf: unknown model type {hf_type!r}; choose one of {', '.join(HF_TYPES)}")
     t = HF_TYPES[hf_type]
+    _check_nope(hf_type, nope, rope_dims)
     if groups is not None and groups != heads and not t.groups:
         raise ValueError(f"groups: {hf_type} has no grouped-query attention (groups must equal heads)")
     if head_dim is not None and not t.head_dim and head_dim * heads != embed:
@@ -185,9 +226,11 @@ def equivalent_config(
         raise ValueError(f"rope/rope_dims: {hf_type} has no rotary embeddings (drop --rope and --rope-dims)")
     cfg = AttentionConfig(
         embed, heads, groups=groups, head_dim=head_dim, bias=b, causal=True, qk_norm=t.qk_norm,
-        qk_norm_eps=norm_eps if t.qk_norm else 0.0, logit_softcap=t.softcap,
+        qk_norm_eps=norm_eps if t.qk_norm else 0.0, logit_softcap=t.softcap, sinks=t.sinks,
     )  # fmt: skip
     if t.rotary is None:
+        return cfg
+    if nope:
         return cfg
     if rope_dims is not None and rope_dims != cfg.D and not t.partial_rope:
         raise ValueError(f"rope_dims: {hf_type} rotates all head dimensions (rope_dims = head_dim = {cfg.D})")
@@ -196,6 +239,14 @@ def equivalent_config(
     if rope_dims is None:
         rope_dims = max(2, (cfg.D // 2) // 2 * 2)
     return cfg.with_(rope=True, rope_dims=rope_dims)
+
+
+def _check_nope(hf_type: str, nope: bool, rope_dims: int | None) -> None:
+    """Refuse a NoPE layer of a type without one, or with rotated dimensions."""
+    if nope and not HF_TYPES[hf_type].nope_layers:
+        raise ValueError(f"nope: {hf_type} has RoPE in every layer (no layer without it)")
+    if nope and rope_dims is not None:
+        raise ValueError("rope_dims: a NoPE layer rotates no dimension (drop --rope-dims)")
 
 
 def default_ffn(hf_type: str, embed: int) -> int:
@@ -220,12 +271,22 @@ def default_vocab(hf_type: str, embed: int, ffn: int) -> int:
 
 
 def model_config(
-    hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int, norm_eps: float
+    hf_type: str,
+    cfg: AttentionConfig,
+    *,
+    ffn: int,
+    layers: int,
+    vocab: int,
+    tied: bool,
+    seq_len: int,
+    norm_eps: float,
+    final_softcap: float | None = None,
 ) -> ModelConfig:
-    """The :class:`~attnid.counting.ModelConfig` of a tiny ``hf_type`` causal LM read on ``seq_len`` tokens."""
+    """The :class:`~attnid.counting.ModelConfig` of a tiny ``hf_type`` causal LM read on ``seq_len`` tokens, its
+    logits capped at ``final_softcap`` (None: no cap)."""
     t = HF_TYPES[hf_type]
     return ModelConfig(
         block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps == 0), layers, vocab, tied=tied, positions=t.positions,
         context=seq_len if t.positions == "learned" else 0, unused_positions=t.unused_positions,
-        head_bias=t.head_bias, norm_eps_zero=norm_eps == 0,
+        head_bias=t.head_bias, norm_eps_zero=norm_eps == 0, final_softcap=final_softcap,
     )  # fmt: skip

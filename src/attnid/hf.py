@@ -75,7 +75,7 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 def implementation_of(hf_type: str) -> str:
     """The attention implementation a block or a whole model of ``hf_type`` is built with: ``"eager"`` for a model
     that soft-caps its scores (sdpa cannot), else ``"sdpa"``; what the audit's details record."""
-    return "eager" if HF_TYPES[hf_type].softcap is not None else "sdpa"
+    return "eager" if HF_TYPES[hf_type].eager else "sdpa"
 
 
 def _hf_config(hf_type: str, cfg: AttentionConfig, attn_implementation: str = "sdpa", **changes):
@@ -190,7 +190,7 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
         )
     t = HF_TYPES[hf_type]
     mod = _modeling(hf_type)
-    if t.softcap is not None:  # sdpa cannot cap the scores
+    if t.eager:  # sdpa can neither cap the scores nor add a sink
         attn_implementation = "eager"
     config = _hf_config(hf_type, cfg, attn_implementation)
     attn = _prepare(
@@ -200,7 +200,7 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the module was built with {built} rotary dims, not the {cfg.R} asked for")
-    return attn, _hidden_forward(rotary, eager=t.softcap is not None)
+    return attn, _hidden_forward(rotary, eager=t.eager)
 
 
 def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0, norm_eps: float = 0.0):
@@ -216,27 +216,32 @@ def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0, 
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the layer was built with {built} rotary dims, not the {cfg.R} asked for")
     rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
-    return layer, _hidden_forward(rotary, eager=t.softcap is not None)
+    return layer, _hidden_forward(rotary, eager=t.eager)
 
 
 def build_model(
     hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int,
-    norm_eps: float = 0.0, seed: int = 0, exact_norms: bool = True,
+    norm_eps: float = 0.0, seed: int = 0, exact_norms: bool = True, final_softcap: float | None = None,
 ):  # fmt: skip
     """``(module, forward)``: a whole ``hf_type`` causal LM (embeddings, ``layers`` decoder layers, final
     norm, LM head) with ``seq_len`` positions, norms at ``ε = norm_eps`` (``exact_norms=False`` keeps
-    transformers' float32 RMSNorm); ``forward(call, ids)`` gives the next-token log-probabilities
+    transformers' float32 RMSNorm), its logits capped at ``final_softcap`` (Gemma 2's
+    ``final_logit_softcapping``; None: no cap); ``forward(call, ids)`` gives the next-token log-probabilities
     ``(B, L, vocab)``."""
     t = HF_TYPES[hf_type]
     tf = _transformers()
+    if final_softcap is not None and hf_type != "gemma2":
+        raise ValueError(f"final_softcap: {hf_type} does not cap its logits (gemma2 does)")
     changes = dict(t.ffn_kwargs(ffn), vocab_size=vocab, num_hidden_layers=layers, tie_word_embeddings=tied)
+    if hf_type == "gemma2":
+        changes["final_logit_softcapping"] = final_softcap
     if hf_type == "gpt2":
         changes["n_positions"] = seq_len
     if hf_type == "opt":
         changes.update(max_position_embeddings=seq_len, word_embed_proj_dim=cfg.E)
     if hf_type == "gemma3":  # every layer a global one, as in the block audit
         changes["layer_types"] = ["full_attention"] * layers
-    eager = t.softcap is not None
+    eager = t.eager
     config = _hf_config(hf_type, cfg, implementation_of(hf_type), **changes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -340,7 +345,7 @@ def _attention_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, attn_impl
         build=lambda: build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation),
         inputs=lambda gen: torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64),
         # the implementation that ran: a soft-capping type runs eager whatever was asked (sdpa cannot cap)
-        details=dict(attn_implementation="eager" if t.softcap is not None else attn_implementation),
+        details=dict(attn_implementation="eager" if t.eager else attn_implementation),
     )
 
 
@@ -395,6 +400,7 @@ def _model_scope(
     vocab: int | None,
     tied: bool | None,
     norm_eps: float,
+    final_softcap: float | None = None,
     **_,
 ) -> ScopeAudit:
     """A causal LM read through ``log_softmax``: :func:`attnid.counting.count_model`; its vocabulary must show the
@@ -421,6 +427,7 @@ def _model_scope(
     layers = 1 if layers is None else layers
     seq_len = default_seq_len(cfg)
     shape: dict[str, Any] = dict(ffn=F, layers=layers, vocab=V, tied=tie, seq_len=seq_len, norm_eps=norm_eps)
+    shape["final_softcap"] = final_softcap
     theory = count_model(model_config(hf_type, cfg, **shape))
     B, L = _block_size(cfg, theory.total_params)
     return ScopeAudit(
@@ -433,7 +440,13 @@ def _model_scope(
         build=lambda: build_model(hf_type, cfg, **shape, seed=seed),
         inputs=lambda gen: torch.randint(0, V, (B, L), generator=gen),
         details=dict(
-            attn_implementation=implementation_of(hf_type), ffn=F, norms=FLOAT64_NORMS, layers=layers, vocab=V, tied=tie
+            attn_implementation=implementation_of(hf_type),
+            ffn=F,
+            norms=FLOAT64_NORMS,
+            layers=layers,
+            vocab=V,
+            tied=tie,
+            final_softcap=final_softcap,
         ),
         check_inputs=_check_relu_units if t.mlp == "relu" else None,
     )
@@ -471,6 +484,17 @@ def _check_hf_arguments(
         raise ValueError(f"scope: attnid has no closed form for {hf_type}'s decoder layer; audit its attention")
 
 
+def _scope_extras(scope: str, nope: bool, final_softcap: float | None) -> dict:
+    """The settings only some scopes have, refused by name elsewhere: the logits' cap (a model's), a NoPE layer (an
+    attention layer's or a block's)."""
+    if final_softcap is not None and scope != "model":
+        raise ValueError("final_softcap: the logits' cap belongs to a whole model (scope 'model')")
+    if nope and scope == "model":
+        raise ValueError("nope: a model audit builds the type's own layers (audit one NoPE layer at scope attention "
+                         "or block)")  # fmt: skip
+    return {"final_softcap": final_softcap} if scope == "model" else {}
+
+
 def audit_hf(
     hf_type: str,
     *,
@@ -492,6 +516,8 @@ def audit_hf(
     tied: bool | None = None,
     norm_eps: float = 0.0,
     progress: bool = False,
+    nope: bool = False,
+    final_softcap: float | None = None,
 ) -> AuditResult:
     """Audit a real ``hf_type`` module at a small width: ``unidentified`` from the Jacobian rank,
     ``details["theory_unidentified"]`` from the closed form.
@@ -509,14 +535,19 @@ def audit_hf(
     over ``max_memory`` bytes, default the memory available, is refused before anything is allocated); the module;
     its Jacobian; with ``check``, :func:`check_hf_audit` (a difference or a gap under ``MIN_GAP`` raises
     :class:`HFAuditError`). ``progress``: a large audit says on stderr what it is doing (stdout stays free for JSON).
+    ``nope``: the audited layer is one without RoPE (SmolLM3's NoPE layers). ``final_softcap``: a model audit's
+    logits capped at that value (Gemma 2's ``final_logit_softcapping``).
+
+    Long because its signature lists each of its twenty settings on a line of its own; the body is 20 lines.
     """
     cfg = equivalent_config(  # refuses an unknown type and a shape the type cannot express
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias,
-        norm_eps=norm_eps,
+        norm_eps=norm_eps, nope=nope,
     )  # fmt: skip
     sizes = dict(ffn=ffn, layers=layers, vocab=vocab, tied=tied, norm_eps=norm_eps)
     _check_hf_arguments(hf_type, scope, seed=seed, attn_implementation=attn_implementation, **sizes)
-    plan = SCOPE_AUDITS[scope](hf_type, cfg, seed=seed, attn_implementation=attn_implementation, **sizes)
+    extra = _scope_extras(scope, nope, final_softcap)
+    plan = SCOPE_AUDITS[scope](hf_type, cfg, seed=seed, attn_implementation=attn_implementation, **sizes, **extra)
     n = plan.theory.total_params
     _check_memory(
         f"{hf_type} {scope}", cfg.E, n, plan.batch * plan.seq_len * plan.outputs_per_token, max_memory, plan.smaller

@@ -34,6 +34,8 @@ class Model:
     shared_ffn: int = 0
     dense_layers: int = 0
     dense_ffn: int = 0
+    nope_layers: int = 0  # layers without RoPE (SmolLM3)
+    final_softcap: float | None = None  # the logits capped to c tanh(z / c) (Gemma 2)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Preset:
     config: AttentionConfig | MLAConfig
     hf_type: str | None = None  # transformers model type of its code
     model: Model | None = None  # the whole model (None: its block is not one attnid counts)
+    uncounted_block: str = ""  # why its decoder layer is not counted, where attnid audits its attention only
+    reading: dict | None = None  # a config file's fields as read (attnid.configs.config_reading)
 
 
 PRESETS: dict[str, Preset] = {
@@ -171,7 +175,14 @@ PRESETS: dict[str, Preset] = {
         "Gemma-2-9B (GQA, D = 256, logit soft-capping at 50, norms before and after attention and MLP)",
         AttentionConfig(3584, 16, groups=8, head_dim=256, rope=True, causal=True, logit_softcap=50.0),
         "gemma2",
-        Model(42, 14336, 256000, True, "https://huggingface.co/google/gemma-2-9b/blob/main/config.json"),
+        Model(
+            42,
+            14336,
+            256000,
+            True,
+            "https://huggingface.co/google/gemma-2-9b/blob/main/config.json",
+            final_softcap=30.0,
+        ),
     ),
     "falcon-7b": Preset("Falcon-7B (multi-query, G = 1)", AttentionConfig(4544, 71, groups=1, rope=True, causal=True)),
     "gemma-7b": Preset("Gemma-7B (D = 256 > E/H)", AttentionConfig(3072, 16, head_dim=256, rope=True, causal=True)),
@@ -264,8 +275,9 @@ def block_of(p: Preset, name: str) -> BlockConfig:
     """The decoder layer of ``p`` (a preset, or a config read by :func:`attnid.configs.config_preset`, called
     ``name`` in errors)."""
     if p.model is None or p.hf_type is None:
+        why = f": {p.uncounted_block}" if p.uncounted_block else ""
         raise ValueError(
-            f"scope: {name} has no block structure attnid counts (only its attention); use scope attention"
+            f"scope: {name} has no block structure attnid counts (only its attention{why}); use scope attention"
         )
     if isinstance(p.config, MLAConfig):
         m = p.model
@@ -299,6 +311,15 @@ def scope_count(p: Preset, scope: str, name: str) -> Count:
         ModelConfig(
             block, m.layers, m.vocab, tied=m.tied, positions=t.positions if t else "rope", context=m.context,
             unused_positions=t.unused_positions if t else 0, head_bias=t.head_bias if t else False,
-            dense_layers=m.dense_layers, dense_ffn=m.dense_ffn,
+            dense_layers=m.dense_layers, dense_ffn=m.dense_ffn, nope_layers=m.nope_layers,
+            final_softcap=m.final_softcap,
         )
     )  # fmt: skip
+
+
+def layer_type_counts(p: Preset) -> dict[str, Count]:
+    """One attention layer of each kind a model stacks, by kind (``"rope"``, ``"nope"``), where its layers differ
+    (SmolLM3's NoPE layers); empty where every layer is :func:`scope_count` at scope attention."""
+    if p.model is None or not p.model.nope_layers or not isinstance(p.config, AttentionConfig):
+        return {}
+    return {"rope": count(p.config), "nope": count(p.config.with_(rope=False))}

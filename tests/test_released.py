@@ -1,0 +1,222 @@
+"""Released config files read as downloaded, and the mechanisms of recent attention (chapter 9): sinks, NoPE
+layers, the soft-capped untied head, attention-only families. Each closed form equals the Jacobian rank of the
+real transformers module, and a planted change moves the count."""
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from test_cli import run
+
+from attnid.attention import AttentionConfig, attention, concat_project_attention, init_params
+from attnid.audit import audit, audit_module
+from attnid.configs import (
+    BLOCK_ONLY_NOTE,
+    CONFIG_DIR,
+    NEUTRAL,
+    REMOTE_CODE_NOTE,
+    UNCOUNTED_BLOCKS,
+    ConfigError,
+    config_preset,
+)
+from attnid.counting import SCOPES, count
+from attnid.hf import audit_hf, build_attention
+from attnid.presets import scope_count
+
+RELEASED = CONFIG_DIR / "released"
+SOURCES = json.loads((RELEASED / "SOURCES.json").read_text())
+
+
+def test_every_released_copy_names_its_source():
+    assert sorted(SOURCES) == sorted(p.stem for p in RELEASED.glob("*.json") if p.name != "SOURCES.json")
+    for name, s in SOURCES.items():
+        assert s["released"].startswith("https://huggingface.co/") and s["copied_from"] and s["as"], name
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_a_released_file_is_counted_at_every_scope_or_refused_with_its_reason(name):
+    p = config_preset(RELEASED / f"{name}.json")
+    for scope in SCOPES:
+        if p.model is None and scope != "attention":
+            with pytest.raises(ValueError, match="no block structure attnid counts") as e:
+                scope_count(p, scope, name)
+            assert p.uncounted_block and p.uncounted_block in str(e.value)
+            continue
+        c = scope_count(p, scope, name)
+        assert 0 < c.unidentified < c.total_params
+    # every field of the file is accounted for: read, neutral (with its reason), fixed by code, at the default
+    fields = json.loads((RELEASED / f"{name}.json").read_text())
+    r = p.reading
+    assert set(fields) == set(r["read"]) | set(r["neutral"]) | set(r["fixed"]) | set(r["at_default"])
+    assert all(len(why) > 20 for why in r["neutral"].values())
+
+
+def test_released_totals_equal_the_published_ones():
+    """SmolLM3-3B's total (3,075,098,624, tied embedding + 36 layers + final norm) and Llama-3.2-1B's
+    (1,235,814,400), both as their model cards and the safetensors headers give them."""
+    smol = config_preset(RELEASED / "smollm3-3b-base.json")
+    assert scope_count(smol, "model", "smollm3").total_params == 3_075_098_624
+    llama = config_preset(RELEASED / "llama-3.2-1b-instruct.json")
+    assert scope_count(llama, "model", "llama").total_params == 1_235_814_400
+
+
+@pytest.mark.parametrize(
+    "base, fields, reason",
+    [
+        ("deepseek-v3", {"auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}}, REMOTE_CODE_NOTE),
+        ("deepseek-v3", {"n_group": 1, "topk_group": 1}, NEUTRAL["n_group"]),  # Kimi-K2's routing
+        ("gemma-2-9b", {"cache_implementation": "hybrid", "sliding_window_size": 4096}, NEUTRAL["sliding_window_size"]),
+        ("qwen2-7b", {"use_mrope": False}, None),
+        ("falcon-7b", {"apply_residual_connection_post_layernorm": False}, None),
+    ],
+)
+def test_bookkeeping_fields_of_released_files_are_accepted_with_their_reason(tmp_path, base, fields, reason):
+    d = json.loads((CONFIG_DIR / f"{base}.json").read_text())
+    plain = config_preset(CONFIG_DIR / f"{base}.json")
+    (tmp_path / "config.json").write_text(json.dumps({**d, **fields}))
+    p = config_preset(tmp_path)
+    assert p.config == plain.config and p.model == plain.model
+    where = p.reading["neutral"] if reason else p.reading["fixed"]
+    assert set(fields) <= set(where)
+    if reason:
+        assert reason in where.values()
+
+
+@pytest.mark.parametrize(
+    "base, fields, named",
+    [
+        ("qwen2-7b", {"use_mrope": True}, "use_mrope = True"),
+        ("falcon-7b", {"apply_residual_connection_post_layernorm": True}, "apply_residual_connection_post_layernorm"),
+        ("gemma-2-9b", {"final_logit_softcapping": 0.0}, "final_logit_softcapping = 0.0"),
+        ("llama-2-7b", {"model_type": "my_remote_family", "auto_map": {"AutoConfig": "x.Y"}}, "my_remote_family"),
+    ],
+)
+def test_a_bookkeeping_field_at_another_value_is_still_refused(tmp_path, base, fields, named):
+    d = json.loads((CONFIG_DIR / f"{base}.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**d, **fields}))
+    with pytest.raises(ConfigError, match=named):
+        config_preset(tmp_path)
+
+
+def test_count_config_says_what_it_read(tmp_path):
+    r = run("count", "--config", str(RELEASED / "gpt-oss-20b.json"), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)["config_fields"]
+    assert "num_key_value_heads" in out["read"] and out["neutral"]["num_local_experts"] == BLOCK_ONLY_NOTE
+    text = run("count", "--config", str(RELEASED / "smollm3-3b-base.json")).stdout
+    assert "library defaults taken: " in text and "no_rope_layers" in text
+    assert "nope layers (9 of the model's)" in text
+
+
+# ------------------------------------------------------------------------------------------------ attention sinks
+SINK_SHAPES = [
+    dict(embed=16, heads=4, groups=2),
+    dict(embed=16, heads=4, groups=1),
+    dict(embed=16, heads=2, groups=2, head_dim=4),
+    dict(embed=8, heads=2, groups=2, bias="none"),
+]
+
+
+@pytest.mark.parametrize("kw", SINK_SHAPES)
+def test_sinks_closed_form_equals_the_rank_of_gpt_oss_attention(kw):
+    r = audit_hf("gpt_oss", **kw)  # raises HFAuditError on a difference or an unclear gap
+    assert r.unidentified == r.details["theory_unidentified"]
+    assert r.details["terms"]["value_bias"] == 0 and r.details["terms"]["key_bias"] == 0
+
+
+def test_removing_the_sinks_confounds_the_value_bias_again():
+    """Planted: the sink logits sent to -inf (exp = 0). The value bias is again absorbed by the output bias
+    (G·C more null directions) and each dead sink logit is a null direction of its own (H)."""
+    cfg = AttentionConfig(16, 4, groups=2, bias="all", rope=True, causal=True, sinks=True)
+    module, forward = build_attention("gpt_oss", cfg, seed=0)
+    x = torch.randn(24, 8, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)  # 3,072 outputs
+    live = audit_module(module, (x,), forward=forward)
+    with torch.no_grad():
+        module.sinks.fill_(-1e4)  # exp(-1e4) is 0 in float64
+    dead = audit_module(module, (x,), forward=forward)
+    without = count(cfg.with_(sinks=False))
+    assert live.unidentified == count(cfg).unidentified
+    assert dead.unidentified == without.unidentified + cfg.H
+    assert dead.unidentified - live.unidentified == cfg.G * cfg.C + cfg.H
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AttentionConfig(8, 2, bias="all", causal=True, sinks=True),
+        AttentionConfig(12, 4, groups=2, bias="qkv", causal=True, sinks=True),
+        AttentionConfig(16, 2, head_dim=8, bias="all", rope_dims=4, causal=True, sinks=True),
+    ],
+)
+def test_sinks_closed_form_equals_the_rank_of_our_layer(cfg):
+    """Without RoPE the key bias is identified too (a per-query shift moves weight to the sink)."""
+    r = audit(cfg, method="dense")
+    assert r.unidentified == count(cfg).unidentified < count(cfg.with_(sinks=False)).unidentified
+    p = init_params(cfg)
+    X = torch.randn(2, cfg.E, 5, dtype=torch.float64)
+    y = concat_project_attention(X.transpose(1, 2), p, cfg).transpose(1, 2)
+    assert torch.allclose(attention(X, p, cfg), y, atol=1e-12)
+
+
+def test_certify_refuses_sinks_by_name():
+    with pytest.raises(ValueError, match="sinks change"):
+        audit(AttentionConfig(16, 4, bias="all", causal=True, sinks=True), method="certify")
+
+
+# --------------------------------------------------------------------------------------------------- NoPE layers
+NOPE_SHAPES = [
+    dict(embed=16, heads=4, groups=2),
+    dict(embed=16, heads=4, groups=1),
+    dict(embed=16, heads=2, groups=2, head_dim=4, bias="all"),
+    dict(embed=8, heads=2, groups=2, scope="block", ffn=21),
+]
+
+
+@pytest.mark.parametrize("kw", NOPE_SHAPES)
+def test_a_nope_layer_keeps_the_whole_gauge_in_smollm3(kw):
+    r = audit_hf("smollm3", nope=True, **kw)
+    rope = audit_hf("smollm3", **kw)
+    assert r.unidentified == r.details["theory_unidentified"] > rope.unidentified == rope.details["theory_unidentified"]
+
+
+def test_a_model_counts_its_nope_layers_apart():
+    p = config_preset(RELEASED / "smollm3-3b-base.json")
+    assert p.model.nope_layers == 9
+    cfg = p.config
+    per_layer = count(cfg.with_(rope=False)).unidentified - count(cfg).unidentified
+    plain = config_preset(RELEASED / "smollm3-3b-base.json")
+    from dataclasses import replace
+
+    all_rope = replace(plain, model=replace(plain.model, nope_layers=0))
+    assert scope_count(p, "model", "x").unidentified - scope_count(all_rope, "model", "x").unidentified == 9 * per_layer
+
+
+# --------------------------------------------------------------------------------- soft-capped logits, untied head
+def test_an_untied_soft_capped_head_identifies_the_logit_shift():
+    """Audited with the cap in place: the E logit-shift directions of an untied head are identified."""
+    capped = audit_hf("gemma2", embed=8, heads=2, groups=2, scope="model", tied=False, final_softcap=30.0)
+    plain = audit_hf("gemma2", embed=8, heads=2, groups=2, scope="model", tied=False)
+    assert capped.details["terms"]["logit_shift"] == 0 and plain.details["terms"]["logit_shift"] == 8
+    assert plain.unidentified - capped.unidentified == 8
+
+
+def test_a_config_with_an_untied_capped_head_is_counted_without_the_shift(tmp_path):
+    d = json.loads((CONFIG_DIR / "gemma-2-9b.json").read_text())
+    for tied, cap in ((False, 30.0), (False, None), (True, 30.0)):
+        (tmp_path / "config.json").write_text(json.dumps({**d, "tie_word_embeddings": tied,
+                                                          "final_logit_softcapping": cap}))  # fmt: skip
+        terms = scope_count(config_preset(tmp_path), "model", "x").unidentified_by_block
+        assert terms["logit_shift"] == (d["hidden_size"] if not tied and cap is None else 0)
+
+
+# -------------------------------------------------------------------------------------- attention-only families
+@pytest.mark.parametrize("hf_type", ["mixtral", "qwen3_moe"])
+def test_moe_families_attention_is_audited_and_their_block_refused_by_name(hf_type):
+    r = audit_hf(hf_type, embed=16, heads=4, groups=2)
+    assert r.unidentified == r.details["theory_unidentified"]
+    with pytest.raises(ValueError, match="no closed form for"):
+        audit_hf(hf_type, embed=16, heads=4, groups=2, scope="block")
+    assert "no closed form checked here" in UNCOUNTED_BLOCKS[hf_type]
