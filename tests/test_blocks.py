@@ -41,6 +41,13 @@ BLOCK_SHAPES = {
     "gemma3": [dict(heads=2, ffn=12), dict(heads=1, ffn=12), dict(heads=4, groups=2, ffn=12),
                dict(heads=4, groups=1, head_dim=4, ffn=12), dict(heads=2, head_dim=6, bias="all", ffn=20),
                dict(embed=12, heads=3, groups=1, bias="all", ffn=16)],
+    # a mixture of four experts (two chosen per token), each F wide: a softmax router's shift, E more
+    "mixtral": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, ffn=4),
+                dict(heads=4, groups=1, ffn=6),
+                dict(heads=2, head_dim=2, ffn=6), dict(embed=6, heads=3, groups=1, ffn=3)],
+    "qwen3_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, ffn=4),
+                  dict(heads=4, groups=1, ffn=6), dict(heads=2, bias="all", ffn=6),
+                  dict(embed=6, heads=3, groups=1, bias="all", ffn=3)],
     "smollm3": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
                 dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
 }  # fmt: skip

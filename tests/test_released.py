@@ -212,11 +212,43 @@ def test_a_config_with_an_untied_capped_head_is_counted_without_the_shift(tmp_pa
         assert terms["logit_shift"] == (d["hidden_size"] if not tied and cap is None else 0)
 
 
-# -------------------------------------------------------------------------------------- attention-only families
+# --------------------------------------------------------------------------------- softmax-routed mixtures
 @pytest.mark.parametrize("hf_type", ["mixtral", "qwen3_moe"])
-def test_moe_families_attention_is_audited_and_their_block_refused_by_name(hf_type):
-    r = audit_hf(hf_type, embed=16, heads=4, groups=2)
-    assert r.unidentified == r.details["theory_unidentified"]
-    with pytest.raises(ValueError, match="no closed form for"):
-        audit_hf(hf_type, embed=16, heads=4, groups=2, scope="block")
-    assert "no closed form checked here" in UNCOUNTED_BLOCKS[hf_type]
+def test_a_softmax_router_ignores_a_vector_added_to_every_row_and_no_other(hf_type):
+    """The router_shift directions are exact: one vector added to every router row leaves the real layer's output
+    unchanged to round-off; planted, the same vector added to one row only changes it (and the Jacobian count of
+    the layer equals the closed form with its E directions: tests/test_blocks.py)."""
+    from attnid import hf
+
+    cfg = hf.equivalent_config(hf_type, embed=8, heads=2, groups=2)
+    layer, forward = hf.build_block(hf_type, cfg, ffn=4, experts=4)
+    router = next(m for m in layer.modules() if hf._is_router(m))
+    x = torch.randn(8, 8, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    v = torch.randn(8, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 0.1
+    with torch.no_grad():
+        y = forward(layer, x)
+        router.weight += v  # every row
+        shifted = forward(layer, x)
+        router.weight[0] += v  # one row more: no longer a shift of every logit
+        planted = forward(layer, x)
+    assert (shifted - y).abs().max() < 1e-12
+    assert (planted - y).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("name, total", [("mixtral-8x7b-v0.1", 46_702_792_704), ("qwen3-30b-a3b", 30_532_122_624)])
+def test_released_mixtures_are_counted_at_every_scope_with_their_published_totals(name, total):
+    p = config_preset(RELEASED / f"{name}.json")
+    assert p.model.experts and scope_count(p, "model", name).total_params == total
+    layers = p.model.layers
+    assert (
+        scope_count(p, "model", name).unidentified_by_block["blocks"]
+        == layers * scope_count(p, "block", name).unidentified
+    )
+
+
+# ------------------------------------------------------------------------------------ an attention-only family
+def test_gpt_oss_block_is_refused_with_its_reason():
+    p = config_preset(RELEASED / "gpt-oss-20b.json")
+    with pytest.raises(ValueError, match="biased router"):
+        scope_count(p, "block", "gpt-oss")
+    assert "no closed form checked here" in UNCOUNTED_BLOCKS["gpt_oss"]

@@ -210,7 +210,7 @@ def jacobian_rank(fn, theta: torch.Tensor, *, rtol: float = RTOL, progress: bool
                 "starts"
             ) from None
         J = torch.autograd.functional.jacobian(fn, theta, vectorize=False)  # a kernel without forward-mode AD
-    J = J.reshape(-1, theta.numel())
+    J = J.detach().reshape(-1, theta.numel())  # a module's own parameters may carry autograd history into it
     m, n = J.shape
     if progress and m * n > PROGRESS_ENTRIES:
         print(f"factoring the {m:,} x {n:,} Jacobian (QR, then SVD) ...", file=sys.stderr, flush=True)

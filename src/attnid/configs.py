@@ -56,6 +56,7 @@ NEUTRAL: dict[str, str] = {
                      "output_hidden_states", "return_dict", "torchscript", "use_return_dict"),
                     "bookkeeping of the hub or of generation (a revision, a cache's kind, a context the model was "
                     "first trained at, what a call returns): not the function of the weights"),
+    "router_jitter_noise": "noise on the router's input while training only: off when the function is evaluated",
     "sliding_window_size": "an older copy of sliding_window that transformers' code does not read (it reads "
                            "sliding_window, checked as such)",
     **dict.fromkeys(("n_group", "topk_group"),
@@ -107,8 +108,6 @@ ATTENTION_ONLY_TYPES = ("bert", "falcon", "gemma")  # counted at scope attention
 UNCOUNTED_BLOCKS: dict[str, str] = {
     "gpt_oss": "its mixture of experts (a softmax over the top-k logits of a biased router, clamped SwiGLU experts "
     "with biases) has no closed form checked here",
-    "mixtral": "its softmax-routed mixture of experts has no closed form checked here",
-    "qwen3_moe": "its softmax-routed mixture of experts has no closed form checked here",
 }
 # fields of those families that only their decoder layer reads: not part of the attention counted
 BLOCK_ONLY_NOTE = "read by the decoder layer only (its MLP, experts or norms), which is not counted: no attention field"
@@ -307,6 +306,8 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
         return cfg, None, read  # its attention only: UNCOUNTED_BLOCKS says why
     if hf_type == "gpt2":
         ffn = _positive(c, "n_inner", default=4 * E)
+    elif t.moe:
+        return cfg, _mixture_model(c, hf_type, read), read
     else:
         ffn = _positive(c, "ffn_dim" if hf_type == "opt" else "intermediate_size", default=None)
     context = {"gpt2": "n_positions", "opt": "max_position_embeddings"}.get(hf_type)
@@ -315,6 +316,25 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
     model = Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "",
                   context=getattr(c, context) if context else 0, **_layer_kinds_and_head(c, t, read))  # fmt: skip
     return cfg, model, read
+
+
+def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
+    """The :class:`Model` of a softmax-routed mixture of experts in every layer (Mixtral, Qwen3-MoE), adding the
+    fields read to ``read``; refuses fewer than two chosen experts, and Qwen3-MoE's dense layers (every layer a
+    mixture is the case attnid counts)."""
+    key = "num_experts" if hf_type == "qwen3_moe" else "num_local_experts"
+    read |= {key, "num_experts_per_tok", "norm_topk_prob", "moe_intermediate_size", "decoder_sparse_step",
+             "mlp_only_layers"}  # fmt: skip
+    experts, chosen = _positive(c, key, default=None), _positive(c, "num_experts_per_tok", default=None)
+    if chosen < 2 or experts < chosen:
+        raise ConfigError(f"num_experts_per_tok: {chosen} of {experts} experts; attnid counts two or more chosen "
+                          "(with one, a renormalised router's weight is 1 whatever its logits)")  # fmt: skip
+    if hf_type == "qwen3_moe" and (c.decoder_sparse_step != 1 or c.mlp_only_layers):
+        raise ConfigError(f"decoder_sparse_step = {c.decoder_sparse_step}, mlp_only_layers = "
+                          f"{printable(repr(c.mlp_only_layers), 60)}: dense layers among the mixtures are not modelled "
+                          "(attnid counts a mixture in every layer)")  # fmt: skip
+    ffn = _positive(c, "moe_intermediate_size" if hf_type == "qwen3_moe" else "intermediate_size", default=None)
+    return Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts)
 
 
 def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
@@ -403,7 +423,8 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str, block_only: set[str] | f
     fields of a decoder layer attnid does not count (:data:`UNCOUNTED_BLOCKS`), accepted as they are."""
     default = type(c)().to_dict()
     # a field the class does not know is read by no code (activations aside, which are checked): never "read"
-    read = (read & set(default)) | {f for f in ACTIVATION_FIELDS if f in read}
+    # head_dim too where the family's code reads it with getattr (Qwen3-MoE's config class does not declare it)
+    read = (read & set(default)) | {f for f in (*ACTIVATION_FIELDS, "head_dim") if f in read and hasattr(c, f)}
     bad = []
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):

@@ -319,6 +319,7 @@ RESIDUALS = ("sequential", "parallel", "shared_norm")
 # or both (Gemma 2 and 3)
 NORM_POSITIONS = ("pre", "post", "sandwich")
 SCOPES = ("attention", "block", "model")  # one attention layer, one decoder layer, a whole model
+ROUTERS = ("sigmoid", "softmax")  # how a mixture's router turns its logits into the chosen experts' weights
 
 
 @dataclass(frozen=True)
@@ -336,7 +337,9 @@ class BlockConfig:
     for a mixture of ``k`` routed gated experts of inner size ``ffn`` with a linear router (``k x E``), plus
     shared experts of total inner size ``shared_ffn`` (DeepSeek-V3). The count takes at least two experts
     chosen per token, their sigmoid scores normalised (DeepSeek-V3 chooses eight): with one, the router's
-    weight would be 1 whatever its scores, and its weights unidentified.
+    weight would be 1 whatever its scores, and its weights unidentified. ``router``: ``"sigmoid"`` (DeepSeek-V3) or
+    ``"softmax"`` (Mixtral, Qwen3-MoE: a softmax over all ``k`` logits, the top ones kept, renormalised or not),
+    whose weights ignore a shift of every logit: the same vector added to each router row is free (``E``).
     """
 
     attention: AttentionConfig | MLAConfig
@@ -349,6 +352,7 @@ class BlockConfig:
     norm_eps_zero: bool = False
     experts: int = 0
     shared_ffn: int = 0
+    router: str = "sigmoid"
 
     def __post_init__(self) -> None:
         if not isinstance(self.attention, (AttentionConfig, MLAConfig)):
@@ -379,6 +383,8 @@ class BlockConfig:
             raise ValueError("experts: a mixture is counted with at least two experts (two or more chosen per token)")
         if self.shared_ffn and not self.experts:
             raise ValueError("shared_ffn: shared experts belong to a mixture of experts (experts >= 1)")
+        if self.router not in ROUTERS:
+            raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {self.router!r}")
         if isinstance(self.attention, MLAConfig):
             if self.norm != "rms" or self.norm_position != "pre" or self.residual != "sequential":
                 raise ValueError("attention: latent attention is counted in a sequential pre-norm RMSNorm block only")
@@ -484,7 +490,9 @@ def count_block(block: BlockConfig) -> Count:
       so ``W + a (1/γ)ᵀ`` only moves ``W x̂ + b`` by the constant ``a Σ β_i/γ_i``, which the bias takes back;
     * ``mlp_rescaling``: ``F`` for ReLU (``relu(c z) = c relu(z)``, ``c > 0``) and gated MLPs (up-projection
       row ``j`` against down-projection column ``j``), for each expert of a mixture; none for GELU. A
-      mixture's router is identified (its sigmoid scores have no shift or scale to give);
+      mixture's sigmoid router is identified (its scores have no shift or scale to give);
+    * ``router_shift`` (a softmax router only): its weights ignore a logit added to every expert, so the same
+      vector added to every router row is free: ``E``;
     * ``output_bias``: in a parallel block the attention's and the MLP's output biases add to one stream
       (``E``); in a sequential block with LayerNorm only their sum along ``1`` is free (``N₂`` removes the
       mean of ``h``, so ``b_O + t·1``, ``b_MLP − t·1`` changes nothing): ``1``;
@@ -523,6 +531,8 @@ def count_block(block: BlockConfig) -> Count:
     )
     if after:
         terms["post_norm_scale"] = after if block.norm_eps_zero else 0
+    if block.experts and block.router == "softmax":
+        terms["router_shift"] = E
     params.update(norms=block.norm_params(), mlp=block.mlp_params())
     return Count(sum(params.values()), params, terms)
 

@@ -42,6 +42,7 @@ class HFType:
     softcap: float | None = None  # the scores capped to c tanh(a / c) (its released c); its attention runs eager
     sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss); its attention runs eager
     nope_layers: bool = False  # some layers without RoPE (no_rope_layers: SmolLM3)
+    moe: bool = False  # its decoder layer is a softmax-routed mixture of experts (Mixtral, Qwen3-MoE)
 
     @property
     def eager(self) -> bool:
@@ -55,7 +56,18 @@ class HFType:
         return bool(bias) if self.module == "opt" else True
 
     def ffn_kwargs(self, ffn: int) -> dict:
+        if self.module == "qwen3_moe":
+            return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
         return {"gpt2": {"n_inner": ffn}, "opt": {"ffn_dim": ffn}}.get(self.module, {"intermediate_size": ffn})
+
+    def expert_kwargs(self, experts: int) -> dict:
+        """A mixture of ``experts`` experts, two chosen per token, in every layer (none: ``{}``)."""
+        if not experts:
+            return {}
+        n = {"qwen3_moe": "num_experts"}.get(self.module, "num_local_experts")
+        return {n: experts, "num_experts_per_tok": 2, **({"decoder_sparse_step": 1, "mlp_only_layers": [],
+                                                          "norm_topk_prob": True} if self.module == "qwen3_moe"
+                                                         else {})}  # fmt: skip
 
     def config_kwargs(self, cfg: AttentionConfig, attn_implementation: str = "sdpa") -> dict:
         """The keyword arguments of the model's config class for the architecture ``cfg``."""
@@ -183,11 +195,13 @@ HF_TYPES: dict[str, HFType] = {
     ),
     "mixtral": HFType(
         "mixtral", "MixtralConfig", "MixtralAttention", "MixtralRotaryEmbedding", biases=("",), groups=True,
-        head_dim=True,
+        head_dim=True, layer="MixtralDecoderLayer", lm="MixtralForCausalLM", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, moe=True,
     ),
     "qwen3_moe": HFType(
         "qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeAttention", "Qwen3MoeRotaryEmbedding", biases=("", "qkvo"),
-        groups=True, head_dim=True, qk_norm="head",
+        groups=True, head_dim=True, qk_norm="head", layer="Qwen3MoeDecoderLayer", lm="Qwen3MoeForCausalLM",
+        norm="rms", mlp="swiglu", ffn_ratio=8 / 3, moe=True,
     ),
 }  # fmt: skip
 
@@ -254,13 +268,20 @@ def default_ffn(hf_type: str, embed: int) -> int:
     return max(1, round(HF_TYPES[hf_type].ffn_ratio * embed))
 
 
-def block_config(hf_type: str, cfg: AttentionConfig, ffn: int, norm_eps_zero: bool = False) -> BlockConfig:
+def block_config(
+    hf_type: str, cfg: AttentionConfig, ffn: int, norm_eps_zero: bool = False, experts: int = 0
+) -> BlockConfig:
     """The :class:`~attnid.counting.BlockConfig` of one ``hf_type`` decoder layer around ``cfg``, its norms at
-    ``ε = 0`` if ``norm_eps_zero`` (released models have ``ε > 0``)."""
+    ``ε = 0`` if ``norm_eps_zero`` (released models have ``ε > 0``), with a mixture of ``experts`` experts of inner
+    size ``ffn`` for a mixture-of-experts type (a softmax router)."""
     t = HF_TYPES[hf_type]
+    if bool(experts) != t.moe:
+        raise ValueError(f"experts: {hf_type} " + ("has a mixture of experts: give their number (2 or more)"
+                                                   if t.moe else "has one MLP, no experts"))  # fmt: skip
     return BlockConfig(
         cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual,
-        norm_position=t.norm_position, norm_eps_zero=norm_eps_zero,
+        norm_position=t.norm_position, norm_eps_zero=norm_eps_zero, experts=experts,
+        router="softmax" if t.moe else "sigmoid",
     )  # fmt: skip
 
 

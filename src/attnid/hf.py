@@ -203,14 +203,21 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     return attn, _hidden_forward(rotary, eager=t.eager)
 
 
-def build_block(hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0, norm_eps: float = 0.0):
-    """``(module, forward)``: one whole decoder layer of ``hf_type`` (norms, attention, MLP, residual
-    connections) in float64 with seeded random weights (:func:`_prepare`), every norm at ``ε = norm_eps``, run
-    on hidden states."""
+def build_block(
+    hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0, norm_eps: float = 0.0, experts: int = 0
+):
+    """``(module, forward)``: one whole decoder layer of ``hf_type`` (norms, attention, MLP or ``experts`` experts of
+    inner size ``ffn``, two chosen per token, residual connections) in float64 with seeded random weights
+    (:func:`_prepare`; a softmax router's weights computed in float64), every norm at ``ε = norm_eps``, run on
+    hidden states."""
     t = HF_TYPES[hf_type]
     mod = _modeling(hf_type)
-    config = _hf_config(hf_type, cfg, implementation_of(hf_type), **t.ffn_kwargs(ffn))
+    config = _hf_config(hf_type, cfg, implementation_of(hf_type), **t.ffn_kwargs(ffn), **t.expert_kwargs(experts))
+    config._experts_implementation = "eager"  # a model sets it; the layer alone runs the experts' own loop
     layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed, norm_eps=norm_eps)
+    for m in layer.modules():
+        if _is_router(m):
+            m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
     attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
@@ -370,12 +377,16 @@ def _check_layer_norm_width(hf_type: str, cfg: AttentionConfig) -> None:
         )
 
 
+AUDIT_EXPERTS = 4  # a mixture-of-experts layer is audited with four experts, two chosen per token
+
+
 def _block_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | None, norm_eps: float, **_) -> ScopeAudit:
     """One whole decoder layer: :func:`attnid.counting.count_block`."""
     _check_layer_norm_width(hf_type, cfg)
     t = HF_TYPES[hf_type]
     F = default_ffn(hf_type, cfg.E) if ffn is None else ffn
-    theory = count_block(block_config(hf_type, cfg, F, norm_eps_zero=norm_eps == 0))
+    k = AUDIT_EXPERTS if t.moe else 0
+    theory = count_block(block_config(hf_type, cfg, F, norm_eps_zero=norm_eps == 0, experts=k))
     B, L = _block_size(cfg, theory.total_params)
     return ScopeAudit(
         theory,
@@ -384,9 +395,12 @@ def _block_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | No
         L,
         cfg.E,
         "--embed, --ffn",
-        build=lambda: build_block(hf_type, cfg, ffn=F, seed=seed, norm_eps=norm_eps),
+        build=lambda: build_block(hf_type, cfg, ffn=F, seed=seed, norm_eps=norm_eps, experts=k),
         inputs=lambda gen: torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64),
-        details=dict(attn_implementation=implementation_of(hf_type), ffn=F, norms=FLOAT64_NORMS),
+        details=dict(
+            attn_implementation=implementation_of(hf_type), ffn=F, norms=FLOAT64_NORMS, **({"experts": k} if k else {})
+        ),
+        check_inputs=(lambda m, f, x: _check_experts(m, f, x, k)) if k else None,
     )
 
 
@@ -482,6 +496,9 @@ def _check_hf_arguments(
         raise ValueError("attn_implementation: blocks and models are audited through sdpa only")
     if scope != "attention" and not HF_TYPES[hf_type].layer:
         raise ValueError(f"scope: attnid has no closed form for {hf_type}'s decoder layer; audit its attention")
+    if scope == "model" and HF_TYPES[hf_type].moe:
+        raise ValueError(f"scope: a {hf_type} model is audited layer by layer (--block: its mixture of experts); its "
+                         "model count adds the terms of chapter 8")  # fmt: skip
 
 
 def _scope_extras(scope: str, nope: bool, final_softcap: float | None) -> dict:
@@ -604,6 +621,27 @@ def check_hf_audit(res: AuditResult) -> None:
         )
 
 
+def _is_router(m: torch.nn.Module) -> bool:
+    """A mixture's router (DeepSeek-V3's ``TopkRouter``, Mixtral's and Qwen3-MoE's ``TopKRouter``)."""
+    return type(m).__name__.lower().endswith("topkrouter")
+
+
+def _softmax_router_float64(original: Callable):
+    """Mixtral's and Qwen3-MoE's routers compute their softmax in float32; this forward keeps their choice of
+    experts (a discrete one, made as transformers makes it) and recomputes the chosen experts' weights in the input's
+    float64: the softmax over every logit, at the chosen ones, renormalised where the router renormalises."""
+
+    def forward(self, hidden_states: torch.Tensor):
+        _, _, chosen = original(hidden_states)
+        logits = torch.nn.functional.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight)
+        weights = logits.softmax(dim=-1).gather(1, chosen)
+        if getattr(self, "norm_topk_prob", True):  # Mixtral always renormalises
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return logits, weights, chosen
+
+    return forward
+
+
 def _router_float64(original: Callable):
     """transformers' DeepSeek-V3 router computes its scores in float32; this forward keeps its choice of experts
     (a discrete one, made as transformers makes it) and recomputes the chosen experts' weights in the input's
@@ -626,7 +664,7 @@ MIN_EXPERT_SHARE = 0.05  # an expert chosen for fewer of the audit's tokens is r
 def _check_experts(layer: torch.nn.Module, forward: Callable, x: torch.Tensor, experts: int) -> None:
     """Refuse an audit whose tokens ``x`` choose some expert too rarely to identify its weights (the count would
     then describe the data, not the layer): the router's choices are read off one forward pass of the layer."""
-    router = next(m for m in layer.modules() if type(m).__name__.endswith("TopkRouter"))
+    router = next(m for m in layer.modules() if _is_router(m))
     seen: list[torch.Tensor] = []
     hook = router.register_forward_hook(lambda module, args, out: seen.append(out[2]))
     try:
@@ -764,6 +802,8 @@ def small_block_structure(p: Preset) -> dict:
         kw["rope_dims"] = kw["embed"] // kw["heads"]
     assert p.model is not None
     kw["ffn"] = max(1, round(p.model.ffn / cfg.E * kw["embed"]))
+    if p.model.experts:  # each of the four audited experts half as wide as the stream: seconds, not minutes
+        kw["ffn"] = kw["embed"] // 2
     return kw
 
 

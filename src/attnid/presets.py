@@ -284,7 +284,7 @@ def block_of(p: Preset, name: str) -> BlockConfig:
         return BlockConfig(
             p.config, m.ffn, norm="rms", mlp="swiglu", mlp_bias=False, experts=m.experts, shared_ffn=m.shared_ffn
         )
-    return block_config(p.hf_type, p.config.with_(causal=True), p.model.ffn)
+    return block_config(p.hf_type, p.config.with_(causal=True), p.model.ffn, experts=p.model.experts)
 
 
 def preset_count(name: str, scope: str = "attention") -> Count:
