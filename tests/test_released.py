@@ -13,15 +13,7 @@ from test_cli import run
 
 from attnid.attention import AttentionConfig, attention, concat_project_attention, init_params
 from attnid.audit import audit, audit_module
-from attnid.configs import (
-    BLOCK_ONLY_NOTE,
-    CONFIG_DIR,
-    NEUTRAL,
-    REMOTE_CODE_NOTE,
-    UNCOUNTED_BLOCKS,
-    ConfigError,
-    config_preset,
-)
+from attnid.configs import CONFIG_DIR, NEUTRAL, REMOTE_CODE_NOTE, ConfigError, config_preset
 from attnid.counting import SCOPES, count
 from attnid.hf import audit_hf, build_attention
 from attnid.presets import scope_count
@@ -37,14 +29,9 @@ def test_every_released_copy_names_its_source():
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
-def test_a_released_file_is_counted_at_every_scope_or_refused_with_its_reason(name):
+def test_a_released_file_is_counted_at_every_scope(name):
     p = config_preset(RELEASED / f"{name}.json")
     for scope in SCOPES:
-        if p.model is None and scope != "attention":
-            with pytest.raises(ValueError, match="no block structure attnid counts") as e:
-                scope_count(p, scope, name)
-            assert p.uncounted_block and p.uncounted_block in str(e.value)
-            continue
         c = scope_count(p, scope, name)
         assert 0 < c.unidentified < c.total_params
     # every field of the file is accounted for: read, neutral (with its reason), fixed by code, at the default
@@ -105,7 +92,8 @@ def test_count_config_says_what_it_read(tmp_path):
     r = run("count", "--config", str(RELEASED / "gpt-oss-20b.json"), "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)["config_fields"]
-    assert "num_key_value_heads" in out["read"] and out["neutral"]["num_local_experts"] == BLOCK_ONLY_NOTE
+    assert {"num_key_value_heads", "num_local_experts", "swiglu_limit"} <= set(out["read"])
+    assert out["neutral"]["initial_context_length"] == NEUTRAL["initial_context_length"]
     text = run("count", "--config", str(RELEASED / "smollm3-3b-base.json")).stdout
     assert "library defaults taken: " in text and "no_rope_layers" in text
     assert "nope layers (9 of the model's)" in text
@@ -235,7 +223,10 @@ def test_a_softmax_router_ignores_a_vector_added_to_every_row_and_no_other(hf_ty
     assert (planted - y).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("name, total", [("mixtral-8x7b-v0.1", 46_702_792_704), ("qwen3-30b-a3b", 30_532_122_624)])
+@pytest.mark.parametrize(
+    "name, total",
+    [("mixtral-8x7b-v0.1", 46_702_792_704), ("qwen3-30b-a3b", 30_532_122_624), ("gpt-oss-20b", 20_914_757_184)],
+)
 def test_released_mixtures_are_counted_at_every_scope_with_their_published_totals(name, total):
     p = config_preset(RELEASED / f"{name}.json")
     assert p.model.experts and scope_count(p, "model", name).total_params == total
@@ -244,11 +235,3 @@ def test_released_mixtures_are_counted_at_every_scope_with_their_published_total
         scope_count(p, "model", name).unidentified_by_block["blocks"]
         == layers * scope_count(p, "block", name).unidentified
     )
-
-
-# ------------------------------------------------------------------------------------ an attention-only family
-def test_gpt_oss_block_is_refused_with_its_reason():
-    p = config_preset(RELEASED / "gpt-oss-20b.json")
-    with pytest.raises(ValueError, match="biased router"):
-        scope_count(p, "block", "gpt-oss")
-    assert "no closed form checked here" in UNCOUNTED_BLOCKS["gpt_oss"]

@@ -97,24 +97,13 @@ ACTIVATIONS: dict[str, tuple[str, ...]] = {
     "gelu": ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python"),
     "relu": ("relu",),
     "swiglu": ("silu", "swish"),
+    "swiglu_biased": ("silu",),  # gpt-oss's experts fix their gate z σ(α z) in code; its file says silu
     "geglu": ("gelu_pytorch_tanh", "gelu", "gelu_new"),
 }
 ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation")
 
 ATTENTION_ONLY_TYPES = ("bert", "falcon", "gemma")  # counted at scope attention (no block attnid models)
 
-# families whose attention attnid counts and audits through the real module, and why their decoder layer is not
-# counted (scope block and model are refused with this reason)
-UNCOUNTED_BLOCKS: dict[str, str] = {
-    "gpt_oss": "its mixture of experts (a softmax over the top-k logits of a biased router, clamped SwiGLU experts "
-    "with biases) has no closed form checked here",
-}
-# fields of those families that only their decoder layer reads: not part of the attention counted
-BLOCK_ONLY_NOTE = "read by the decoder layer only (its MLP, experts or norms), which is not counted: no attention field"
-BLOCK_FIELDS = ("num_local_experts", "num_experts_per_tok", "experts_per_token", "swiglu_limit", "swiglu_alpha",
-                "router_jitter_noise", "decoder_sparse_step", "mlp_only_layers", "moe_intermediate_size",
-                "norm_topk_prob", "num_experts", "intermediate_size", "hidden_act", "num_hidden_layers", "vocab_size",
-                "tie_word_embeddings", "rms_norm_eps")  # fmt: skip
 CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES)
 
 
@@ -169,18 +158,15 @@ def config_preset(path: str | Path) -> Preset:
     else:
         got = _read_family(hf_type, c)
     config, model, read = got
-    block_only = set(BLOCK_FIELDS) if hf_type in UNCOUNTED_BLOCKS else set()
-    _refuse_unmodelled(c, read, hf_type, block_only)
+    _refuse_unmodelled(c, read, hf_type)
     if model is not None:
         model = replace(model, source=source)
-    reading = config_reading(fields, c, read, remote is not None, block_only)
+    reading = config_reading(fields, c, read, remote is not None)
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
-                  model, uncounted_block=UNCOUNTED_BLOCKS.get(hf_type, ""), reading=reading)  # fmt: skip
+                  model, reading=reading)  # fmt: skip
 
 
-def config_reading(
-    fields: dict, c, read: set[str], remote_code: bool, block_only: set[str] | frozenset[str] = frozenset()
-) -> dict:
+def config_reading(fields: dict, c, read: set[str], remote_code: bool) -> dict:
     """What attnid made of a config file (``count --config`` prints it, ``--json`` carries it): ``read``, the
     file's fields that the count reads; ``neutral``, those accepted because they cannot change the count, each with
     its reason (``auto_map`` among them: the remote code it names is not read); ``at_default``, those at the config
@@ -191,7 +177,6 @@ def config_reading(
     if "rope_parameters" in read:  # transformers gathers the older RoPE fields into rope_parameters
         read = read | {"rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base"}
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
-    neutral.update({k: BLOCK_ONLY_NOTE for k in sorted(fields) if k in block_only and k not in read})
     if remote_code:
         neutral[REMOTE_CODE] = REMOTE_CODE_NOTE
     default = type(c)().to_dict()
@@ -266,7 +251,7 @@ def _activations(c, hf_type: str) -> set[str]:
 FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": ""}  # fixed by its code
 
 
-def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[str]]:
+def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
     """A family with a counted decoder layer (:data:`attnid.families.HF_TYPES`)."""
     t = HF_TYPES[hf_type]
     d = c.to_dict()
@@ -279,11 +264,10 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
         bias = "qkvo" if c.enable_bias else ""
     else:
         bias = "qkvo" if c.attention_bias else ""
-    uncounted = hf_type in UNCOUNTED_BLOCKS
     read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "attention_bias", "enable_bias",
             "num_hidden_layers", "vocab_size", "tie_word_embeddings", "rope_parameters", "attn_logit_softcapping",
             "n_embd", "n_head", "n_layer", "n_inner", "intermediate_size", "ffn_dim", "word_embed_proj_dim",
-            *(() if uncounted else _activations(c, hf_type))}  # fmt: skip
+            *_activations(c, hf_type)}  # fmt: skip
     if hf_type == "opt" and c.word_embed_proj_dim != E:
         raise ConfigError(f"word_embed_proj_dim: {c.word_embed_proj_dim} != hidden_size {E} is not modelled "
                           "(OPT's projections in and out of the embedding)")  # fmt: skip
@@ -302,8 +286,6 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
             cfg = cfg.with_(logit_softcap=c.attn_logit_softcapping)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
-    if uncounted:
-        return cfg, None, read  # its attention only: UNCOUNTED_BLOCKS says why
     if hf_type == "gpt2":
         ffn = _positive(c, "n_inner", default=4 * E)
     elif t.moe:
@@ -319,13 +301,15 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
 
 
 def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
-    """The :class:`Model` of a softmax-routed mixture of experts in every layer (Mixtral, Qwen3-MoE), adding the
-    fields read to ``read``; refuses fewer than two chosen experts, and Qwen3-MoE's dense layers (every layer a
-    mixture is the case attnid counts)."""
+    """The :class:`Model` of a softmax-routed mixture of experts in every layer (Mixtral, Qwen3-MoE, gpt-oss),
+    adding the fields read to ``read``; refuses fewer than two chosen experts, and Qwen3-MoE's dense layers (every
+    layer a mixture is the case attnid counts)."""
     key = "num_experts" if hf_type == "qwen3_moe" else "num_local_experts"
     read |= {key, "num_experts_per_tok", "norm_topk_prob", "moe_intermediate_size", "decoder_sparse_step",
-             "mlp_only_layers"}  # fmt: skip
+             "mlp_only_layers", "swiglu_limit", "swiglu_alpha", "experts_per_token"}  # fmt: skip
     experts, chosen = _positive(c, key, default=None), _positive(c, "num_experts_per_tok", default=None)
+    if hf_type == "gpt_oss":
+        _check_gpt_oss_experts(c, chosen)
     if chosen < 2 or experts < chosen:
         raise ConfigError(f"num_experts_per_tok: {chosen} of {experts} experts; attnid counts two or more chosen "
                           "(with one, a renormalised router's weight is 1 whatever its logits)")  # fmt: skip
@@ -335,6 +319,19 @@ def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
                           "(attnid counts a mixture in every layer)")  # fmt: skip
     ffn = _positive(c, "moe_intermediate_size" if hf_type == "qwen3_moe" else "intermediate_size", default=None)
     return Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts)
+
+
+def _check_gpt_oss_experts(c, chosen: int) -> None:
+    """gpt-oss's gated unit ``(u + 1) z σ(α z)`` with its inputs clamped at ``limit``: the count takes ``α > 0`` (at 0
+    the gate is linear) and a positive limit (generic inputs lie inside it, where the clamp does nothing);
+    ``experts_per_token``, an older copy of ``num_experts_per_tok``, must agree with it."""
+    for name in ("swiglu_alpha", "swiglu_limit"):
+        v = getattr(c, name)
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+            raise ConfigError(f"{name}: {printable(repr(v))} must be a positive number (gpt-oss's gated unit)")
+    copy = getattr(c, "experts_per_token", chosen)
+    if copy != chosen:
+        raise ConfigError(f"experts_per_token: {printable(repr(copy))} differs from num_experts_per_tok = {chosen}")
 
 
 def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
@@ -417,14 +414,15 @@ def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[st
         raise ConfigError(f"config: {e}") from None
 
 
-def _refuse_unmodelled(c, read: set[str], hf_type: str, block_only: set[str] | frozenset[str] = frozenset()) -> None:
+def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
     """Refuse, naming them, the fields attnid neither reads nor knows to be neutral that differ from the
-    config class's default (the value the family's audits were verified at); and a norm's ε ≤ 0. ``block_only``:
-    fields of a decoder layer attnid does not count (:data:`UNCOUNTED_BLOCKS`), accepted as they are."""
+    config class's default (the value the family's audits were verified at); and a norm's ε ≤ 0."""
     default = type(c)().to_dict()
     # a field the class does not know is read by no code (activations aside, which are checked): never "read"
-    # head_dim too where the family's code reads it with getattr (Qwen3-MoE's config class does not declare it)
-    read = (read & set(default)) | {f for f in (*ACTIVATION_FIELDS, "head_dim") if f in read and hasattr(c, f)}
+    # also head_dim where the family's code reads it with getattr (Qwen3-MoE's class does not declare it), and
+    # gpt-oss's experts_per_token, checked against num_experts_per_tok
+    checked = (*ACTIVATION_FIELDS, "head_dim", "experts_per_token")
+    read = (read & set(default)) | {f for f in checked if f in read and hasattr(c, f)}
     bad = []
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):
@@ -438,8 +436,6 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str, block_only: set[str] | f
         elif k in FIXED_BY_CODE:
             if v != FIXED_BY_CODE[k]:
                 bad.append(f"{k} = {v!r} (transformers' code implements {FIXED_BY_CODE[k]!r} only)")
-        elif k in block_only:
-            continue
         elif k not in read and k not in NEUTRAL and (k not in default or default[k] != v):
             bad.append(printable(f"{k} = {v!r}", 120) + (f" (default {printable(repr(default[k]))})" if k in default
                                                          else " (a field unknown here)"))  # fmt: skip

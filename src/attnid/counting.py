@@ -312,14 +312,18 @@ def layer_gauge_dims(cfg: AttentionConfig) -> int:
 
 
 NORMS = ("layer", "rms")  # LayerNorm with a shift; RMSNorm (a scale only)
-MLPS = ("gelu", "relu", "swiglu", "geglu")  # GELU-like (no continuous symmetry), ReLU, gated (SiLU or GELU gate)
-GATED_MLPS = ("swiglu", "geglu")  # three maps, act(gate x) * (up x) read by down
+# GELU-like (no continuous symmetry), ReLU, gated (SiLU or GELU gate), and gpt-oss's gated unit with biases,
+# (up x + b + 1) * g(gate x + b') with g(z) = z σ(α z), its inputs clamped (a clamp inactive at generic points)
+MLPS = ("gelu", "relu", "swiglu", "geglu", "swiglu_biased")
+GATED_MLPS = ("swiglu", "geglu", "swiglu_biased")  # three maps, act(gate x) * (up x) read by down
+BIASED_GATED_MLPS = ("swiglu_biased",)  # the gated MLPs with biases on every map
 RESIDUALS = ("sequential", "parallel", "shared_norm")
 # where a block's norms sit: before each sub-layer (GPT-2, Llama), after it, before the residual sum (OLMo 2),
 # or both (Gemma 2 and 3)
 NORM_POSITIONS = ("pre", "post", "sandwich")
 SCOPES = ("attention", "block", "model")  # one attention layer, one decoder layer, a whole model
-ROUTERS = ("sigmoid", "softmax")  # how a mixture's router turns its logits into the chosen experts' weights
+# how a mixture's router turns its logits into the chosen experts' weights (a softmax one with or without a bias)
+ROUTERS = ("sigmoid", "softmax", "softmax_biased")
 
 
 @dataclass(frozen=True)
@@ -339,7 +343,8 @@ class BlockConfig:
     chosen per token, their sigmoid scores normalised (DeepSeek-V3 chooses eight): with one, the router's
     weight would be 1 whatever its scores, and its weights unidentified. ``router``: ``"sigmoid"`` (DeepSeek-V3) or
     ``"softmax"`` (Mixtral, Qwen3-MoE: a softmax over all ``k`` logits, the top ones kept, renormalised or not),
-    whose weights ignore a shift of every logit: the same vector added to each router row is free (``E``).
+    whose weights ignore a shift of every logit: the same vector added to each router row is free (``E``), or
+    ``"softmax_biased"`` (gpt-oss: a router with a bias, a softmax over the chosen logits): ``E + 1``.
     """
 
     attention: AttentionConfig | MLAConfig
@@ -370,8 +375,9 @@ class BlockConfig:
 
     def _check_structure(self) -> None:
         """Refuse the combinations no closed form here was derived and checked for."""
-        if self.mlp in GATED_MLPS and self.mlp_bias:
-            raise ValueError(f"mlp_bias: the gated ({self.mlp}) MLPs counted here have no biases")
+        if self.mlp in GATED_MLPS and self.mlp_bias != (self.mlp in BIASED_GATED_MLPS):
+            has = "biases" if self.mlp in BIASED_GATED_MLPS else "no biases"
+            raise ValueError(f"mlp_bias: the gated ({self.mlp}) MLPs counted here have {has}")
         if self.norm_position != "pre" and (self.norm != "rms" or self.residual != "sequential"):
             raise ValueError(
                 f"norm_position: a {self.norm_position}-norm block is counted with RMSNorm and a sequential "
@@ -398,8 +404,9 @@ class BlockConfig:
     def mlp_params(self) -> int:
         E, F = self.E, self.ffn
         maps = 3 if self.mlp in GATED_MLPS else 2
-        if self.experts:  # routed experts, shared experts, router
-            return maps * E * (self.experts * F + self.shared_ffn) + self.experts * E
+        if self.experts:  # routed experts, shared experts, router (with their biases)
+            biases = self.experts * (2 * F + E + 1) if self.mlp_bias else 0
+            return maps * E * (self.experts * F + self.shared_ffn) + self.experts * E + biases
         return maps * E * F + ((F + E) if self.mlp_bias else 0)
 
     def norms(self) -> tuple[int, int]:
@@ -492,7 +499,10 @@ def count_block(block: BlockConfig) -> Count:
       row ``j`` against down-projection column ``j``), for each expert of a mixture; none for GELU. A
       mixture's sigmoid router is identified (its scores have no shift or scale to give);
     * ``router_shift`` (a softmax router only): its weights ignore a logit added to every expert, so the same
-      vector added to every router row is free: ``E``;
+      vector added to every router row is free: ``E``, and with a router bias the same constant added to each: 1;
+    * with gpt-oss's biased gated unit (``swiglu_biased``), ``mlp_rescaling`` is the up-projection row ``j`` with its
+      bias (``c (u + b) + c − 1``, so that ``u + b + 1`` scales by ``c``) against down-projection column ``j``; its
+      gate ``z σ(α z)`` has no scale to give, and the experts' output biases write to the stream: identified;
     * ``output_bias``: in a parallel block the attention's and the MLP's output biases add to one stream
       (``E``); in a sequential block with LayerNorm only their sum along ``1`` is free (``N₂`` removes the
       mean of ``h``, so ``b_O + t·1``, ``b_MLP − t·1`` changes nothing): ``1``;
@@ -531,8 +541,8 @@ def count_block(block: BlockConfig) -> Count:
     )
     if after:
         terms["post_norm_scale"] = after if block.norm_eps_zero else 0
-    if block.experts and block.router == "softmax":
-        terms["router_shift"] = E
+    if block.experts and block.router != "sigmoid":
+        terms["router_shift"] = E + (1 if block.router == "softmax_biased" else 0)
     params.update(norms=block.norm_params(), mlp=block.mlp_params())
     return Count(sum(params.values()), params, terms)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .attention import AttentionConfig, parse_bias
-from .counting import GATED_MLPS, BlockConfig, ModelConfig
+from .counting import BIASED_GATED_MLPS, GATED_MLPS, BlockConfig, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,12 @@ class HFType:
     softcap: float | None = None  # the scores capped to c tanh(a / c) (its released c); its attention runs eager
     sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss); its attention runs eager
     nope_layers: bool = False  # some layers without RoPE (no_rope_layers: SmolLM3)
-    moe: bool = False  # its decoder layer is a softmax-routed mixture of experts (Mixtral, Qwen3-MoE)
+    router: str = ""  # its decoder layer's mixture of experts: counting.ROUTERS ("": one MLP)
+
+    @property
+    def moe(self) -> bool:
+        """Whether its decoder layer is a mixture of experts (Mixtral, Qwen3-MoE, gpt-oss)."""
+        return bool(self.router)
 
     @property
     def eager(self) -> bool:
@@ -52,7 +57,7 @@ class HFType:
     def mlp_bias(self, bias: str) -> bool:
         """Whether the MLP maps carry biases when the attention has biases ``bias``."""
         if self.mlp in GATED_MLPS:
-            return False
+            return self.mlp in BIASED_GATED_MLPS
         return bool(bias) if self.module == "opt" else True
 
     def ffn_kwargs(self, ffn: int) -> dict:
@@ -188,20 +193,20 @@ HF_TYPES: dict[str, HFType] = {
         head_dim=True, nope_layers=True, layer="SmolLM3DecoderLayer", lm="SmolLM3ForCausalLM", norm="rms",
         mlp="swiglu", ffn_ratio=8 / 3, tied=True,
     ),
-    # attention audited through the real module; the decoder layer is not counted (attnid.configs says why)
     "gpt_oss": HFType(
         "gpt_oss", "GptOssConfig", "GptOssAttention", "GptOssRotaryEmbedding", biases=("qkvo", ""), groups=True,
-        head_dim=True, sinks=True,
+        head_dim=True, sinks=True, layer="GptOssDecoderLayer", lm="GptOssForCausalLM", norm="rms",
+        mlp="swiglu_biased", ffn_ratio=1.0, router="softmax_biased",
     ),
     "mixtral": HFType(
         "mixtral", "MixtralConfig", "MixtralAttention", "MixtralRotaryEmbedding", biases=("",), groups=True,
         head_dim=True, layer="MixtralDecoderLayer", lm="MixtralForCausalLM", norm="rms", mlp="swiglu",
-        ffn_ratio=8 / 3, moe=True,
+        ffn_ratio=8 / 3, router="softmax",
     ),
     "qwen3_moe": HFType(
         "qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeAttention", "Qwen3MoeRotaryEmbedding", biases=("", "qkvo"),
         groups=True, head_dim=True, qk_norm="head", layer="Qwen3MoeDecoderLayer", lm="Qwen3MoeForCausalLM",
-        norm="rms", mlp="swiglu", ffn_ratio=8 / 3, moe=True,
+        norm="rms", mlp="swiglu", ffn_ratio=8 / 3, router="softmax",
     ),
 }  # fmt: skip
 
@@ -281,7 +286,7 @@ def block_config(
     return BlockConfig(
         cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual,
         norm_position=t.norm_position, norm_eps_zero=norm_eps_zero, experts=experts,
-        router="softmax" if t.moe else "sigmoid",
+        router=t.router or "sigmoid",
     )  # fmt: skip
 
 

@@ -216,7 +216,7 @@ def build_block(
     config._experts_implementation = "eager"  # a model sets it; the layer alone runs the experts' own loop
     layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed, norm_eps=norm_eps)
     for m in layer.modules():
-        if _is_router(m):
+        if _is_router(m) and t.router == "softmax":  # gpt-oss's router computes in the input's dtype already
             m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
     attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
     built = getattr(attn, "rotary_ndims", None)

@@ -44,7 +44,6 @@ class Preset:
     config: AttentionConfig | MLAConfig
     hf_type: str | None = None  # transformers model type of its code
     model: Model | None = None  # the whole model (None: its block is not one attnid counts)
-    uncounted_block: str = ""  # why its decoder layer is not counted, where attnid audits its attention only
     reading: dict | None = None  # a config file's fields as read (attnid.configs.config_reading)
 
 
@@ -184,6 +183,56 @@ PRESETS: dict[str, Preset] = {
             final_softcap=30.0,
         ),
     ),
+    "smollm3-3b": Preset(
+        "SmolLM3-3B (GQA, every fourth layer without RoPE)",
+        AttentionConfig(2048, 16, groups=4, rope=True, causal=True, rope_base=5000000.0),
+        "smollm3",
+        Model(
+            36,
+            11008,
+            128256,
+            True,
+            "https://huggingface.co/HuggingFaceTB/SmolLM3-3B-Base/blob/main/config.json",
+            nope_layers=9,
+        ),
+    ),
+    "mixtral-8x7b": Preset(
+        "Mixtral-8x7B (GQA, 8 experts, 2 chosen by a softmax router)",
+        AttentionConfig(4096, 32, groups=8, rope=True, causal=True, rope_base=1000000.0),
+        "mixtral",
+        Model(
+            32,
+            14336,
+            32000,
+            False,
+            "https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",
+            experts=8,
+        ),
+    ),
+    "qwen3-30b-a3b": Preset(
+        "Qwen3-30B-A3B (GQA, QK-norm per head, 128 experts, 8 chosen by a softmax router)",
+        AttentionConfig(
+            2048,
+            32,
+            groups=4,
+            head_dim=128,
+            rope=True,
+            causal=True,
+            rope_base=1000000.0,
+            qk_norm="head",
+            qk_norm_eps=1e-6,
+        ),
+        "qwen3_moe",
+        Model(48, 768, 151936, False, "https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json", experts=128),
+    ),
+    "gpt-oss-20b": Preset(
+        "gpt-oss-20b (GQA, attention sinks, all biases, 32 biased experts, 4 chosen)",
+        AttentionConfig(
+            2880, 64, groups=8, head_dim=64, bias="all", rope=True, causal=True, rope_base=150000.0, sinks=True
+        ),
+        "gpt_oss",
+        Model(24, 2880, 201088, False, "https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json", experts=32),
+    ),
     "falcon-7b": Preset("Falcon-7B (multi-query, G = 1)", AttentionConfig(4544, 71, groups=1, rope=True, causal=True)),
     "gemma-7b": Preset("Gemma-7B (D = 256 > E/H)", AttentionConfig(3072, 16, head_dim=256, rope=True, causal=True)),
 }
@@ -275,9 +324,8 @@ def block_of(p: Preset, name: str) -> BlockConfig:
     """The decoder layer of ``p`` (a preset, or a config read by :func:`attnid.configs.config_preset`, called
     ``name`` in errors)."""
     if p.model is None or p.hf_type is None:
-        why = f": {p.uncounted_block}" if p.uncounted_block else ""
         raise ValueError(
-            f"scope: {name} has no block structure attnid counts (only its attention{why}); use scope attention"
+            f"scope: {name} has no block structure attnid counts (only its attention); use scope attention"
         )
     if isinstance(p.config, MLAConfig):
         m = p.model

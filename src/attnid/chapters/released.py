@@ -66,28 +66,25 @@ def mechanism_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
 
 def released_table() -> pd.DataFrame:
     """One row per released config file under ``data/configs/released``: its family, the count of one attention
-    layer (of each layer type where they differ), the whole model's, or the reason a scope is refused."""
+    layer (and of a NoPE layer where the model has them), of one decoder layer and of the whole model, and how many
+    of its fields were accepted as neutral; a file attnid refuses is listed with the reason."""
     sources = json.loads((RELEASED_DIR / "SOURCES.json").read_text())
     rows = []
     for name in sorted(sources):
         try:
             p = config_preset(RELEASED_DIR / f"{name}.json")
         except ConfigError as e:  # refused by name: shown as such
-            rows.append({"file": name, "family": "", "refused": str(e)})
+            rows.append({"file": name, "refused": str(e)})
             continue
-        attn = scope_count(p, "attention", name)
-        row = {"file": name, "family": p.hf_type, "attention params": attn.total_params,
-               "attention unidentified": attn.unidentified}  # fmt: skip
-        kinds = layer_type_counts(p)
-        row["NoPE layer unidentified"] = kinds["nope"].unidentified if kinds else None
-        if p.model is None:
-            row.update(
-                {"model params": None, "model unidentified": None, "refused": f"block, model: {p.uncounted_block}"}
-            )
-        else:
-            m = scope_count(p, "model", name)
-            row.update({"model params": m.total_params, "model unidentified": m.unidentified, "refused": ""})
+        attn, kinds = scope_count(p, "attention", name), layer_type_counts(p)
+        row: dict[str, Any] = {"file": name, "family": p.hf_type, "attention unidentified": attn.unidentified,
+                               "NoPE layer unidentified": kinds["nope"].unidentified if kinds else None}  # fmt: skip
+        for scope in ("block", "model"):
+            c = scope_count(p, scope, name) if p.model is not None else None
+            row[f"{scope} params"] = None if c is None else c.total_params
+            row[f"{scope} unidentified"] = None if c is None else c.unidentified
         row["fields accepted as neutral"] = len(p.reading["neutral"]) if p.reading else 0
+        row["refused"] = ""
         rows.append(row)
     return pd.DataFrame(rows)
 
