@@ -48,6 +48,9 @@ BLOCK_SHAPES = {
     "qwen3_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, ffn=4),
                   dict(heads=4, groups=1, ffn=6), dict(heads=2, bias="all", ffn=6),
                   dict(embed=6, heads=3, groups=1, bias="all", ffn=3)],
+    "phi3": [dict(heads=1, rope_dims=6), dict(heads=2, rope_dims=2), dict(heads=4, groups=2, rope_dims=2),
+             dict(heads=4, groups=1, rope_dims=2, ffn=12), dict(heads=1, rope_dims=4, ffn=20),
+             dict(embed=8, heads=2, groups=1, rope_dims=2)],
     # gpt-oss: sinks, all biases, four biased gated experts under a biased softmax router (E + 1 free)
     "gpt_oss": [dict(heads=2, ffn=4), dict(heads=4, groups=1, ffn=4), dict(heads=4, groups=2, ffn=6),
                 dict(heads=2, head_dim=2, ffn=3), dict(embed=6, heads=3, groups=1, ffn=3),

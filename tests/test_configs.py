@@ -79,16 +79,21 @@ def test_a_field_left_out_takes_the_librarys_default(tmp_path):
         ("llama-2-7b", {"my_attention": "linear"}, "my_attention = 'linear' (a field unknown here)"),
         (
             "llama-2-7b",
+            {"rope_scaling": {"rope_type": "su", "factor": 2.0, "original_max_position_embeddings": 2048}},
+            "rope_type 'su'",
+        ),
+        (  # planted: the second pair's factor brings its frequency onto the first's
+            "llama-2-7b",
             {
                 "rope_scaling": {
                     "rope_type": "longrope",
                     "factor": 2.0,
                     "short_factor": [1.0] * 64,
-                    "long_factor": [1.0] * 64,
+                    "long_factor": [1.0, 10000.0 ** (-2 / 128)] + [1.0] * 62,
                     "original_max_position_embeddings": 2048,
                 }
             },
-            "rope_type 'longrope'",
+            "long_factor of longrope RoPE makes two pairs rotate at one frequency",
         ),
         ("llama-2-7b", {"num_attention_heads": 33}, "not a multiple"),
         ("pythia-6.9b", {"use_parallel_residual": False}, "use_parallel_residual = False"),

@@ -88,6 +88,9 @@ ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "ffn_hidden_size", "num_hidden_la
                           "hidden_act", "hidden_activation", "activation", "tie_word_embeddings", "parallel_attn",
                           "num_ln_in_parallel_attn")  # fmt: skip
 
+# the older RoPE fields, which transformers gathers into rope_parameters (read where that is)
+ROPE_FIELDS = ("rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base")
+
 # RoPE variants whose frequencies stay distinct (each rescales base^(-2i/D) by a factor that is monotone in
 # i, or uniformly): the count of plain RoPE holds
 DISTINCT_FREQUENCY_ROPE = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -174,8 +177,8 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool) -> dict:
     transformers' code implements; ``defaults``, the fields the count reads that the file left out, at the
     library's defaults."""
     lib = c.to_dict()
-    if "rope_parameters" in read:  # transformers gathers the older RoPE fields into rope_parameters
-        read = read | {"rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base"}
+    if "rope_parameters" in read:
+        read = read | set(ROPE_FIELDS)
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
     if remote_code:
         neutral[REMOTE_CODE] = REMOTE_CODE_NOTE
@@ -220,7 +223,9 @@ def _rope(c, partial: bool) -> tuple[float, float]:
     for layer_type, params in per_type.items():
         where = f"rope_parameters[{layer_type!r}]" if layer_type else "rope_parameters"
         kind = params.get("rope_type", "default")
-        if kind not in DISTINCT_FREQUENCY_ROPE:
+        if kind == "longrope":
+            _check_longrope(params, where, c, partial)
+        elif kind not in DISTINCT_FREQUENCY_ROPE:
             raise ConfigError(f"{where}: rope_type {printable(repr(kind))} is not modelled (attnid counts RoPE "
                               f"whose frequencies stay distinct: {', '.join(DISTINCT_FREQUENCY_ROPE)})")  # fmt: skip
         factor = params.get("factor")
@@ -236,6 +241,28 @@ def _rope(c, partial: bool) -> tuple[float, float]:
     return float(main.get("rope_theta", 10000.0)), float(share)
 
 
+def _check_longrope(params: dict, where: str, c, partial: bool) -> None:
+    """LongRoPE (Phi-3, Phi-4-mini) divides pair ``i``'s frequency ``base^(-2i/R)`` by a factor of its own, one list
+    for short inputs and one for long: the count of plain RoPE holds while every list is ``R/2`` positive factors
+    that keep the frequencies distinct. Refused otherwise, naming the list (two equal frequencies give a larger
+    commutant)."""
+    D = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    R = int(D * (params.get("partial_rotary_factor", 1.0) if partial else 1.0))
+    theta = params.get("rope_theta", 10000.0)
+    for key in ("short_factor", "long_factor"):
+        f = params.get(key)
+        ok = isinstance(f, list) and len(f) == R // 2
+        ok = ok and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in f
+        )
+        if not ok:
+            raise ConfigError(f"{where}: {key} of longrope RoPE must be {R // 2} positive numbers (one a rotated pair)")
+        periods = sorted(x * float(theta) ** (2 * i / R) for i, x in enumerate(f))  # 1 / frequency, pair by pair
+        if any(b - a <= 1e-9 * b for a, b in zip(periods, periods[1:])):
+            raise ConfigError(f"{where}: {key} of longrope RoPE makes two pairs rotate at one frequency (their "
+                              "commutant is larger: more are unidentified); attnid counts distinct frequencies")  # fmt: skip
+
+
 def _activations(c, hf_type: str) -> set[str]:
     """The MLP activation fields a config has, after checking that each value is one the family's MLP kind
     (:data:`ACTIVATIONS`) stands for."""
@@ -248,7 +275,7 @@ def _activations(c, hf_type: str) -> set[str]:
     return names
 
 
-FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": ""}  # fixed by its code
+FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": "", "phi3": ""}  # by its code
 
 
 def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
@@ -423,6 +450,8 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
     # gpt-oss's experts_per_token, checked against num_experts_per_tok
     checked = (*ACTIVATION_FIELDS, "head_dim", "experts_per_token")
     read = (read & set(default)) | {f for f in checked if f in read and hasattr(c, f)}
+    if "rope_parameters" in read:  # Phi-3 keeps partial_rotary_factor beside the rope_parameters it was read into
+        read |= set(ROPE_FIELDS)
     bad = []
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):

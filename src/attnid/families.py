@@ -116,7 +116,7 @@ class HFType:
                 "rope_theta": cfg.rope_base,
                 "partial_rotary_factor": factor,
             }
-        if name == "phi":
+        if name in ("phi", "phi3"):
             kw["rope_parameters"] = {
                 "rope_type": "default",
                 "rope_theta": cfg.rope_base,
@@ -131,6 +131,8 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
     if name == "smollm3":  # its token ids lie outside a tiny vocabulary; the audited layer may be a NoPE one
         kw: dict = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
         return kw if cfg.rope else {**kw, "no_rope_layers": [0]}
+    if name == "phi3":  # its default token ids lie outside a tiny vocabulary
+        return dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
     if name == "gpt_oss":  # one full-attention layer, plain RoPE at cfg's base
         return dict(
             layer_types=["full_attention"], rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base}
@@ -167,6 +169,10 @@ HF_TYPES: dict[str, HFType] = {
     "phi": HFType(
         "phi", "PhiConfig", "PhiAttention", "PhiRotaryEmbedding", biases=("qkvo",), groups=True, partial_rope=True,
         layer="PhiDecoderLayer", lm="PhiForCausalLM", residual="shared_norm", head_bias=True,
+    ),
+    "phi3": HFType(  # Phi-3 and Phi-4-mini: fused qkv and gate/up maps, rotary on part of each head
+        "phi3", "Phi3Config", "Phi3Attention", "Phi3RotaryEmbedding", biases=("",), groups=True, partial_rope=True,
+        layer="Phi3DecoderLayer", lm="Phi3ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
     ),
     "qwen3": HFType(
         "qwen3", "Qwen3Config", "Qwen3Attention", "Qwen3RotaryEmbedding", biases=("", "qkvo"), groups=True,

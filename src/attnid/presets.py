@@ -183,6 +183,12 @@ PRESETS: dict[str, Preset] = {
             final_softcap=30.0,
         ),
     ),
+    "phi-4-mini": Preset(
+        "Phi-4-mini (GQA, rotary on 96 of 128 dimensions, tied head)",
+        AttentionConfig(3072, 24, groups=8, rope_dims=96, causal=True),
+        "phi3",
+        Model(32, 8192, 200064, True, "https://huggingface.co/microsoft/Phi-4-mini-instruct/blob/main/config.json"),
+    ),
     "smollm3-3b": Preset(
         "SmolLM3-3B (GQA, every fourth layer without RoPE)",
         AttentionConfig(2048, 16, groups=4, rope=True, causal=True, rope_base=5000000.0),
