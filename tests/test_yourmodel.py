@@ -12,14 +12,14 @@ import torch
 from attnid.chapters import yourmodel as ch
 from attnid.configs import ConfigError
 from attnid.lm.gpt import GPT, GPTConfig
-from attnid.presets import preset_count
+from attnid.presets import ALL_PRESETS, preset_count
 
 pytest.importorskip("transformers")
 
 
 def test_shipped_configs_count_as_their_presets():
     t = ch.table_shipped_configs()
-    assert len(t) == 20
+    assert len(t) == len(ALL_PRESETS)
     for name in ("gpt2", "llama-3-8b", "deepseek-v3"):
         row = t[t["config"] == name].iloc[0]
         for scope in ("attention", "block", "model"):

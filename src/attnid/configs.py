@@ -11,6 +11,7 @@ reads to its preset.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import replace
@@ -251,16 +252,18 @@ def _check_longrope(params: dict, where: str, c, partial: bool) -> None:
     theta = params.get("rope_theta", 10000.0)
     for key in ("short_factor", "long_factor"):
         f = params.get(key)
-        ok = isinstance(f, list) and len(f) == R // 2
-        ok = ok and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in f
-        )
-        if not ok:
+        if not (isinstance(f, list) and len(f) == R // 2 and all(_positive_number(x) for x in f)):
             raise ConfigError(f"{where}: {key} of longrope RoPE must be {R // 2} positive numbers (one a rotated pair)")
         periods = sorted(x * float(theta) ** (2 * i / R) for i, x in enumerate(f))  # 1 / frequency, pair by pair
-        if any(b - a <= 1e-9 * b for a, b in zip(periods, periods[1:])):
-            raise ConfigError(f"{where}: {key} of longrope RoPE makes two pairs rotate at one frequency (their "
-                              "commutant is larger: more are unidentified); attnid counts distinct frequencies")  # fmt: skip
+        if any(b - a <= 1e-9 * b for a, b in itertools.pairwise(periods)):
+            raise ConfigError(
+                f"{where}: {key} of longrope RoPE makes two pairs rotate at one frequency (their commutant is larger: "
+                "more are unidentified); attnid counts distinct frequencies"
+            )
+
+
+def _positive_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def _activations(c, hf_type: str) -> set[str]:
