@@ -211,9 +211,9 @@ for name, value in facts.items():
     glue(name, value, display=False)
 
 # %% [markdown]
-# ## Sinks, NoPE layers and a capped head: the attention of 2025–2026
+# ## Sinks, NoPE layers, a capped head and routed experts: the models of 2025–2026
 #
-# Three more changes reach the structure the count rests on.
+# Four more changes reach the structure the count rests on.
 #
 # **Attention sinks** (gpt-oss) give each head one learned logit $s_h$ in the softmax's denominator
 # that no value reads: $P_{kq} = e^{a_{kq}} / (\sum_{k'} e^{a_{k'q}} + e^{s_h})$. A shift of one
@@ -233,9 +233,19 @@ for name, value in facts.items():
 # add one vector to every row of the head (the logit shift of chapter 8) are identified under the
 # cap; a tied head had none to lose.
 #
+# **Routed experts.** A mixture's router turns its logits into the weights of the experts it chooses.
+# DeepSeek-V3's sigmoid scores have nothing to give. A softmax over the logits (Mixtral, Qwen3-MoE)
+# ignores a logit added to every expert, and so does the choice of the top ones: one vector added to
+# every router row is free, $E$ directions a layer. gpt-oss's router has a bias, and one constant added
+# to every bias is free too: $E + 1$. Its experts compute $(u + 1)\, z\,\sigma(\alpha z)$ from an
+# up-projection $u$ and a gate $z$, both with biases: row $j$ of the up-projection with its bias can make
+# $u_j + 1$ into $c\,(u_j + 1)$ while column $j$ of the down-projection takes $1/c$, one direction a
+# unit as in any gated MLP; the gate $z\,\sigma(\alpha z)$ has no scale to give.
+#
 # The table sets each closed form beside the Jacobian count of our layer and of the real
 # `transformers` module (gpt-oss's `GptOssAttention` with its sinks, SmolLM3's `SmolLM3Attention` in a
-# NoPE layer, a one-layer Gemma 2 model with an untied head), with the mechanism and without it.
+# NoPE layer, a one-layer Gemma 2 model with an untied head, and Mixtral's and gpt-oss's decoder layers
+# with four experts, two chosen per token), with the mechanism and without it where it can be taken out.
 
 # %%
 from attnid.chapters import released as rel
@@ -248,7 +258,9 @@ table(mechanisms)
 # In the audited shape the sinks identify {glue:text}`sink_gain` more directions, the value bias's
 # $G \cdot C =$ {glue:text}`sink_gc`; in one layer of gpt-oss-20b that is
 # {glue:text}`gpt_oss_value_bias:,`. A NoPE layer leaves {glue:text}`nope_loss` more unidentified than
-# its RoPE twin.
+# its RoPE twin. The routers leave {glue:text}`mixtral_router` (Mixtral's softmax) and
+# {glue:text}`gpt_oss_router` (gpt-oss's, with its bias) directions in these layers of width
+# $E = 8$.
 #
 # ## Released files, as downloaded
 #
@@ -257,11 +269,10 @@ table(mechanisms)
 # reason, which the command prints: a hub revision, a generation cache, `auto_map`, whose remote code is
 # never read), or holds the one value the library's code implements, or is refused by name. The
 # copies under `data/configs/released` are files as published (their sources listed beside them).
-# Mixtral's and gpt-oss's mixtures of experts route through a softmax, which has no closed form here
-# yet: their attention is counted and audited, their blocks refused with that reason.
-# Of these {glue:text}`n_released` files, {glue:text}`n_counted_model` are counted at every scope;
-# SmolLM3-3B's whole model leaves {glue:text}`smollm3_share:.3%` of its parameters unidentified, its
-# NoPE layers counted apart.
+# Of these {glue:text}`n_released` files, {glue:text}`n_counted_model` are counted at every scope, and
+# their parameter totals are the published ones. SmolLM3-3B's whole model leaves
+# {glue:text}`smollm3_share:.3%` of its parameters unidentified, its NoPE layers counted apart;
+# gpt-oss-20b's, {glue:text}`gpt_oss_share:.3%`.
 
 # %%
 released = rel.released_table()

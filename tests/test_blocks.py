@@ -48,6 +48,19 @@ BLOCK_SHAPES = {
     "qwen3_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, ffn=4),
                   dict(heads=4, groups=1, ffn=6), dict(heads=2, bias="all", ffn=6),
                   dict(embed=6, heads=3, groups=1, bias="all", ffn=3)],
+    "granite": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
+                dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
+    # LayerNorm, GELU: biases on every map (use_bias) or on none
+    "starcoder2": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, bias="none", ffn=12),
+                   dict(heads=2, bias="none", ffn=20), dict(embed=12, heads=3, groups=1, ffn=20)],
+    # norms before and after each sub-layer (as Gemma), q/k/v biases, rotary on part of each head
+    "glm4": [dict(heads=1, rope_dims=4), dict(heads=2, rope_dims=2), dict(heads=4, groups=2, rope_dims=2),
+             dict(heads=4, groups=1, rope_dims=2, bias="none", ffn=12), dict(heads=1, rope_dims=6, ffn=20),
+             dict(embed=8, heads=2, groups=1, rope_dims=2)],
+    # LayerNorm with a gated MLP without biases, q/k/v biases or none
+    "stablelm": [dict(heads=1, rope_dims=2), dict(heads=2, rope_dims=2), dict(heads=4, groups=2, rope_dims=2),
+                 dict(heads=4, groups=1, rope_dims=2, bias="qkv", ffn=12),
+                 dict(heads=1, rope_dims=6, bias="qkv", ffn=20), dict(embed=8, heads=2, groups=1, rope_dims=2)],
     "phi3": [dict(heads=1, rope_dims=6), dict(heads=2, rope_dims=2), dict(heads=4, groups=2, rope_dims=2),
              dict(heads=4, groups=1, rope_dims=2, ffn=12), dict(heads=1, rope_dims=4, ffn=20),
              dict(embed=8, heads=2, groups=1, rope_dims=2)],
@@ -116,6 +129,16 @@ MODEL_CASES = [
     ("olmo2", dict(ffn=12)),  # norms after each sub-layer: no stream rotation
     ("gemma3", dict(ffn=12)),  # tied, norms on both sides, QK-norm
     ("gemma2", dict(ffn=12, tied=False)),  # soft-capped; untied: the final norm and the logit shift
+    ("gemma2", dict(ffn=12, tied=False, final_softcap=30.0)),  # the logits capped too: no logit shift
+    ("starcoder2", dict(ffn=16)),  # tied LayerNorm with RoPE: one shift of every token row along 1
+    ("starcoder2", dict(ffn=16, heads=2, groups=1, bias="none", tied=False)),
+    ("stablelm", dict(heads=1, rope_dims=2)),  # LayerNorm, no output bias, C = E: no value_mean of its own
+    ("stablelm", dict(heads=2, rope_dims=2)),  # C < E: value_mean
+    ("opt", dict(heads=1, bias="none")),  # one head as wide as the stream: no value_mean of its own
+    ("glm4", dict(heads=1, rope_dims=4)),
+    ("granite", dict()),
+    ("phi3", dict(heads=2, rope_dims=2, tied=True)),  # (one head of 8, rope 6: a near-null value at seed 0)
+    ("smollm3", dict(tied=False)),
 ]
 
 
@@ -178,6 +201,12 @@ PUBLISHED_PARAMS = {
     "pythia-6.9b": 6_857_302_016,
     "phi-2": 2_779_683_840,
     "opt-6.7b": 6_658_473_984,
+    # the safetensors totals of the released checkpoints
+    "smollm3-3b": 3_075_098_624,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "gpt-oss-20b": 20_914_757_184,
+    "phi-4-mini": 3_836_021_760,
 }
 # the cards give these to the stated digits only (Gemma 3 without its vision tower; DeepSeek-V3 without its
 # multi-token-prediction module): billions

@@ -25,6 +25,10 @@ CASES = {
     "olmo2": dict(groups=1),  # QK-norm over the whole projection, multi-query
     "gemma2": dict(groups=2),  # logit soft-capping (eager attention, its softmax kept in float64)
     "gemma3": dict(groups=1, bias="all"),  # QK-norm per head with Gemma's (1 + w) RMSNorm, multi-query
+    "granite": dict(groups=2, bias="all"),  # Llama with fixed multipliers (its own score scale)
+    "starcoder2": dict(groups=2),  # biases on every map, GQA, RoPE
+    "glm4": dict(groups=2, rope_dims=2),  # q/k/v biases, rotary on part of each head in adjacent pairs
+    "stablelm": dict(groups=2, rope_dims=2, bias="qkv"),  # q/k/v biases, a quarter of each head rotated
     "phi3": dict(groups=2, rope_dims=2),  # fused qkv, partial rotary, GQA, no biases (Phi-4-mini)
     "gpt_oss": dict(groups=2),  # a sink logit per head (eager attention), all biases: value and key biases seen
     "mixtral": dict(groups=2),  # Mistral's attention in a mixture-of-experts model (its block is not counted)

@@ -37,6 +37,7 @@ NEUTRAL: dict[str, str] = {
                      "prefix", "task_specific_params", "gradient_checkpointing"),
                     "tokens, caching, initialisation or a training loss: not the function of the weights"),
     **dict.fromkeys(("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
+                     "residual_dropout", "embedding_dropout",
                      "summary_first_dropout", "classifier_dropout", "layerdrop", "activation_dropout"),
                     "dropout: off when the function is evaluated"),
     **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels"),
@@ -52,6 +53,7 @@ NEUTRAL: dict[str, str] = {
     "rms_norm_eps": "a norm's ε; refused if not positive (released norms have ε > 0)",
     "layer_norm_eps": "a norm's ε; refused if not positive",
     "layer_norm_epsilon": "a norm's ε; refused if not positive",
+    "norm_epsilon": "a norm's ε; refused if not positive",
     "max_position_embeddings": "the longest input; a RoPE model has no position rows (read where it has)",
     **dict.fromkeys(("_commit_hash", "cache_implementation", "initial_context_length", "output_attentions",
                      "output_hidden_states", "return_dict", "torchscript", "use_return_dict"),
@@ -278,6 +280,10 @@ def _activations(c, hf_type: str) -> set[str]:
     return names
 
 
+# the field that switches a family's attention biases on, and the biases it switches (default: attention_bias, all)
+BIAS_FIELDS = {"opt": ("enable_bias", "qkvo"), "glm4": ("attention_bias", "qkv"), "stablelm": ("use_qkv_bias", "qkv"),
+               "starcoder2": ("use_bias", "qkvo")}  # fmt: skip
+GRANITE_MULTIPLIERS = ("embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling")
 FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": "", "phi3": ""}  # by its code
 
 
@@ -290,11 +296,11 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
     D = _positive(c, "head_dim", default=E // H)
     if hf_type in FAMILY_BIAS:
         bias = FAMILY_BIAS[hf_type]
-    elif hf_type == "opt":
-        bias = "qkvo" if c.enable_bias else ""
     else:
-        bias = "qkvo" if c.attention_bias else ""
+        field, letters = BIAS_FIELDS.get(hf_type, ("attention_bias", "qkvo"))
+        bias = letters if getattr(c, field) else ""
     read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "attention_bias", "enable_bias",
+            "use_bias", "use_qkv_bias", *_multipliers(c, hf_type),
             "num_hidden_layers", "vocab_size", "tie_word_embeddings", "rope_parameters", "attn_logit_softcapping",
             "n_embd", "n_head", "n_layer", "n_inner", "intermediate_size", "ffn_dim", "word_embed_proj_dim",
             *_activations(c, hf_type)}  # fmt: skip
@@ -379,6 +385,19 @@ def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
     if not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0):
         cap = None  # None, or a value refused by name in _refuse_unmodelled (POSITIVE)
     return {"nope_layers": nope, "final_softcap": None if cap is None else float(cap)}
+
+
+def _multipliers(c, hf_type: str) -> tuple[str, ...]:
+    """Granite's fixed factors (on the embedding, the scores, each branch and the logits), after checking that each
+    is a finite number other than 0 (a factor of 0 cuts what it multiplies): any such factor is absorbed by the
+    weights beside it, so the count is Llama's."""
+    if hf_type != "granite":
+        return ()
+    for name in GRANITE_MULTIPLIERS:
+        v = getattr(c, name)
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v != 0):
+            raise ConfigError(f"{name}: {printable(repr(v))} must be a finite number other than 0 (a fixed factor)")
+    return GRANITE_MULTIPLIERS
 
 
 def _positive(c, name: str, default):

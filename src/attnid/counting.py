@@ -576,7 +576,7 @@ class ModelConfig:
     nope_layers: int = 0
     final_softcap: float | None = None
 
-    def __post_init__(self) -> None:  # noqa: C901 (one check a field, read top to bottom)
+    def __post_init__(self) -> None:
         for name in ("layers", "vocab"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -587,8 +587,6 @@ class ModelConfig:
             raise ValueError("context: learned positions need the number of position rows read (context >= 1)")
         if self.tied and self.head_bias:
             raise ValueError("head_bias: the tied heads counted here have no bias")
-        if self.tied and self.block.norm == "layer" and self.positions != "learned":
-            raise ValueError("tied: a tied LayerNorm model is counted with learned positions only (GPT-2, OPT)")
         if self.block.norms()[1] and self.block.norm_eps_zero != self.norm_eps_zero:
             raise ValueError("norm_eps_zero: the model's and its blocks' norms must have the same ε")
         d = self.dense_layers
@@ -645,10 +643,14 @@ def count_model(model: ModelConfig) -> Count:
       component along ``1`` is invisible: ``HC + F`` per layer, ``+1`` per output bias, less the one the block
       already counts; ``embedding_mean``: ``V`` (untied); ``position_mean``: the context's rows;
       ``embedding_position_shift``: token rows ``+ a``, position rows ``− a``: ``E − 1`` more untied, ``E``
-      tied (the head's shift ``a`` is a logit shift); ``unused_positions``: rows never read; ``value_mean``:
+      tied (the head's shift ``a`` is a logit shift); ``embedding_shift`` (tied, RoPE: Starcoder2): every token row
+      plus one multiple of ``1``, which each LayerNorm removes and the tied head turns into the same shift of every
+      logit: 1; ``unused_positions``: rows never read; ``value_mean``:
       with no output bias on the attention's stream (OPT without biases), the effective value bias ``W_V β``
       that the norm gives still adds ``Σ_h W_O^h b_h`` to every token, and the one direction whose sum is
-      along ``1`` is removed by every later norm: 1 per layer (when ``G·C ≥ E``, so that ``1`` is in reach).
+      along ``1`` is removed by every later norm: 1 per layer (when ``G·C ≥ E``, so that ``1`` is in reach, and
+      ``C < E``: a value head as wide as the stream reaches the same direction through its gauge and the writers'
+      mean).
     """
     if not isinstance(model, ModelConfig):
         raise TypeError(f"model: expected a ModelConfig, got {type(model).__name__}")
@@ -666,9 +668,13 @@ def count_model(model: ModelConfig) -> Count:
         if model.positions == "learned":
             terms["position_mean"] = model.context
             terms["embedding_position_shift"] = E if model.tied else E - 1
+        elif model.tied:  # every token row + t·1: each LayerNorm removes it, the tied head shifts every logit alike
+            terms["embedding_shift"] = 1
         terms["unused_positions"] = model.unused_positions * E if model.positions == "learned" else 0
         absorbed = "o" in cfg.bias or (b.residual != "sequential" and b.mlp_bias)  # a bias takes the constant
-        terms["value_mean"] = 0 if absorbed or cfg.G * cfg.C < E else model.layers
+        # a value head as wide as the stream (C >= E) already moves its constant through the value/output gauge
+        # and the writers' mean: no direction of its own (tests/test_released.py, a one-head StableLM model)
+        terms["value_mean"] = 0 if absorbed or cfg.G * cfg.C < E or cfg.C >= E else model.layers
     if model.tied:
         terms["stream_rotation"] = 0
         terms["final_norm"] = 0

@@ -58,7 +58,7 @@ class HFType:
         """Whether the MLP maps carry biases when the attention has biases ``bias``."""
         if self.mlp in GATED_MLPS:
             return self.mlp in BIASED_GATED_MLPS
-        return bool(bias) if self.module == "opt" else True
+        return bool(bias) if self.module in ("opt", "starcoder2") else True
 
     def ffn_kwargs(self, ffn: int) -> dict:
         if self.module == "qwen3_moe":
@@ -93,7 +93,7 @@ class HFType:
             kw["num_key_value_heads"] = cfg.G
         if self.head_dim:
             kw["head_dim"] = cfg.D
-        if name in ("llama", "qwen3", "olmo2", "gemma2", "gemma3", "gpt_oss", "qwen3_moe", "smollm3"):
+        if name in ATTENTION_BIAS_TYPES:
             kw["attention_bias"] = bool(cfg.bias)
         kw.update(_recent_kwargs(name, cfg))
         if name == "gemma3":  # 1/sqrt(D) as ours, one global (full-attention) layer, no cap
@@ -116,7 +116,7 @@ class HFType:
                 "rope_theta": cfg.rope_base,
                 "partial_rotary_factor": factor,
             }
-        if name in ("phi", "phi3"):
+        if name in ("phi", "phi3", "glm4", "stablelm"):
             kw["rope_parameters"] = {
                 "rope_type": "default",
                 "rope_theta": cfg.rope_base,
@@ -126,13 +126,33 @@ class HFType:
         return kw
 
 
+# the types whose config switches their attention biases with attention_bias
+ATTENTION_BIAS_TYPES = (
+    "llama",
+    "qwen3",
+    "olmo2",
+    "gemma2",
+    "gemma3",
+    "gpt_oss",
+    "qwen3_moe",
+    "smollm3",
+    "granite",
+    "glm4",
+)
+
+
 def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
     """What the config classes of the 2025 families need beyond the common keywords."""
     if name == "smollm3":  # its token ids lie outside a tiny vocabulary; the audited layer may be a NoPE one
         kw: dict = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
         return kw if cfg.rope else {**kw, "no_rope_layers": [0]}
-    if name == "phi3":  # its default token ids lie outside a tiny vocabulary
-        return dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
+    no_ids = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # outside a tiny vocabulary
+    if name in ("phi3", "glm4"):
+        return no_ids
+    if name == "starcoder2":
+        return dict(no_ids, use_bias=bool(cfg.bias))
+    if name == "stablelm":
+        return dict(no_ids, use_qkv_bias=bool(cfg.bias))
     if name == "gpt_oss":  # one full-attention layer, plain RoPE at cfg's base
         return dict(
             layer_types=["full_attention"], rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base}
@@ -173,6 +193,23 @@ HF_TYPES: dict[str, HFType] = {
     "phi3": HFType(  # Phi-3 and Phi-4-mini: fused qkv and gate/up maps, rotary on part of each head
         "phi3", "Phi3Config", "Phi3Attention", "Phi3RotaryEmbedding", biases=("",), groups=True, partial_rope=True,
         layer="Phi3DecoderLayer", lm="Phi3ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
+    ),
+    "granite": HFType(  # Llama with fixed multipliers on the embedding, the scores, each branch and the logits
+        "granite", "GraniteConfig", "GraniteAttention", "GraniteRotaryEmbedding", biases=("", "qkvo"), groups=True,
+        layer="GraniteDecoderLayer", lm="GraniteForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
+    ),
+    "starcoder2": HFType(  # GPT-2's block (LayerNorm, GELU, biases on every map or none) with RoPE and GQA
+        "starcoder2", "Starcoder2Config", "Starcoder2Attention", "Starcoder2RotaryEmbedding", biases=("qkvo", ""),
+        groups=True, layer="Starcoder2DecoderLayer", lm="Starcoder2ForCausalLM", tied=True,
+    ),
+    "glm4": HFType(  # rotary on half of each head (pairs 2i, 2i + 1), q/k/v biases, norms before and after
+        "glm4", "Glm4Config", "Glm4Attention", "Glm4RotaryEmbedding", biases=("qkv", ""), groups=True, head_dim=True,
+        partial_rope=True, layer="Glm4DecoderLayer", lm="Glm4ForCausalLM", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, norm_position="sandwich",
+    ),
+    "stablelm": HFType(  # StableLM 2: LayerNorm, rotary on a quarter of each head, q/k/v biases or none
+        "stablelm", "StableLmConfig", "StableLmAttention", "StableLmRotaryEmbedding", biases=("", "qkv"), groups=True,
+        partial_rope=True, layer="StableLmDecoderLayer", lm="StableLmForCausalLM", mlp="swiglu", ffn_ratio=8 / 3,
     ),
     "qwen3": HFType(
         "qwen3", "Qwen3Config", "Qwen3Attention", "Qwen3RotaryEmbedding", biases=("", "qkvo"), groups=True,

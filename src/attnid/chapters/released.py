@@ -51,6 +51,15 @@ def mechanism_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
     if real:
         from ..hf import audit_hf
 
+        for label, hf_type in (("softmax router (a Mixtral layer)", "mixtral"),
+                               ("biased router, biased gated experts (a gpt-oss layer)", "gpt_oss")):  # fmt: skip
+            r = audit_hf(hf_type, scope="block", embed=8, heads=2, groups=2, ffn=4, seed=seed)
+            rows.append({
+                "mechanism": label, "closed form": r.details["theory_unidentified"], "closed form without": None,
+                "our layer": None, "our layer without": None,
+                "real module": r.unidentified, "real module without": None,
+                "router": r.details["terms"]["router_shift"],
+            })  # fmt: skip
         model: dict[str, Any] = dict(embed=8, heads=2, groups=2, scope="model", tied=False, seed=seed)
         capped = audit_hf("gemma2", final_softcap=30.0, **model)
         plain = audit_hf("gemma2", **model)
@@ -89,6 +98,16 @@ def released_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+SMALL_E = 8  # the width of the audited decoder layers
+
+
+def _router(routers: pd.Series | None, label: str, closed_form: int) -> int:
+    """A router's free directions in the table, or (without the real-module rows, at smoke) its closed form."""
+    if routers is None or label not in routers.index or pd.isna(routers[label]):
+        return closed_form
+    return int(routers[label])
+
+
 def released_facts(mechanisms: pd.DataFrame, released: pd.DataFrame) -> dict:
     """The numbers the section's prose glues."""
     by = mechanisms.set_index("mechanism")
@@ -107,10 +126,16 @@ def released_facts(mechanisms: pd.DataFrame, released: pd.DataFrame) -> dict:
             files.loc["smollm3-3b-base", "model unidentified"] / files.loc["smollm3-3b-base", "model params"]
         ),
     }
+    routers = mechanisms.set_index("mechanism").get("router")
+    out["mixtral_router"] = _router(routers, "softmax router (a Mixtral layer)", SMALL_E)
+    out["gpt_oss_router"] = _router(routers, "biased router, biased gated experts (a gpt-oss layer)", SMALL_E + 1)
+    out["gpt_oss_share"] = float(
+        files.loc["gpt-oss-20b", "model unidentified"] / files.loc["gpt-oss-20b", "model params"]
+    )
     checks = [(f, j) for f, j in (("closed form", "our layer"), ("closed form without", "our layer without"),
                                    ("closed form", "real module"), ("closed form without", "real module without"))
               if j in mechanisms]  # fmt: skip
-    pairs = [(a, b) for f, j in checks for a, b in zip(mechanisms[f], mechanisms[j]) if pd.notna(b)]
+    pairs = [(a, b) for f, j in checks for a, b in zip(mechanisms[f], mechanisms[j]) if pd.notna(a) and pd.notna(b)]
     out["n_checks"] = len(pairs)
     out["n_agree"] = sum(int(a) == int(b) for a, b in pairs)
     return out
