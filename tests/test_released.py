@@ -235,3 +235,58 @@ def test_released_mixtures_are_counted_at_every_scope_with_their_published_total
         scope_count(p, "model", name).unidentified_by_block["blocks"]
         == layers * scope_count(p, "block", name).unidentified
     )
+
+
+# ------------------------------------------------------------------------------------- families read from files
+FAMILY_FILES = {  # architecture fields of released models, as their cards and files give them
+    "granite": {"model_type": "granite", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "num_hidden_layers": 40, "intermediate_size": 12800, "vocab_size": 49155, "tie_word_embeddings": True,
+                "attention_multiplier": 0.0078125, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                "logits_scaling": 16.0, "rms_norm_eps": 1e-5},
+    "starcoder2": {"model_type": "starcoder2", "hidden_size": 3072, "num_attention_heads": 24, "num_key_value_heads": 2,
+                   "num_hidden_layers": 30, "intermediate_size": 12288, "vocab_size": 49152, "use_bias": True,
+                   "norm_epsilon": 1e-5, "sliding_window": 4096, "tie_word_embeddings": True},
+    "glm4": {"model_type": "glm4", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2,
+             "head_dim": 128, "num_hidden_layers": 40, "intermediate_size": 13696, "vocab_size": 151552,
+             "attention_bias": True, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5},
+    "stablelm": {"model_type": "stablelm", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 32,
+                 "num_hidden_layers": 24, "intermediate_size": 5632, "vocab_size": 100352, "use_qkv_bias": True,
+                 "partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},
+}  # fmt: skip
+FAMILY_BIAS_READ = {"granite": "", "starcoder2": "qkvo", "glm4": "qkv", "stablelm": "qkv"}
+FAMILY_TOTALS = {"granite": 8_170_848_256, "glm4": 9_400_279_040, "stablelm": 1_644_515_328}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_FILES))
+def test_a_family_file_is_read_with_its_bias_field_and_counted_at_every_scope(tmp_path, family):
+    (tmp_path / "config.json").write_text(json.dumps(FAMILY_FILES[family]))
+    p = config_preset(tmp_path)
+    assert p.hf_type == family and p.config.bias == FAMILY_BIAS_READ[family]
+    for scope in SCOPES:
+        assert scope_count(p, scope, family).unidentified > 0
+    if family in FAMILY_TOTALS:
+        assert scope_count(p, "model", family).total_params == FAMILY_TOTALS[family]
+    off = {"granite": "attention_bias", "starcoder2": "use_bias", "glm4": "attention_bias", "stablelm": "use_qkv_bias"}
+    (tmp_path / "config.json").write_text(json.dumps({**FAMILY_FILES[family], off[family]: not p.config.bias}))
+    assert config_preset(tmp_path).config.bias == ("qkvo" if family == "granite" else "")
+
+
+def test_a_tied_layernorm_model_with_rope_has_one_shift_of_its_embedding(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(FAMILY_FILES["starcoder2"]))
+    terms = scope_count(config_preset(tmp_path), "model", "x").unidentified_by_block
+    assert terms["embedding_shift"] == 1 and terms["logit_shift"] == terms["embedding_mean"] == 0
+
+
+@pytest.mark.parametrize("name", ["attention_multiplier", "residual_multiplier"])
+def test_a_granite_multiplier_of_zero_is_refused_by_name(tmp_path, name):
+    (tmp_path / "config.json").write_text(json.dumps({**FAMILY_FILES["granite"], name: 0.0}))
+    with pytest.raises(ConfigError, match=f"{name}: 0.0 must be a finite number other than 0"):
+        config_preset(tmp_path)
+
+
+@pytest.mark.parametrize("model_type, says", [("llama4", "position-dependent temperature"),
+                                              ("qwen3_next", "linear attention"), ("cohere", "no shift")])  # fmt: skip
+def test_families_with_unmodelled_layers_are_refused_with_what_they_hold(tmp_path, model_type, says):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    r = run("count", "--config", str(tmp_path))
+    assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1

@@ -202,6 +202,9 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
         return 0
     _print_reading(out)
     print(f"{p.description}, scope {a.scope} ({p.model.source if p.model else ''})")
+    if a.scope == "block" and p.model is not None and p.model.nope_layers:
+        print(f"(a RoPE layer; the model's {p.model.nope_layers} NoPE layers: `--scope attention` shows both kinds, "
+              "`--scope model` counts each)")  # fmt: skip
     print(f"{'params':<24}{'':>16}")
     for k, v in c.params_by_block.items():
         print(f"  {k:<22}{v:>16,}")
