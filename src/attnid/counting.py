@@ -624,6 +624,27 @@ class ModelConfig:
         return n
 
 
+def _layer_norm_terms(model: ModelConfig) -> dict[str, int]:
+    """The terms of :func:`count_model` that a LayerNorm's mean removal adds (its docstring derives each)."""
+    b = model.block
+    cfg, E, V = b.attention, b.E, model.vocab
+    assert isinstance(cfg, AttentionConfig)
+    out_biases = ("o" in cfg.bias) + b.mlp_bias
+    per_layer = cfg.H * cfg.C + b.ffn + out_biases - (1 if out_biases == 2 else 0)
+    terms = {"writer_mean": model.layers * per_layer, "embedding_mean": 0 if model.tied else V}
+    if model.positions == "learned":
+        terms["position_mean"] = model.context
+        terms["embedding_position_shift"] = E if model.tied else E - 1
+    elif model.tied:  # every token row + t·1: each LayerNorm removes it, the tied head shifts every logit alike
+        terms["embedding_shift"] = 1
+    terms["unused_positions"] = model.unused_positions * E if model.positions == "learned" else 0
+    absorbed = "o" in cfg.bias or (b.residual != "sequential" and b.mlp_bias)  # a bias takes the constant
+    # a value head as wide as the stream (C >= E) already moves its constant through the value/output gauge and
+    # the writers' mean: no direction of its own (tests/test_blocks.py, one-head OPT and StableLM models)
+    terms["value_mean"] = 0 if absorbed or cfg.G * cfg.C < E or cfg.C >= E else model.layers
+    return terms
+
+
 def count_model(model: ModelConfig) -> Count:
     """Unidentified dimensions of a whole causal LM (chapter 8 derives each term):
 
@@ -655,26 +676,12 @@ def count_model(model: ModelConfig) -> Count:
     if not isinstance(model, ModelConfig):
         raise TypeError(f"model: expected a ModelConfig, got {type(model).__name__}")
     b = model.block
-    cfg, E, V = b.attention, b.E, model.vocab
+    E, V = b.E, model.vocab
     layer = b.norm == "layer"
     blocks = [(count_block(kind), k) for kind, k in model.blocks()]
     terms = {"blocks": sum(c.unidentified * k for c, k in blocks)}
     if layer:
-        assert isinstance(cfg, AttentionConfig)
-        out_biases = ("o" in cfg.bias) + b.mlp_bias
-        per_layer = cfg.H * cfg.C + b.ffn + out_biases - (1 if out_biases == 2 else 0)
-        terms["writer_mean"] = model.layers * per_layer
-        terms["embedding_mean"] = 0 if model.tied else V
-        if model.positions == "learned":
-            terms["position_mean"] = model.context
-            terms["embedding_position_shift"] = E if model.tied else E - 1
-        elif model.tied:  # every token row + t·1: each LayerNorm removes it, the tied head shifts every logit alike
-            terms["embedding_shift"] = 1
-        terms["unused_positions"] = model.unused_positions * E if model.positions == "learned" else 0
-        absorbed = "o" in cfg.bias or (b.residual != "sequential" and b.mlp_bias)  # a bias takes the constant
-        # a value head as wide as the stream (C >= E) already moves its constant through the value/output gauge
-        # and the writers' mean: no direction of its own (tests/test_released.py, a one-head StableLM model)
-        terms["value_mean"] = 0 if absorbed or cfg.G * cfg.C < E or cfg.C >= E else model.layers
+        terms.update(_layer_norm_terms(model))
     if model.tied:
         terms["stream_rotation"] = 0
         terms["final_norm"] = 0
