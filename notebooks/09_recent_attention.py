@@ -276,6 +276,6 @@ table(mechanisms)
 
 # %%
 released = rel.released_table()
-table(released)
 for name, value in rel.released_facts(mechanisms, released).items():
     glue(name, value, display=False)
+table(released)

@@ -93,7 +93,6 @@ def released_table() -> pd.DataFrame:
             row[f"{scope} params"] = None if c is None else c.total_params
             row[f"{scope} unidentified"] = None if c is None else c.unidentified
         row["fields accepted as neutral"] = len(p.reading["neutral"]) if p.reading else 0
-        row["refused"] = ""
         rows.append(row)
     return pd.DataFrame(rows)
 
