@@ -130,6 +130,7 @@ MODEL_CASES = [
     ("gemma3", dict(ffn=12)),  # tied, norms on both sides, QK-norm
     ("gemma2", dict(ffn=12, tied=False)),  # soft-capped; untied: the final norm and the logit shift
     ("starcoder2", dict(ffn=16)),  # tied LayerNorm with RoPE: one shift of every token row along 1
+    ("starcoder2", dict(ffn=16, groups=1, bias="none")),
     ("stablelm", dict(heads=1, rope_dims=2)),  # LayerNorm, no output bias, C = E: no value_mean of its own
     ("opt", dict(heads=1, bias="none")),  # one head as wide as the stream: no value_mean of its own
     ("glm4", dict(heads=1, rope_dims=4)),

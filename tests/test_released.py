@@ -101,8 +101,7 @@ def test_count_config_says_what_it_read(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ attention sinks
-SINK_SHAPES = [
-    dict(embed=16, heads=4, groups=2),
+SINK_SHAPES = [  # and dict(embed=16, heads=4, groups=2) in tests/test_hf.py
     dict(embed=16, heads=4, groups=1),
     dict(embed=16, heads=2, groups=2, head_dim=4),
     dict(embed=8, heads=2, groups=2, bias="none"),
@@ -186,12 +185,19 @@ def test_a_model_counts_its_nope_layers_apart():
 
 
 # --------------------------------------------------------------------------------- soft-capped logits, untied head
-def test_an_untied_soft_capped_head_identifies_the_logit_shift():
-    """Audited with the cap in place: the E logit-shift directions of an untied head are identified."""
-    capped = audit_hf("gemma2", embed=8, heads=2, groups=2, scope="model", tied=False, final_softcap=30.0)
-    plain = audit_hf("gemma2", embed=8, heads=2, groups=2, scope="model", tied=False)
-    assert capped.details["terms"]["logit_shift"] == 0 and plain.details["terms"]["logit_shift"] == 8
-    assert plain.unidentified - capped.unidentified == 8
+CAPPED_SHAPES = [dict(heads=2, groups=2), dict(heads=1, groups=1), dict(heads=4, groups=2), dict(heads=2, groups=1)]
+
+
+@pytest.mark.parametrize("kw", CAPPED_SHAPES)
+def test_an_untied_soft_capped_head_identifies_the_logit_shift(kw):
+    """Audited with the cap in place (a one-layer Gemma 2 model, F = 12): the closed form without the E logit-shift
+    directions of an untied head is the Jacobian's count; planted, the cap taken out gives them back."""
+    capped = audit_hf("gemma2", embed=8, ffn=12, scope="model", tied=False, final_softcap=30.0, **kw)
+    assert capped.unidentified == capped.details["theory_unidentified"]
+    assert capped.details["terms"]["logit_shift"] == 0
+    if kw == CAPPED_SHAPES[0]:  # the uncapped twin: tests/test_blocks.py audits it at this shape too
+        plain = audit_hf("gemma2", embed=8, ffn=12, scope="model", tied=False, **kw)
+        assert plain.details["terms"]["logit_shift"] == 8 and plain.unidentified - capped.unidentified == 8
 
 
 def test_a_config_with_an_untied_capped_head_is_counted_without_the_shift(tmp_path):
