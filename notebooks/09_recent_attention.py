@@ -268,7 +268,8 @@ table(mechanisms)
 # field of a released file is read, or accepted because it cannot change the count (each with its
 # reason, which the command prints: a hub revision, a generation cache, `auto_map`, whose remote code is
 # never read), or holds the one value the library's code implements, or is refused by name. The
-# copies under `data/configs/released` are files as published (their sources listed beside them).
+# copies under `data/configs/released` are released files as public sources hold them (beside them,
+# each one's source and how faithful the copy is: byte for byte, or field for field).
 # Of these {glue:text}`n_released` files, {glue:text}`n_counted_model` are counted at every scope, and
 # their parameter totals are the published ones. SmolLM3-3B's whole model leaves
 # {glue:text}`smollm3_share:.3%` of its parameters unidentified, its NoPE layers counted apart;
