@@ -143,10 +143,9 @@ ATTENTION_BIAS_TYPES = (
 
 def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
     """What the config classes of the 2025 families need beyond the common keywords."""
-    if name == "smollm3":  # its token ids lie outside a tiny vocabulary; the audited layer may be a NoPE one
-        kw: dict = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
-        return kw if cfg.rope else {**kw, "no_rope_layers": [0]}
-    no_ids = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # outside a tiny vocabulary
+    no_ids: dict = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # outside a tiny vocabulary
+    if name == "smollm3":  # the audited layer may be a NoPE one
+        return no_ids if cfg.rope else {**no_ids, "no_rope_layers": [0]}
     if name in ("phi3", "glm4"):
         return no_ids
     if name == "starcoder2":
