@@ -1,6 +1,6 @@
 """Released config files read as downloaded, and the mechanisms of recent attention (chapter 9): sinks, NoPE
-layers, the soft-capped untied head, attention-only families. Each closed form equals the Jacobian rank of the
-real transformers module, and a planted change moves the count."""
+layers, the soft-capped untied head, softmax-routed experts, the families of 2025. Each closed form equals the
+Jacobian rank of the real transformers module, and a planted change moves the count."""
 
 import json
 
@@ -42,13 +42,25 @@ def test_a_released_file_is_counted_at_every_scope(name):
     assert all(len(why) > 20 for why in r["neutral"].values())
 
 
+# the parameter totals of the released checkpoints (their safetensors; the model cards round them)
+PUBLISHED_TOTALS = {
+    "gemma-2-2b-it": 2_614_341_888, "gpt-oss-20b": 20_914_757_184, "gpt2": 124_439_808,
+    "llama-2-7b-chat-hf": 6_738_415_616, "llama-3.1-8b": 8_030_261_248, "llama-3.2-1b-instruct": 1_235_814_400,
+    "llama-3.2-3b": 3_212_749_824, "mixtral-8x7b-v0.1": 46_702_792_704, "olmo-2-0425-1b": 1_484_916_736,
+    "phi-2": 2_779_683_840, "phi-3-medium-4k-instruct": 13_960_238_080, "phi-3-mini-4k-instruct": 3_821_079_552,
+    "qwen2-72b-instruct": 72_706_203_648, "qwen2-7b-instruct": 7_615_616_512, "qwen2.5-14b": 14_770_033_664,
+    "qwen2.5-32b": 32_763_876_352, "qwen2.5-3b": 3_085_938_688, "qwen2.5-7b": 7_615_616_512,
+    "qwen3-14b": 14_768_307_200, "qwen3-30b-a3b": 30_532_122_624, "qwen3-32b": 32_762_123_264,
+    "qwen3-4b": 4_022_468_096, "qwen3-8b": 8_190_735_360, "smollm3-3b-base": 3_075_098_624,
+    "yi-1.5-34b": 34_388_917_248,
+}  # fmt: skip
+
+
 def test_released_totals_equal_the_published_ones():
-    """SmolLM3-3B's total (3,075,098,624, tied embedding + 36 layers + final norm) and Llama-3.2-1B's
-    (1,235,814,400), both as their model cards and the safetensors headers give them."""
-    smol = config_preset(RELEASED / "smollm3-3b-base.json")
-    assert scope_count(smol, "model", "smollm3").total_params == 3_075_098_624
-    llama = config_preset(RELEASED / "llama-3.2-1b-instruct.json")
-    assert scope_count(llama, "model", "llama").total_params == 1_235_814_400
+    """Chapter 9 says so of every released file: the whole model's parameters, counted from the file."""
+    assert sorted(PUBLISHED_TOTALS) == sorted(SOURCES)
+    for name, total in PUBLISHED_TOTALS.items():
+        assert scope_count(config_preset(RELEASED / f"{name}.json"), "model", name).total_params == total, name
 
 
 @pytest.mark.parametrize(
