@@ -1,5 +1,5 @@
-"""Chapter 9, the mechanisms of 2025–2026 attention (sinks, NoPE layers, a soft-capped untied head) against the
-Jacobian of our layer and of the real module, and released config files read as downloaded."""
+"""Chapter 9, the mechanisms of 2025–2026 models (sinks, NoPE layers, a soft-capped untied head, routed experts)
+against the Jacobian of our layer and of the real module, and released config files read as downloaded."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..presets import layer_type_counts, scope_count
 READS: tuple[str, ...] = ()  # no run records: everything here is computed from the math and the config files
 RELEASED_DIR = CONFIG_DIR / "released"
 
-# (label, our layer's config, the real module's type and audit arguments, the planted change and what it removes)
+# the audited layers with the mechanism; each case of mechanism_table sets one beside its twin without it
 SINKS = AttentionConfig(16, 4, groups=2, bias="all", rope=True, causal=True, sinks=True)
 NOPE = AttentionConfig(16, 4, groups=2, rope=True, causal=True)
 
