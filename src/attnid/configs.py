@@ -177,15 +177,16 @@ def config_preset(path: str | Path) -> Preset:
     else:
         got = _read_family(hf_type, c)
     config, model, read = got
-    _refuse_unmodelled(c, read, hf_type)
+    default = type(c)().to_dict()  # the config class's defaults: the values the family's audits were verified at
+    _refuse_unmodelled(c, read, hf_type, default)
     if model is not None:
         model = replace(model, source=source)
-    reading = config_reading(fields, c, read, remote is not None)
+    reading = config_reading(fields, c, read, remote is not None, default)
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
                   model, reading=reading)  # fmt: skip
 
 
-def config_reading(fields: dict, c, read: set[str], remote_code: bool) -> dict:
+def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: dict) -> dict:
     """What attnid made of a config file (``count --config`` prints it, ``--json`` carries it): ``read``, the
     file's fields that the count reads; ``neutral``, those accepted because they cannot change the count, each with
     its reason (``auto_map`` among them: the remote code it names is not read); ``at_default``, those at the config
@@ -198,7 +199,6 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool) -> dict:
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
     if remote_code:
         neutral[REMOTE_CODE] = REMOTE_CODE_NOTE
-    default = type(c)().to_dict()
     listed = set(read) | set(neutral) | set(FIXED_BY_CODE)
     return {
         "read": sorted(k for k in fields if k in read),
@@ -376,7 +376,7 @@ def _check_gpt_oss_experts(c, chosen: int) -> None:
     ``experts_per_token``, an older copy of ``num_experts_per_tok``, must agree with it."""
     for name in ("swiglu_alpha", "swiglu_limit"):
         v = getattr(c, name)
-        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+        if not _positive_number(v):
             raise ConfigError(f"{name}: {printable(repr(v))} must be a positive number (gpt-oss's gated unit)")
     copy = getattr(c, "experts_per_token", chosen)
     if copy != chosen:
@@ -395,7 +395,7 @@ def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
     cap = d.get("final_logit_softcapping")
     if "final_logit_softcapping" in d:
         read.add("final_logit_softcapping")
-    if not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0):
+    if not _positive_number(cap):
         cap = None  # None, or a value refused by name in _refuse_unmodelled (POSITIVE)
     return {"nope_layers": nope, "final_softcap": None if cap is None else float(cap)}
 
@@ -476,10 +476,9 @@ def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[st
         raise ConfigError(f"config: {e}") from None
 
 
-def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
+def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict) -> None:
     """Refuse, naming them, the fields attnid neither reads nor knows to be neutral that differ from the
-    config class's default (the value the family's audits were verified at); and a norm's ε ≤ 0."""
-    default = type(c)().to_dict()
+    config class's ``default`` (the value the family's audits were verified at); and a norm's ε ≤ 0."""
     # a field the class does not know is read by no code (activations aside, which are checked): never "read"
     # also head_dim where the family's code reads it with getattr (Qwen3-MoE's class does not declare it), and
     # gpt-oss's experts_per_token, checked against num_experts_per_tok
@@ -491,7 +490,7 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str) -> None:
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):
             bad.append(f"{k} = {v!r} (attnid counts norms with ε > 0)")
-        elif k in POSITIVE and v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+        elif k in POSITIVE and v is not None and not _positive_number(v):
             bad.append(f"{k} = {printable(repr(v))} ({POSITIVE[k]})")
         elif k == "sliding_window" and v is not None and not (isinstance(v, int) and v >= MIN_WINDOW):
             bad.append(f"{k} = {printable(repr(v))} (a window of one token: each query sees only itself, its scores "

@@ -513,29 +513,12 @@ def _scope_extras(scope: str, nope: bool, final_softcap: float | None) -> dict:
 
 
 def audit_hf(
-    hf_type: str,
-    *,
-    embed: int = 32,
-    heads: int = 4,
-    groups: int | None = None,
-    head_dim: int | None = None,
-    rope_dims: int | None = None,
-    bias: str | None = None,
-    seed: int = 0,
-    rtol: float = RTOL,
-    check: bool = True,
-    attn_implementation: str = "sdpa",
-    max_memory: float | None = None,
-    scope: str = "attention",
-    ffn: int | None = None,
-    layers: int | None = None,
-    vocab: int | None = None,
-    tied: bool | None = None,
-    norm_eps: float = 0.0,
-    progress: bool = False,
-    nope: bool = False,
-    final_softcap: float | None = None,
-) -> AuditResult:
+    hf_type: str, *, embed: int = 32, heads: int = 4, groups: int | None = None, head_dim: int | None = None,
+    rope_dims: int | None = None, bias: str | None = None, seed: int = 0, rtol: float = RTOL, check: bool = True,
+    attn_implementation: str = "sdpa", max_memory: float | None = None, scope: str = "attention",
+    ffn: int | None = None, layers: int | None = None, vocab: int | None = None, tied: bool | None = None,
+    norm_eps: float = 0.0, progress: bool = False, nope: bool = False, final_softcap: float | None = None,
+) -> AuditResult:  # fmt: skip
     """Audit a real ``hf_type`` module at a small width: ``unidentified`` from the Jacobian rank,
     ``details["theory_unidentified"]`` from the closed form.
 
@@ -554,8 +537,6 @@ def audit_hf(
     :class:`HFAuditError`). ``progress``: a large audit says on stderr what it is doing (stdout stays free for JSON).
     ``nope``: the audited layer is one without RoPE (SmolLM3's NoPE layers). ``final_softcap``: a model audit's
     logits capped at that value (Gemma 2's ``final_logit_softcapping``).
-
-    Long because its signature lists each of its twenty settings on a line of its own; the body is 20 lines.
     """
     cfg = equivalent_config(  # refuses an unknown type and a shape the type cannot express
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias,
