@@ -8,9 +8,10 @@ import torch
 from attnid.lm import records
 from attnid.lm.batched import check_stack, clip_per_run, stacked_runs, stacks, train_stack
 from attnid.lm.gpt import GPT, GPTConfig
+from attnid.lm.lifecycle import Checkpoint, Interrupted
 from attnid.lm.metrics import Key
 from attnid.lm.profiles import lr_at, make_config
-from attnid.lm.train import Checkpoint, Interrupted, train
+from attnid.lm.train import train
 
 CASES = ("sgd", "sgd_wd", "adamw", "adamw_rebalance")  # two optimizers, weight decay on and off, rebalancing
 SEEDS = (0, 1)

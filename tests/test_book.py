@@ -161,7 +161,7 @@ def test_cache_skips_unchanged_and_reruns_after_src_change(smoke_book, tmp_path,
         return execute_here(monkeypatch, tiny, tmp_path / "b", src.resolve())
 
     assert (tiny_status(), tiny_status()) == ("executed", "cached")
-    with open(src / "attnid" / "counting.py", "a") as f:
+    with open(src / "attnid" / "counting" / "attention.py", "a") as f:
         f.write("\n# an edit\n")
     assert tiny_status() == "executed"
 

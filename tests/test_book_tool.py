@@ -321,7 +321,7 @@ def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypa
 def test_a_stop_while_the_tool_trains_a_chapters_runs_is_the_builds_stop(monkeypatch, tmp_path):
     """A training loop turns Ctrl-C (or the worker's SIGTERM) into its own ``Interrupted`` (where to resume);
     inside the book tool that is the build's stop, named by its signal, with nothing stamped."""
-    from attnid.lm.train import Interrupted, interrupted
+    from attnid.lm.lifecycle import Interrupted, interrupted
 
     tool = book_tool()
 

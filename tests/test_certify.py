@@ -13,6 +13,7 @@ from torch.func import jacrev
 import attnid.certify as C
 from attnid.attention import AttentionConfig, flatten, head_mixtures, init_params, unflatten
 from attnid.audit import CertificateError, _layer_fn, audit, default_data_size, random_inputs
+from attnid.certify import activations, blocks, linalg, strategies
 from attnid.counting import count
 from attnid.symmetry import qk_direction, qk_generators, tangent_basis, tangent_rows, vo_direction
 
@@ -77,8 +78,8 @@ def test_a_mixing_that_is_not_the_layers_is_refused(monkeypatch):
     pg = {k: p[k][:1] for k in p if k not in ("W_O", "b_O")}
     sub = cfg.with_(heads=1, groups=1)
     C.GroupActivations.at(X, pg, sub, chunk=8)  # the control: the true mixing passes
-    real = C.mix_heads
-    monkeypatch.setattr(C, "mix_heads", lambda *a: {"Z": 2 * real(*a)["Z"]})
+    real = activations.mix_heads
+    monkeypatch.setattr(activations, "mix_heads", lambda *a: {"Z": 2 * real(*a)["Z"]})
     with pytest.raises(CertificateError, match="differs from forward mode"):
         C.GroupActivations.at(X, pg, sub, chunk=8)
 
@@ -100,25 +101,25 @@ def test_the_complement_of_the_known_directions(unit):
         T = torch.eye(n, dtype=torch.float64)[:, [0, 1, 5, 2, 9, 3, 29]]
     else:
         T = torch.randn(n, k, generator=g, dtype=torch.float64)
-    qr, t_cond = C._householder(T, 1e-9)
+    qr, t_cond = linalg._householder(T, 1e-9)
     assert t_cond > 1e-3
     if unit:
         assert (qr[1] == 0).any()
-    V, T_inv = C._compact_wy(qr)
+    V, T_inv = linalg._compact_wy(qr)
     Q = torch.eye(n, dtype=torch.float64) - V @ torch.linalg.solve_triangular(T_inv, V.T, upper=True)
     assert (Q.T @ Q - torch.eye(n, dtype=torch.float64)).abs().max() < 1e-13  # the WY form is orthogonal
     assert (T.T @ Q[:, k:]).abs().max() < 1e-13  # and its trailing columns are the complement
     M = torch.randn(12, n, generator=g, dtype=torch.float64)
     want = M @ _explicit_complement(T)
     written = M.clone()
-    got = C._on_complement(written, qr)
+    got = linalg._on_complement(written, qr)
     assert torch.allclose(got @ got.T, want @ want.T, atol=1e-12)
     assert torch.allclose(got, M @ Q[:, k:], atol=1e-13)
     assert got.data_ptr() == written[:, k:].data_ptr()  # in place: a view of M's last columns
     A = torch.randn(n, n, generator=g, dtype=torch.float64)
     G = A @ A.T
     upper = np.asfortranarray(G.numpy())
-    both = torch.from_numpy(C._gram_on_complement(upper, qr)).triu()
+    both = torch.from_numpy(blocks._gram_on_complement(upper, qr)).triu()
     want2 = (Q[:, k:].T @ G @ Q[:, k:]).triu()
     assert (both - want2).abs().max() <= 1e-12 * G.abs().max()
 
@@ -129,15 +130,15 @@ def test_the_gram_factor_and_its_bound():
     the bound above GRAM_MARGIN σ_min², where certify takes the QR."""
     g = torch.Generator().manual_seed(0)
     B = torch.randn(300, 40, generator=g, dtype=torch.float64)
-    R, err = C._gram_factor(B, exact=False)
+    R, err = linalg._gram_factor(B, exact=False)
     s = torch.linalg.svdvals(B)
     assert 0 < err < 1e-10 * s[0] ** 2
     assert (torch.linalg.svdvals(R) ** 2 - s**2).abs().max() <= err
-    R_qr, err_qr = C._gram_factor(B, exact=True)
+    R_qr, err_qr = linalg._gram_factor(B, exact=True)
     assert err_qr == 0.0 and torch.allclose(R_qr.T @ R_qr, B.T @ B, atol=1e-10)
-    assert C._gram_factor(B[:30], exact=False) == (None, 0.0)
+    assert linalg._gram_factor(B[:30], exact=False) == (None, 0.0)
     B[:, 0] *= 1e-9
-    _, err = C._gram_factor(B, exact=False)
+    _, err = linalg._gram_factor(B, exact=False)
     assert err > C.GRAM_MARGIN * float(torch.linalg.svdvals(B)[-1]) ** 2  # certify would take the QR here
 
 
@@ -154,7 +155,7 @@ def test_a_group_is_certified_alike_by_its_gram_and_by_the_qr(monkeypatch):
     blocks, _ = C.certification_blocks(cfg, p, X, _layer_fn(cfg, p, X), T, 1e-9)
     out = C.output_block(cfg, p, X, 1e-9)
     factors = []
-    real = C._block_triangular_singular_values
+    real = strategies._block_triangular_singular_values
 
     def keep(R_s, n_c, B1, R22, gen):
         R = torch.zeros(len(B1) + len(R22), len(B1) + len(R22), dtype=torch.float64)
@@ -163,9 +164,9 @@ def test_a_group_is_certified_alike_by_its_gram_and_by_the_qr(monkeypatch):
         factors.append(torch.linalg.svdvals(R))
         return real(R_s, n_c, B1, R22, gen)
 
-    monkeypatch.setattr(C, "_block_triangular_singular_values", keep)
+    monkeypatch.setattr(strategies, "_block_triangular_singular_values", keep)
     low, high = C.group_singular_values(blocks[1], out.Qz, torch.Generator().manual_seed(0))
-    monkeypatch.setattr(C, "GRAM_MARGIN", -1.0)
+    monkeypatch.setattr(strategies, "GRAM_MARGIN", -1.0)
     low_qr, high_qr = C.group_singular_values(blocks[1], out.Qz, torch.Generator().manual_seed(0))
     assert len(factors) == 4  # the query/key Gram; then, refused by the margin, it again, the rows' Gram and the QR
     gram_sv, rows_sv, qr_sv = factors[0], factors[2], factors[3]
@@ -220,13 +221,13 @@ def test_a_wide_layer_takes_the_query_key_gram(monkeypatch):
     form, every group takes the Gram route, and the certificate is clear."""
     cfg = AttentionConfig(32, 8, bias="all")
     seen = []
-    real = C._gram_on_complement
+    real = strategies._gram_on_complement
 
     def spy(*a, **k):
         seen.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(C, "_gram_on_complement", spy)
+    monkeypatch.setattr(strategies, "_gram_on_complement", spy)
     r = audit(cfg, method="certify")
     assert r.unidentified == count(cfg).unidentified and r.details["certificate"] == "per-group QR"
     assert len(seen) == cfg.G and r.sv_gap > 1e6

@@ -170,7 +170,7 @@ def test_preset_verification_shows_progress_on_stderr(capsys):
 def test_hf_memory_guard_runs_before_anything_is_built(kw, monkeypatch):
     """The estimate comes from the closed form's shapes: a size that cannot fit is refused before a module
     (or its parameters) exists."""
-    import attnid.hf as hf
+    import attnid.hf.scopes as hf
 
     def refuse(*a, **k):
         raise AssertionError("built before the memory check")
@@ -237,7 +237,7 @@ def test_a_closed_form_off_by_one_is_refused(monkeypatch):
     """``audit_hf`` judges its own audit (:func:`check_hf_audit`): a closed form that miscounts by one raises."""
     import dataclasses
 
-    import attnid.hf as hf
+    import attnid.hf.scopes as hf
 
     real_count = hf.count
 

@@ -279,7 +279,7 @@ def test_an_expert_the_audit_data_seldom_choose_is_refused(monkeypatch):
     pytest.importorskip("transformers")
     from attnid.counting import MLAConfig
 
-    monkeypatch.setattr(hf, "MIN_EXPERT_SHARE", 0.6)
+    monkeypatch.setattr(hf.scopes, "MIN_EXPERT_SHARE", 0.6)
     cfg = MLAConfig(12, 2, kv_rank=5, q_rank=None, nope_dim=3, rope_dim=2, v_dim=3)
     with pytest.raises(ValueError, match="chosen for only"):
         hf.audit_mla_hf(cfg, scope="block", ffn=6, experts=4)

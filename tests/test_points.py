@@ -239,8 +239,9 @@ def test_motion_rows_are_kept_for_this_model_and_this_fit(tiny_run, tmp_path, mo
 def test_motion_along_the_symmetry_is_undone_by_the_orbit_fit(tiny_run, tmp_path):
     import shutil
 
+    from attnid.lm.model_files import load_snapshots
     from attnid.lm.points import model_from_snapshot, snapshot_distances
-    from attnid.lm.train import load_snapshots, rebalance_model
+    from attnid.lm.train import rebalance_model
 
     rows = snapshot_distances(tiny_run)
     assert sorted({r["step"] for r in rows}) == [0, 1, 20] and {r["layer"] for r in rows} == {1, 2}

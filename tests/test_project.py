@@ -42,26 +42,7 @@ def test_ci_calls_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_the_math_never_imports_the_language_model_side():
-    """``attnid`` (attention, symmetries, counts, audit, dynamics) stands alone; ``attnid.lm`` builds on it."""
-    import ast
-
-    math_side = [p for p in (ROOT / "src" / "attnid").glob("*.py") if p.name not in ("cli.py", "__main__.py")]
-    assert {p.stem for p in math_side} >= {"attention", "symmetry", "counting", "audit", "dynamics", "rope"}
-    for path in math_side:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                target = ("." * node.level) + (node.module or "")
-                assert not target.startswith((".lm", "attnid.lm")), f"{path.name} imports {target}"
-                assert not (node.level == 1 and node.module is None and any(a.name == "lm" for a in node.names))
-            elif isinstance(node, ast.Import):
-                assert not any(a.name.startswith("attnid.lm") for a in node.names), path.name
-    code = (
-        "import sys, attnid, attnid.audit, attnid.dynamics, attnid.symmetry, attnid.presets; "
-        "print([m for m in sys.modules if m.startswith('attnid.lm')])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+MATH_FLOORS = 4  # floors 1-4 of ARCHITECTURE.md are the math; the language-model side starts above them
 
 
 def _import_graph() -> dict[str, set[str]]:
@@ -87,6 +68,91 @@ def _import_graph() -> dict[str, set[str]]:
             deps |= {c for c in cands if c in mods and c != name}
         graph[name] = deps
     return graph
+
+
+def read_floors(text: str) -> dict[str, int]:
+    """``module -> floor`` from the floors table of ARCHITECTURE.md: ``name/`` is a package and its modules,
+    ``name/__init__`` the package module alone, ``name`` one module."""
+    table = text.split("## Floors", 1)[1].split("\n## ", 1)[0]
+    floors: dict[str, int] = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].isdigit():
+            continue
+        for entry in re.findall(r"`([^`]+)`", cells[1]):
+            floors[entry] = int(cells[0])
+    return floors
+
+
+def floor_of(module: str, floors: dict[str, int]) -> int | None:
+    """The floor of ``attnid.<module>`` in ``floors`` (:func:`read_floors`), or None where the map omits it."""
+    rel = module.removeprefix("attnid").removeprefix(".").replace(".", "/") or "__init__"
+    if rel in floors:
+        return floors[rel]
+    if f"{rel}/__init__" in floors:
+        return floors[f"{rel}/__init__"]
+    parts = rel.split("/")
+    for i in range(len(parts), 0, -1):
+        if "/".join(parts[:i]) + "/" in floors:
+            return floors["/".join(parts[:i]) + "/"]
+    return None
+
+
+def layering_violations(graph: dict[str, set[str]], floors: dict[str, int]) -> list[str]:
+    """Modules the map omits, and imports that run up a floor."""
+    out = [f"{m} is on no floor of ARCHITECTURE.md" for m in sorted(graph) if floor_of(m, floors) is None]
+    for m in sorted(graph):
+        for d in sorted(graph[m]):
+            fm, fd = floor_of(m, floors), floor_of(d, floors)
+            if fm is not None and fd is not None and fd > fm:
+                out.append(f"{m} (floor {fm}) imports {d} (floor {fd})")
+    return out
+
+
+def test_every_import_runs_down_the_floors_of_the_map():
+    """ARCHITECTURE.md's floors are the layering: every module is on one, and no import runs up."""
+    floors = read_floors((ROOT / "ARCHITECTURE.md").read_text())
+    assert len(set(floors.values())) >= 9
+    assert layering_violations(_import_graph(), floors) == []
+
+
+def test_the_layering_check_sees_an_import_up_and_a_module_off_the_map():
+    """Planted: the real graph with one import that runs up (the layer importing the training loop) and one
+    module the map does not name; the check reports both."""
+    floors = read_floors((ROOT / "ARCHITECTURE.md").read_text())
+    graph = _import_graph()
+    graph["attnid.attention"] = graph["attnid.attention"] | {"attnid.lm.train"}
+    graph["attnid.newroom"] = set()
+    assert layering_violations(graph, floors) == [
+        "attnid.newroom is on no floor of ARCHITECTURE.md",
+        "attnid.attention (floor 2) imports attnid.lm.train (floor 6)",
+    ]
+
+
+def test_every_file_of_the_package_has_its_line_in_the_map():
+    """Each file or package of ``src/attnid`` is named in ARCHITECTURE.md's file list."""
+    text = (ROOT / "ARCHITECTURE.md").read_text().split("## Files", 1)[1].split("\n## ", 1)[0]
+    root = ROOT / "src" / "attnid"
+    for p in root.rglob("*.py"):
+        rel = p.relative_to(root)
+        named = f"`{rel.as_posix()}`" in text or (len(rel.parts) > 1 and f"`{rel.parent.as_posix()}/`" in text)
+        assert named, f"{rel} has no line in ARCHITECTURE.md"
+
+
+def test_the_math_never_imports_the_language_model_side():
+    """The floors of the math (``attnid``: attention, symmetries, counts, audits) stand alone: importing them
+    loads nothing of ``attnid.lm``."""
+    floors = read_floors((ROOT / "ARCHITECTURE.md").read_text())
+    graph = _import_graph()
+    math_side = [m for m in graph if (floor_of(m, floors) or 99) <= MATH_FLOORS]
+    assert {"attnid.attention", "attnid.symmetry", "attnid.counting", "attnid.audit", "attnid.hf"} <= set(math_side)
+    assert not [(m, d) for m in math_side for d in graph[m] if d.startswith("attnid.lm")]
+    code = (
+        "import sys, attnid, attnid.audit, attnid.dynamics, attnid.symmetry, attnid.presets, attnid.certify; "
+        "print([m for m in sys.modules if m.startswith('attnid.lm')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_no_import_cycle_in_the_package():

@@ -9,9 +9,10 @@ from plants import relist
 
 from attnid.lm import data as data_mod
 from attnid.lm import records
+from attnid.lm.lifecycle import Interrupted
 from attnid.lm.profiles import make_config
 from attnid.lm.records import RecordError
-from attnid.lm.train import Interrupted, train
+from attnid.lm.train import train
 
 
 @pytest.fixture(scope="module")
@@ -321,7 +322,7 @@ def test_a_record_of_an_older_format_is_not_reused(run):
 
 def test_saved_model_loads_and_reproduces_the_recorded_head_baseline(run):
     from attnid.lm.ablation import fixed_batches, masked_loss
-    from attnid.lm.train import load_model
+    from attnid.lm.model_files import load_model
 
     _base, d, cfg, corpus = run
     model = load_model(d)

@@ -17,6 +17,7 @@ from attnid.audit import audit, audit_module
 from attnid.configs import CONFIG_DIR, NEUTRAL, REMOTE_CODE_NOTE, ConfigError, config_preset
 from attnid.counting import SCOPES, count
 from attnid.hf import audit_hf, build_attention
+from attnid.hf.build import _is_router
 from attnid.presets import scope_count
 
 RELEASED = CONFIG_DIR / "released"
@@ -229,7 +230,7 @@ def test_a_softmax_router_ignores_a_vector_added_to_every_row_and_no_other(hf_ty
     the layer equals the closed form with its E directions: tests/test_blocks.py)."""
     cfg = hf.equivalent_config(hf_type, embed=8, heads=2, groups=2)
     layer, forward = hf.build_block(hf_type, cfg, ffn=4, experts=4)
-    router = next(m for m in layer.modules() if hf._is_router(m))
+    router = next(m for m in layer.modules() if _is_router(m))
     x = torch.randn(8, 8, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     v = torch.randn(8, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 0.1
     with torch.no_grad():

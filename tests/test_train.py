@@ -4,9 +4,11 @@ import pytest
 import torch
 
 from attnid.lm import data as data_mod
+from attnid.lm.lifecycle import Interrupted
+from attnid.lm.model_files import load_model, load_snapshots
 from attnid.lm.profiles import CASES, PROFILES, make_config
 from attnid.lm.records import load_run
-from attnid.lm.train import Interrupted, load_model, load_snapshots, rebalance_model, train
+from attnid.lm.train import rebalance_model, train
 
 # one case per way of training: SGD, weight decay, AdamW, rebalancing, a deeper model, a head width apart from E/H
 # (the other cases change a learning rate or a head count: test_the_other_cases_run_and_learn)
@@ -68,8 +70,8 @@ def test_rebalancing_leaves_loss_unchanged(smoke_runs, corpus):
     assert len(events) >= 2
     assert all(abs(e["loss_after"] - e["loss_before"]) <= 1e-6 for e in events)
     # and it zeroes the augmented beta of every head
+    from attnid.lm.optimizers import build
     from attnid.lm.probe import IdentificationProbe
-    from attnid.lm.train import build
 
     model, opt = build(make_config("smoke", "adamw"), corpus.vocab_size, "cpu")
     with torch.no_grad():
@@ -161,8 +163,8 @@ def test_profile_and_device_checks():
 
 def test_optimizer_update_is_the_applied_step(corpus):
     """The float64 update read from the optimizer state equals the float32 weight change to rounding."""
+    from attnid.lm.optimizers import build
     from attnid.lm.probe import optimizer_update
-    from attnid.lm.train import build
 
     for case in ("sgd_wd", "adamw"):
         cfg = make_config("smoke", case)
@@ -297,8 +299,8 @@ def test_law_residual_of_the_probe_equals_the_weights(corpus):
     """The probe's ``beta_law_residual`` after SGD + weight-decay steps equals ‖β_t − c_t β_0‖ / ‖c_t β_0‖
     computed here from the fused ``c_attn`` weights (rows 0..E: queries, E..2E: keys), c_t = Π(1 − η λ)²."""
     from attnid.lm.metrics import Key
+    from attnid.lm.optimizers import build
     from attnid.lm.probe import IdentificationProbe
-    from attnid.lm.train import build
 
     cfg = make_config("smoke", "sgd_wd", weight_decay=0.05)
     model, opt = build(cfg, corpus.vocab_size, "cpu")

@@ -9,8 +9,9 @@ from plants import hostile_pickle, relist
 
 from attnid.cli import main
 from attnid.lm import records
+from attnid.lm.lifecycle import Checkpoint, Interrupted
 from attnid.lm.profiles import make_config
-from attnid.lm.train import Checkpoint, Interrupted, train
+from attnid.lm.train import train
 
 
 @pytest.fixture(scope="module")

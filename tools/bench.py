@@ -41,8 +41,9 @@ def train_bench(steps: int, repeats: int) -> None:
     import statistics
 
     from attnid.lm.data import load
+    from attnid.lm.optimizers import build
     from attnid.lm.profiles import make_config
-    from attnid.lm.train import build, train
+    from attnid.lm.train import train
 
     data = load()
     cfg = make_config("cpu", "adamw", max_iters=steps, eval_interval=10 * steps, ckpt_interval=10 * steps)
@@ -99,8 +100,8 @@ def step_and_metric_ms(cfg, data, device: str, precision: str, n: int) -> tuple[
     included, computed at once)."""
     import statistics
 
+    from attnid.lm.optimizers import build, precision_context
     from attnid.lm.probe import IdentificationProbe
-    from attnid.lm.train import build, precision_context
 
     model, opt = build(cfg, data.vocab_size, device)
     probe = IdentificationProbe.for_model(model, opt)
@@ -199,9 +200,10 @@ def measure_stack(R: int, ref, data, device: str, precision: str, tmp: Path, ste
     Seconds of a step with and without the probe, of one evaluation and of the head analysis (projected from one
     batch of one mask), under the run's precision; ``compile``: the training step compiled, and the seconds of the
     three warm-up steps that compile it (``compile_s``)."""
+    from attnid.lm.optimizers import precision_context
     from attnid.lm.probe import IdentificationProbe
     from attnid.lm.profiles import make_config
-    from attnid.lm.train import evaluate_group, precision_context
+    from attnid.lm.train import evaluate_group
 
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     cfgs = stack_configs(ref.profile, R, device, eval_iters=min(ref.eval_iters, 20), compile=compile)

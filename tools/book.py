@@ -372,7 +372,7 @@ def _execute_job(
 
         torch.set_num_threads(threads)
         signal.signal(signal.SIGTERM, _interrupt)  # a worker: the book tool forwards SIGTERM to it
-    from attnid.lm.train import Interrupted as TrainingInterrupted
+    from attnid.lm.lifecycle import Interrupted as TrainingInterrupted
 
     t = time.perf_counter()
     try:

@@ -29,7 +29,8 @@ from .audit import RTOL, audit_module, check_seed, default_data_size
 from .configs import ConfigError, config_preset
 from .counting import biased_reader_rows, count
 from .families import HF_TYPES
-from .hf import HFAuditError, _check_memory, _float64_softmax, _transformers, set_norms
+from .hf.build import HFAuditError, _float64_softmax, _transformers, set_norms
+from .hf.scopes import _check_memory
 from .inputs import check_layers, printable
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

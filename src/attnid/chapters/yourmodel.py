@@ -19,6 +19,7 @@ from ..counting import SCOPES
 from ..lm import records
 from ..lm.data import CharData
 from ..lm.gpt import GPT
+from ..lm.model_files import load_model
 from ..lm.points import (
     audit_run,
     identified_moves,
@@ -28,7 +29,6 @@ from ..lm.points import (
     symmetry_moves,
 )
 from ..lm.profiles import OPTIMIZER_CASES
-from ..lm.train import load_model
 from ..presets import scope_count
 from . import CASE_LABELS, with_formats
 

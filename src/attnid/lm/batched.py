@@ -40,8 +40,10 @@ from torch import nn
 from . import records
 from .data import CharData
 from .gpt import GPT
+from .lifecycle import Run
+from .optimizers import build, make_optimizer
 from .profiles import RunConfig
-from .train import Group, Run, Stepper, build, make_optimizer, train_runs
+from .train import Group, Stepper, train_runs
 
 # what may differ between the runs of one stack (all of it acts elementwise on the parameters, or per run)
 PER_RUN = ("profile", "case", "seed", "optimizer", "lr", "weight_decay", "betas", "grad_clip", "rebalance")
@@ -111,6 +113,8 @@ class StackedGPT(nn.Module):
         return y * w[:, None] if b is None else torch.addcmul(b[:, None], y, w[:, None])
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor, head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Each run's mean loss ``(R,)`` on its own batch: ``idx`` and ``targets`` ``(R, B, T)``, ``head_mask``
+        ``(R, L, H)`` (1 keeps a head, 0 removes it)."""
         cfg, p = self.cfg, self.p
         R, B, T = idx.shape
         if cfg.block_size < T:
@@ -123,22 +127,22 @@ class StackedGPT(nn.Module):
         V = wte.shape[1]
         rows = idx + (torch.arange(R, device=idx.device) * V)[:, None, None]  # each run's tokens in its own table
         x = F.embedding(rows, wte.reshape(R * V, E)) + p["wpe.weight"][:, None, :T]  # (R, B, T, E)
-        x = F.dropout(x, drop, self.training).reshape(R, B * T, E)
+        x = F.dropout(x, drop, self.training).reshape(R, B * T, E)  # (R, B·T, E)
         for i in range(cfg.n_layer):
             block = f"blocks.{i}."
-            qkv = self._linear(self._norm(x, block + "ln_1"), block + "attn.c_attn")
+            qkv = self._linear(self._norm(x, block + "ln_1"), block + "attn.c_attn")  # (R, B·T, 3·H·D)
             q, k, v = (t.reshape(R * B, T, H, D).transpose(1, 2) for t in qkv.split(inner, dim=2))  # (R·B, H, T, D)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)  # (R·B, H, T, D)
             if head_mask is not None:
                 keep = head_mask[:, i].to(y.dtype)  # (R, H)
                 y = (y.view(R, B, H, T, D) * keep[:, None, :, None, None]).view(R * B, H, T, D)
-            y = y.transpose(1, 2).reshape(R, B * T, inner)
+            y = y.transpose(1, 2).reshape(R, B * T, inner)  # (R, B·T, H·D)
             x = x + F.dropout(self._linear(y, block + "attn.c_proj"), drop, self.training)
-            h = F.gelu(self._linear(self._norm(x, block + "ln_2"), block + "mlp.c_fc"))
+            h = F.gelu(self._linear(self._norm(x, block + "ln_2"), block + "mlp.c_fc"))  # (R, B·T, 4E)
             x = x + F.dropout(self._linear(h, block + "mlp.c_proj"), drop, self.training)
         logits = torch.bmm(self._norm(x, "ln_f"), wte.transpose(1, 2))  # (R, B·T, V)
         losses = F.cross_entropy(logits.reshape(R * B * T, V).float(), targets.reshape(-1), reduction="none")
-        return losses.view(R, B * T).mean(1)
+        return losses.view(R, B * T).mean(1)  # (R,)
 
     def masked_losses(self, batches: list[tuple[torch.Tensor, torch.Tensor]]):
         """The ``masked_losses`` of :func:`attnid.lm.ablation.analyse_runs` for this stack: ``batches`` of

@@ -183,7 +183,7 @@ def audit_run(
     from tqdm import tqdm  # not tqdm.auto: in a notebook without ipywidgets it warns on import
 
     from ..audit import check_seed
-    from .train import model_from_file, read_model_file
+    from .model_files import model_from_file, read_model_file
 
     check_seed(seed)
     d = Path(d)
@@ -306,7 +306,7 @@ def snapshot_distances(d: str | Path, *, points: int | None = None, cache: bool 
     last included (every step: ``None``). ``cache``: reuse and extend the rows kept in the folder's
     ``points.json`` for this ``model.pt`` (an orbit fit takes seconds). Rows ``{"step", "layer", "raw", "orbit",
     "invariant"}``."""
-    from .train import load_snapshots
+    from .model_files import load_snapshots
 
     d = Path(d)
     cfg, snaps, digest = load_snapshots(d)  # the key names the bytes read: model.pt is read once

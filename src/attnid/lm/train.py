@@ -9,7 +9,8 @@ produces the same rows; a finished one is reused.
 
 One loop (:func:`train_group`) trains a single run and several seeds stacked into one model
 (:mod:`attnid.lm.batched`) alike; :func:`train_runs` is the one place that locks, reuses and prepares run
-folders.
+folders (with :mod:`attnid.lm.lifecycle`). A run's model and optimizer are :mod:`attnid.lm.optimizers`', its
+summary :mod:`attnid.lm.summaries`' and its model file :mod:`attnid.lm.model_files`'.
 
 Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on CUDA); ``bf16``
 (autocast, float32 master weights). The metrics are float64 in every case.
@@ -18,74 +19,42 @@ Precision (``RunConfig.precision``): ``fp32``; ``tf32`` (TF32 matrix products on
 from __future__ import annotations
 
 import contextlib
-import io
-import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .. import __version__, dynamics
+from .. import dynamics
 from . import records
 from .ablation import analyse, fixed_batches
 from .data import CharData, load
-from .gpt import GPT, GPTConfig
+from .gpt import GPT
+from .lifecycle import (
+    Checkpoint,
+    Interrupted,
+    Run,
+    _by_checkpoint_step,
+    check_writable,
+    forced_dir,
+    interrupted,
+    prepare_run,
+    run_key,
+    run_lock,
+)
 from .metrics import Key
+from .model_files import save_model
+from .optimizers import build, precision_context
 from .probe import IdentificationProbe, optimizer_update
 from .profiles import RunConfig, beta_law_factor, check_compile, lr_at, resolve_device, resolve_precision
-from .records import RecordError
+from .summaries import summarize
 
 # Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
 EVAL_SEED = 1_000_003  # the validation batches of the evaluation after step t: EVAL_SEED * (seed + 1) + t
 REBALANCE_SEED = 2_000_033  # the batch that checks a rebalance after step t: REBALANCE_SEED * (seed + 1) + t
-
-
-def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.optim.Optimizer]:
-    """The float32 model and its optimizer (fused AdamW on CUDA), seeded by ``cfg.seed``."""
-    torch.manual_seed(cfg.seed)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float32)  # the model trains in float32 whatever the default
-    try:
-        model = GPT(cfg.gpt_config(vocab_size)).to(device)
-    finally:
-        torch.set_default_dtype(default)
-    return model, make_optimizer(cfg, list(model.parameters()), device)
-
-
-def make_optimizer(cfg: RunConfig, params: list[torch.Tensor], device: str, lead: int = 0) -> torch.optim.Optimizer:
-    """SGD (no momentum) or AdamW for ``params``; AdamW decays the matrices only (biases, norms: no decay).
-    ``lead``: leading dims of every tensor that are not the parameter's own (stacked seeds: 1)."""
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.0, weight_decay=cfg.weight_decay)
-    decay = [p for p in params if p.dim() - lead >= 2]
-    no_decay = [p for p in params if p.dim() - lead < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=cfg.betas,
-        fused=device.startswith("cuda"),
-    )
-
-
-@contextlib.contextmanager
-def precision_context(precision: str, device: str):
-    """Autocast for ``bf16``; TF32 matrix products for ``tf32`` (restored afterwards); nothing for ``fp32``."""
-    if precision == "bf16":
-        with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16):
-            yield
-    elif precision == "tf32" and device.startswith("cuda"):
-        old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
-    else:
-        yield
 
 
 def rebalance_model(model: GPT) -> None:
@@ -115,115 +84,6 @@ def evaluate(model: GPT, data: CharData, cfg: RunConfig, device: str, step: int)
     ]
     model.train(was)
     return torch.stack(losses).mean().item()
-
-
-# ------------------------------------------------------------------------------ the loop
-class Interrupted(Exception):
-    """A run stopped before its end: on Ctrl-C or SIGTERM (the message names the step and the last checkpoint;
-    ``signame`` the signal) or by ``stop_after`` (tests use it to simulate an interruption). Rerunning resumes it."""
-
-    signame = "SIGINT"
-
-
-def interrupted(step: int, saved: int, signame: str = "SIGINT") -> Interrupted:
-    """The error of a Ctrl-C (or SIGTERM) inside a loop: where it stopped, and how to resume."""
-    e = Interrupted(
-        f"interrupted ({signame}) at step {step} (last checkpoint: step {saved}); rerun the same command to resume"
-    )
-    e.signame = signame
-    return e
-
-
-def _check_existing(d: Path, cfg: RunConfig) -> None:
-    old = records.read_json(d / "config.json")
-    try:
-        old_identity = RunConfig.from_dict(old).identity()  # fields added since: their defaults
-    except TypeError as e:
-        raise RecordError(f"{d / 'config.json'}: not a run config ({e}); rerun with --force") from None
-    if old_identity != cfg.identity():
-        diff = sorted(k for k in cfg.identity() if old_identity.get(k) != cfg.identity()[k])
-        raise RecordError(
-            f"{d} holds a run with another config (differs in {', '.join(diff)}); rerun with --force to overwrite it"
-        )
-
-
-@contextlib.contextmanager
-def run_lock(d: Path):
-    """Hold the lock of run folder ``d`` (another process training it makes this wait, and says so)."""
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(d.parent / f".{d.name}.lock"))
-    try:
-        d.parent.mkdir(parents=True, exist_ok=True)
-        lock.acquire(timeout=0)
-    except Timeout:  # (a TimeoutError, so before OSError)
-        print(f"attnid: waiting for another process that is training {d} ...", file=sys.stderr, flush=True)
-        lock.acquire()
-    except OSError as e:
-        raise RecordError(
-            f"{d.parent}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a writable folder"
-        ) from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def prepare_run(cfg: RunConfig, d: Path, force: bool) -> dict | None:
-    """With the run's lock held: the finished record of ``cfg`` in ``d`` as :func:`train` returns it, if it
-    can be reused; else ``None``, after checking that ``d`` holds no other config (``force``: no check, and
-    nothing is reused; the caller trains elsewhere and replaces the record at the end, :func:`forced_dir`)."""
-    if not force and ((d / "config.json").exists() or records.is_finished(d)):
-        _check_existing(d, cfg)
-        if records.is_finished(d):  # finished: reuse
-            rec = records.load(d)
-            if rec.summary.get("format", 1) < records.FORMAT and "provenance" not in rec.summary:
-                raise RecordError(
-                    f"{d / 'summary.json'}: made by an older attnid (record format "
-                    f"{rec.summary.get('format', 1)}, now {records.FORMAT}); rerun with --force to redo the run"
-                )
-            return {**rec.summary, "rows": rec.rows, "heads": rec.heads}
-    return None
-
-
-def check_writable(d: Path) -> None:
-    """Refuse a run folder that cannot be written before any training (not at its first checkpoint)."""
-    import tempfile
-
-    try:
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".write-check-"):
-            pass
-    except OSError as e:
-        raise RecordError(
-            f"{d}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a writable folder"
-        ) from None
-
-
-@contextlib.contextmanager
-def forced_dir(d: Path, force: bool):
-    """The folder a run trains in: ``d`` itself, or with ``force`` and something already in ``d``, a fresh
-    temporary folder beside it whose finished record then replaces the old one (only the files a record
-    owns; :func:`attnid.lm.records.replace_record`). If the forced run fails or is interrupted, the old
-    record stays as it was and the temporary folder is removed; one left by a killed forced run is removed
-    the next time the run is trained (the caller holds the run's lock)."""
-    import shutil
-
-    # a forced run killed before it could clean up (SIGKILL, a power cut) left its folder: we hold the run's
-    # lock, so no live process owns one
-    for stale in d.resolve().parent.glob(f".{d.name}.force-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    if not (force and d.exists() and any((d / n).exists() for n in records.OWNED_FILES)):
-        d.mkdir(parents=True, exist_ok=True)
-        yield d
-        return
-    import tempfile
-
-    work = Path(tempfile.mkdtemp(dir=d.resolve().parent, prefix=f".{d.name}.force-"))
-    try:
-        yield work
-        records.replace_record(work, d)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def train(
@@ -315,146 +175,6 @@ def train_runs(
             finally:
                 torch.set_num_threads(threads)  # a resume may have restored the run's own count
     return [results[run_key(c)] for c in cfgs]
-
-
-def run_key(cfg: RunConfig) -> str:
-    """A run's name in a group (its folder's name: ``case`` or ``case-s<seed>``)."""
-    return records.run_name(cfg.case, cfg.seed)
-
-
-def _by_checkpoint_step(todo: list[tuple[RunConfig, Path]]) -> list[list[tuple[RunConfig, Path]]]:
-    """``todo`` in groups whose runs resume from the same step (0: no checkpoint)."""
-    if len(todo) == 1:
-        return [todo]
-    groups: dict[int, list] = {}
-    for c, d in todo:
-        ck = d / "checkpoint.pt"
-        groups.setdefault(Checkpoint.load(ck).step if ck.exists() else 0, []).append((c, d))
-    return list(groups.values())
-
-
-@dataclass
-class Checkpoint:
-    """Everything a run needs to resume with identical rows (``checkpoint.pt``)."""
-
-    step: int  # the next step to take
-    model: dict
-    opt: dict
-    gen: torch.Tensor  # the training-batch generator
-    rng: torch.Tensor  # torch's global RNG (dropout)
-    cuda_rng: torch.Tensor | None
-    rows: list[dict]
-    rebalances: list[dict]
-    beta0: torch.Tensor | None  # the probe's initial β
-    threads: int  # CPU reductions depend on the thread count
-    elapsed: float  # seconds of training before this checkpoint
-    history: list = field(default_factory=list)  # [[first step, end step, runs stacked with or None]]
-    snapshots: dict = field(default_factory=dict)  # Run.snapshots
-
-    OPTIONAL = ("history", "snapshots")  # absent from checkpoints written before them
-
-    def save(self, path: Path) -> None:
-        buf = io.BytesIO()
-        torch.save(vars(self), buf)
-        records.atomic_write(path, buf.getvalue())
-
-    @classmethod
-    def load(cls, path: Path) -> Checkpoint:
-        """The checkpoint in ``path``, read without running code (:func:`attnid.lm.records.load_tensors`; RNG
-        states stay on the host); :class:`RecordError` naming the file if it is refused or damaged."""
-        path = Path(path)
-        if path.exists() and not path.is_file():
-            raise RecordError(f"{path}: not a regular file; rerun with --force")
-        try:
-            ck = records.load_tensors(path.read_bytes(), path)
-            return cls(**{f.name: ck[f.name] for f in fields(cls) if f.name in ck or f.name not in cls.OPTIONAL})
-        except records.Refused as e:
-            raise records.Refused(f"{e}; rerun with --force to discard it") from None
-        except RecordError as e:
-            raise RecordError(f"{e}; rerun with --force to discard it") from None
-        except Exception as e:
-            raise RecordError(f"{path}: damaged checkpoint ({type(e).__name__}); rerun with --force") from None
-
-
-SNAPSHOT_PARTS = (".attn.", ".ln_1.")  # what Run.snapshots keeps: the attention layers and the norms they read
-
-
-@dataclass
-class Run:
-    """The state of one run that the steps of the loop share (a seed of a stacked group: its model is a view of its
-    slice of the stack)."""
-
-    cfg: RunConfig
-    model: GPT
-    data: CharData
-    device: str
-    precision: str
-    gen: torch.Generator
-    rows: list[dict] = field(default_factory=list)
-    rebalances: list[dict] = field(default_factory=list)
-    elapsed: float = 0.0
-    history: list = field(default_factory=list)  # the segments before this process's (Checkpoint.history)
-    segment: tuple[int, list | None] = (0, None)  # this process's: first step, runs stacked with
-    # with save_model: step -> the attention layers' weights and their LayerNorms' (SNAPSHOT_PARTS), float32 on
-    # the CPU, at step 0 and at every evaluation (chapter 10 measures their motion modulo symmetry)
-    snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
-
-    def snapshot(self, step: int) -> None:
-        """Keep the weights of :data:`SNAPSHOT_PARTS` after ``step`` steps (with ``save_model`` only)."""
-        if self.cfg.save_model:
-            self.snapshots[step] = {
-                k: v.detach().to("cpu", torch.float32, copy=True)
-                for k, v in self.model.state_dict().items()
-                if any(part in k for part in SNAPSHOT_PARTS)
-            }
-
-    def history_to(self, step: int) -> list:
-        """The training history up to ``step``: earlier segments, then this process's, merged with the last
-        one when it was trained the same way."""
-        start, seeds = self.segment
-        out = [list(h) for h in self.history]
-        if out and out[-1][1] == start and out[-1][2] == seeds:
-            out[-1][1] = step
-        elif step > start:
-            out.append([start, step, seeds])
-        return out
-
-    def checkpoint(
-        self, step: int, seconds: float, opt_state: dict, beta0: torch.Tensor | None, copy_weights: bool
-    ) -> Checkpoint:
-        """The resume point after ``step`` steps, with this run's optimizer state and β_0. ``copy_weights``: the
-        weights are views of a stack (a seed of a stacked group), so they are copied."""
-        cuda = self.device.startswith("cuda")
-        model = self.model.state_dict()
-        if copy_weights:
-            model = {k: v.clone() for k, v in model.items()}  # the slice, not the whole stack
-        return Checkpoint(
-            step=step,
-            model=model,
-            opt=opt_state,
-            gen=self.gen.get_state(),
-            rng=torch.get_rng_state(),
-            cuda_rng=torch.cuda.get_rng_state() if cuda else None,
-            rows=self.rows,
-            rebalances=self.rebalances,
-            snapshots=self.snapshots,
-            beta0=beta0,
-            threads=torch.get_num_threads(),
-            elapsed=self.elapsed + seconds,
-            history=self.history_to(step),
-        )
-
-    def restore(self, ck: Checkpoint) -> None:
-        """Everything of ``ck`` but the optimizer state (the group's optimizer holds it: :func:`train_group`)."""
-        self.model.load_state_dict(ck.model)
-        self.gen.set_state(ck.gen)
-        torch.set_rng_state(ck.rng)
-        if self.device.startswith("cuda") and ck.cuda_rng is not None:
-            torch.cuda.set_rng_state(ck.cuda_rng)
-        self.rows, self.rebalances, self.elapsed, self.history = ck.rows, ck.rebalances, ck.elapsed, ck.history
-        self.snapshots = ck.snapshots
-        if ck.threads and ck.threads != torch.get_num_threads():
-            torch.set_num_threads(ck.threads)  # CPU reductions depend on the thread count: resume exactly
 
 
 class Stepper:
@@ -713,70 +433,6 @@ def head_analyses(group: Group, svs: list) -> list[dict]:
         return analyse_runs(group.module.masked_losses(batches), shape, cfg.head_batches, svs)  # type: ignore[operator]
 
 
-def summarize(run: Run, *, metrics: bool, train_seconds: float, heads_seconds: float, start: int) -> dict:
-    """The summary of a finished run (``summary.json`` without its file list); ``wall_seconds`` is the
-    training time of this process plus what the run's checkpoint says came before."""
-    cfg, rows, device = run.cfg, run.rows, run.device
-    vals = [r[Key.VAL_LOSS] for r in rows if r.get(Key.VAL_LOSS) is not None]
-    return {
-        "profile": cfg.profile,
-        "case": cfg.case,
-        "seed": cfg.seed,
-        "steps": cfg.max_iters,
-        "final_val_loss": vals[-1] if vals else None,
-        "best_val_loss": min(vals) if vals else None,
-        "final_train_loss": rows[-1][Key.TRAIN_LOSS] if rows else None,
-        "wall_seconds": run.elapsed + train_seconds + heads_seconds,
-        "head_analysis_seconds": heads_seconds,
-        "tokens_per_second": cfg.batch_size * cfg.block_size * (cfg.max_iters - start) / max(train_seconds, 1e-9),
-        "device": device if not device.startswith("cuda") else torch.cuda.get_device_name(device),
-        "precision": run.precision,
-        "compile": cfg.compile,
-        "metrics": metrics,
-        "rho_method": "float64 optimizer update",
-        "threads": torch.get_num_threads(),
-        "attnid": __version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "rebalances": run.rebalances,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine_description(device),
-        "code_commit": records.code_commit(),
-        **provenance_of(run.history_to(cfg.max_iters)),
-    }
-
-
-def machine_description(device: str) -> str:
-    """E.g. ``"x86_64, 2 cores, AMD EPYC 7B13"``: the machine a run trained on (a summary's provenance)."""
-    import os
-
-    name = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    text = f"{platform.machine()}, {os.cpu_count()} cores" + (f", {name}" if name else "")
-    if device.startswith("cuda"):
-        text += f"; {torch.cuda.get_device_name(device)}"
-    return text
-
-
-def provenance_of(history: list) -> dict:
-    """What a summary says of how a run was trained: ``history`` (``[first step, end step, runs stacked with
-    or None]`` per segment) and ``stacked_with``, every run it was ever stacked with, itself included (absent if
-    never; records made before cases were stacked name seeds under ``batched_seeds``)."""
-    stacked = sorted({str(s) for _, _, names in history if names for s in names})
-    return {"history": history, **({"stacked_with": stacked} if stacked else {})}
-
-
-def save_model(run: Run, d: Path) -> None:
-    """``model.pt``: the trained weights, the model's config and the run's snapshots (``RunConfig.save_model``)."""
-    buf = io.BytesIO()
-    torch.save({"model": run.model.state_dict(), "gpt_config": vars(run.model.cfg), "snapshots": run.snapshots}, buf)
-    records.atomic_write(d / "model.pt", buf.getvalue())
-
-
 # ------------------------------------------------------------------------------ the loop
 # the order of a row's keys in a record (the probe's values come in later on a GPU: they are put in place)
 ROW_ORDER = (
@@ -932,57 +588,3 @@ def _finish(group: Group, *, metrics: bool, save: bool, start: int, train_second
             summary = records.finish(d, run.rows, summary, h)
         out[run_key(run.cfg)] = {**summary, "rows": records.round_floats(run.rows), "heads": records.round_floats(h)}
     return out
-
-
-def read_model_file(d: Path) -> tuple[dict, str]:
-    """The contents of a finished run's ``model.pt`` and the sha256 of the bytes they were parsed from (what a
-    cache of results on this model is keyed by): the file is read once, checked against its record's seal before
-    it is parsed and read without running code (:func:`attnid.lm.records.sealed_bytes`,
-    :func:`attnid.lm.records.load_tensors`)."""
-    f = Path(d) / "model.pt"
-    try:
-        data, digest = records.sealed_bytes(Path(d), "model.pt")
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"no trained model at {f}; rerun with save_model=True (`attnid train --save-model`)"
-        ) from None
-    ck = records.load_tensors(data, f)
-    if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("gpt_config"), dict)):
-        raise RecordError(f"{f}: not a trained model of attnid (a dict with 'model' and 'gpt_config')")
-    return ck, digest
-
-
-def load_model(d: Path, device: str = "cpu") -> GPT:
-    """The trained model of a finished run saved with ``save_model=True`` (in eval mode)."""
-    return model_from_file(read_model_file(d)[0], Path(d) / "model.pt", device)
-
-
-def model_from_file(ck: dict, f: Path, device: str = "cpu") -> GPT:
-    """The model (in eval mode) of the contents ``ck`` of ``model.pt`` file ``f`` (:func:`read_model_file`), its
-    weights checked against its ``gpt_config`` on the meta device before anything is built."""
-    try:
-        cfg = GPTConfig(**ck["gpt_config"])
-        with torch.device("meta"):  # the shapes its config declares, before anything is allocated
-            want = {k: tuple(v.shape) for k, v in GPT(cfg).state_dict().items()}
-    except (TypeError, ValueError) as e:  # an unknown config key, a bad value
-        raise RecordError(f"{f}: its gpt_config is not a model's ({records.printable(e)})") from None
-    got = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in ck["model"].items()}
-    if got != want:
-        diff = sorted(set(got) ^ set(want)) or sorted(k for k in want if got[k] != want[k])
-        raise RecordError(f"{f}: its weights do not fit its gpt_config (first: {records.printable(diff[0])})")
-    bad = [k for k, v in ck["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:
-        raise RecordError(f"{f}: weights that are not finite in {records.printable(', '.join(bad[:3]))}")
-    model = GPT(cfg).to(device)
-    model.load_state_dict(ck["model"])
-    return model.eval()
-
-
-def load_snapshots(d: Path) -> tuple[GPTConfig, dict[int, dict[str, torch.Tensor]], str]:
-    """The model config and the snapshots (:attr:`Run.snapshots`) kept in a finished run's ``model.pt``, and the
-    file's sha256 (:func:`read_model_file`)."""
-    f = Path(d) / "model.pt"
-    ck, digest = read_model_file(d)
-    if not ck.get("snapshots"):
-        raise FileNotFoundError(f"{f} keeps no snapshots (written before they were kept); rerun with --force")
-    return GPTConfig(**ck["gpt_config"]), ck["snapshots"], digest

@@ -1,0 +1,157 @@
+"""What the ``attnid`` subcommands share (:mod:`attnid.cli`): strict JSON, the architecture flags and the attention
+config or preset they name, the flags a user gave, and the thread count."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+from ..attention import AttentionConfig
+from ..counting import MLAConfig
+from ..families import HF_TYPES, MLA_TYPES
+from ..lm.launch import SlurmOptions
+from ..presets import Preset, lookup
+
+SLURM = SlurmOptions()  # the defaults of the slurm options
+
+
+HF_TYPE_NAMES = (*HF_TYPES, *MLA_TYPES)
+
+
+HF_DEFAULTS = {  # the size `attnid audit --hf TYPE [--block | --model]` builds the module at
+    "attention": {"embed": 32, "heads": 4},
+    "block": {"embed": 16, "heads": 4},
+    "model": {"embed": 8, "heads": 2},
+}
+
+
+def strict_json(obj) -> str:
+    """JSON that strict parsers (JavaScript, jq) accept: a non-finite float (an infinite singular-value gap,
+    a missing number) is written as ``null``."""
+
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(obj), indent=2, allow_nan=False)
+
+
+def arch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", help="a published architecture (see `attnid presets`)")
+    p.add_argument("--config", help="your model: a transformers config.json, or a folder holding one (read offline)")
+    p.add_argument("--embed", "-E", type=int, help="embedding dimension E")
+    p.add_argument("--heads", "-H", type=int, help="number of query heads H")
+    p.add_argument("--groups", "-G", type=int, help="key/value groups G (default H; 1 = MQA)")
+    p.add_argument("--head-dim", "-D", type=int, help="query/key head dimension D (default E/H)")
+    p.add_argument("--value-dim", "-C", type=int, help="value head dimension C (default D)")
+    p.add_argument("--bias", help="none (default) | all | letters from q,k,v,o (e.g. q,k,v)")
+    p.add_argument("--rope", action="store_true", help="rotary position embeddings on every head dimension")
+    p.add_argument("--rope-dims", "-R", type=int, help="partial RoPE: rotate the first R dimensions of each head")
+    p.add_argument(
+        "--qk-norm",
+        choices=("head", "proj"),
+        help="RMSNorm on queries and keys: per head, one shared weight (Qwen3, Gemma 3), or per projection (OLMo 2)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def refuse_preset_flags(a: argparse.Namespace) -> None:
+    if a.preset is not None and a.config is not None:
+        raise ValueError("config: give --preset or --config, not both")
+    given = "--preset" if a.preset is not None else "--config"
+    flags = [
+        f"--{k.replace('_', '-')}"
+        for k in ("embed", "heads", "groups", "head_dim", "value_dim", "rope_dims", "bias", "qk_norm")
+        if getattr(a, k) is not None
+    ] + (["--rope"] if a.rope else [])
+    if flags:
+        raise ValueError(f"{given[2:]}: {', '.join(flags)} cannot be combined with {given} (it fixes them)")
+
+
+def chosen_model(a: argparse.Namespace) -> tuple[str, Preset] | None:
+    """``(name, preset)`` of ``--preset NAME`` or ``--config PATH`` (a config reads as a preset would);
+    ``None`` when the flags give the architecture."""
+    if a.preset is None and a.config is None:
+        return None
+    refuse_preset_flags(a)
+    if a.config is not None:
+        from ..configs import config_preset
+
+        return a.config, config_preset(a.config)
+    return lookup(a.preset)
+
+
+def attention_config(a: argparse.Namespace, causal: bool = False) -> AttentionConfig:
+    chosen = chosen_model(a)
+    if chosen is not None:
+        cfg = chosen[1].config
+        if isinstance(cfg, MLAConfig):
+            raise ValueError(f"{chosen[0]} has latent attention: audit it with --hf deepseek_v3")
+        return cfg.with_(causal=causal) if causal else cfg
+    if a.embed is None or a.heads is None:
+        raise ValueError("embed/heads: give --embed and --heads, or --preset, or --config")
+    return AttentionConfig(
+        a.embed,
+        a.heads,
+        groups=a.groups,
+        head_dim=a.head_dim,
+        value_dim=a.value_dim,
+        bias=a.bias,
+        rope=a.rope,
+        rope_dims=a.rope_dims,
+        causal=causal,
+        qk_norm="" if a.qk_norm is None else a.qk_norm,
+    )
+
+
+def arch_dict(cfg: AttentionConfig) -> dict:
+    return {
+        "embed": cfg.E,
+        "heads": cfg.H,
+        "groups": cfg.G,
+        "head_dim": cfg.D,
+        "value_dim": cfg.C,
+        "bias": cfg.bias or "none",
+        "qk_norm": cfg.qk_norm or "none",
+        "rope": cfg.rope,
+        "rope_dims": cfg.R,
+        "causal": cfg.causal,
+    }
+
+
+def given_flags(a, allowed: tuple[str, ...]) -> list[str]:
+    """The flags of ``attnid audit`` given (a value other than its default; 0 is a value) outside ``allowed``."""
+    return [
+        f"--{k.replace('_', '-')}"
+        for k, v in vars(a).items()
+        if k not in (*allowed, "command", "func")
+        and v is not None
+        and v is not False
+        and not (k in AUDIT_DEFAULTS and v == AUDIT_DEFAULTS[k])
+    ]
+
+
+def threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, help="torch/LAPACK threads (default: the cores not busy with other work)")
+
+
+AUDIT_DEFAULTS = {"method": "auto", "norm_eps": 0.0, "seed": 0}  # `attnid audit`'s flags that have a default
+
+
+def set_threads(a) -> None:
+    """``--threads``, else a default that leaves room for what else the machine is running."""
+    import torch
+
+    from ..lm.profiles import default_threads
+
+    cores = os.cpu_count() or 1
+    if a.threads is not None and not 1 <= a.threads <= cores:
+        raise ValueError(f"threads must be from 1 to the {cores} cores of this machine, got {a.threads}")
+    torch.set_num_threads(default_threads() if a.threads is None else a.threads)

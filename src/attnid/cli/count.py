@@ -1,0 +1,108 @@
+"""``attnid count``: the closed-form counts of an architecture, a preset or a released config (:mod:`attnid.cli`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..counting import BLOCKS, SCOPES, MLAConfig, count
+from ..inputs import printable
+from ..presets import Preset, layer_type_counts, scope_count
+from .common import arch_args, arch_dict, attention_config, chosen_model, strict_json
+
+
+def cmd_count(a) -> int:
+    chosen = chosen_model(a)
+    if a.scope != "attention" or (chosen is not None and isinstance(chosen[1].config, MLAConfig)):
+        return _count_scope(a, chosen)
+    cfg = attention_config(a)
+    c = count(cfg)
+    out = {"architecture": arch_dict(cfg), **c.as_dict()}
+    kinds = layer_type_counts(chosen[1]) if chosen is not None else {}
+    if kinds:  # a model whose layers differ: each kind of attention layer (this count is the "rope" one)
+        out["layer_types"] = {k: {**v.as_dict(), "layers": n} for (k, v), n in zip(kinds.items(), _kind_layers(chosen))}
+    _add_reading(out, chosen)
+    if a.json:
+        print(strict_json(out))
+        return 0
+    _print_reading(out)
+    arch = ", ".join(f"{k}={v}" for k, v in out["architecture"].items())
+    print(f"architecture: {arch}")
+    print(f"{'block':<12}{'params':>14}{'unidentified':>16}")
+    for b in BLOCKS:
+        print(f"{b:<12}{c.params_by_block[b]:>14,}{c.unidentified_by_block[b]:>16,}")
+    print(f"{'total':<12}{c.total_params:>14,}{c.unidentified:>16,}")
+    print(f"identified fraction: {c.identified_fraction:.6f}")
+    for kind, row in out.get("layer_types", {}).items():
+        print(f"{kind} layers ({row['layers']} of the model's): {row['unidentified']:,} of {row['total_params']:,} "
+              "unidentified")  # fmt: skip
+    return 0
+
+
+def _kind_layers(chosen) -> tuple[int, int]:
+    """How many RoPE and NoPE layers the chosen model stacks."""
+    m = chosen[1].model
+    return m.layers - m.nope_layers, m.nope_layers
+
+
+def _add_reading(out: dict, chosen) -> None:
+    """A config file's reading (:func:`attnid.configs.config_reading`) under ``"config_fields"``."""
+    if chosen is not None and chosen[1].reading is not None:
+        out["config_fields"] = chosen[1].reading
+
+
+def _print_reading(out: dict) -> None:
+    r = out.get("config_fields")
+    if r is None:
+        return
+    print(f"read: {', '.join(r['read']) or 'none'}")
+    if r["at_default"]:
+        print(f"at the library's default (the value audited): {', '.join(r['at_default'])}")
+    for k, why in r["neutral"].items():
+        print(f"accepted {k}: {why}")
+    for k, v in r["fixed"].items():
+        print(f"accepted {k} = {printable(repr(v))}: the one value transformers' code implements")
+    if r["defaults"]:
+        print(
+            "library defaults taken: " + ", ".join(f"{k} = {printable(repr(v), 60)}" for k, v in r["defaults"].items())
+        )
+
+
+def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
+    """``attnid count --preset NAME|--config PATH --scope block|model`` (and any scope of latent attention):
+    the closed form term by term (chapters 8 and 9)."""
+    if chosen is None:
+        raise ValueError(f"scope: --scope {a.scope} needs --preset or --config (the MLP, norms and vocabulary "
+                         "come from it)")  # fmt: skip
+    name, p = chosen
+    c = scope_count(p, a.scope, name)
+    arch = asdict(p.config) if isinstance(p.config, MLAConfig) else arch_dict(p.config)
+    out = {"architecture": arch, "scope": a.scope, "model": asdict(p.model) if p.model else None, **c.as_dict()}
+    _add_reading(out, chosen)
+    if a.json:
+        print(strict_json(out))
+        return 0
+    _print_reading(out)
+    print(f"{p.description}, scope {a.scope} ({p.model.source if p.model else ''})")
+    if a.scope == "block" and p.model is not None and p.model.nope_layers:
+        print(f"(a RoPE layer; the model's {p.model.nope_layers} NoPE layers: `--scope attention` shows both kinds, "
+              "`--scope model` counts each)")  # fmt: skip
+    print(f"{'params':<24}{'':>16}")
+    for k, v in c.params_by_block.items():
+        print(f"  {k:<22}{v:>16,}")
+    print(f"{'unidentified, by term':<24}")
+    for k, v in c.unidentified_by_block.items():
+        print(f"  {k:<22}{v:>16,}")
+    print(f"{'total':<24}{c.total_params:>16,} parameters, {c.unidentified:,} unidentified "
+          f"({c.unidentified / c.total_params:.4%})")  # fmt: skip
+    return 0
+
+
+def count_parser(sub) -> None:
+    """``attnid count``: the closed-form counts of an architecture or preset."""
+    p = sub.add_parser("count", help="closed-form parameter and unidentified counts")
+    arch_args(p)
+    p.add_argument(
+        "--scope", default="attention", choices=SCOPES,
+        help="with --preset: one attention layer (default), one whole decoder layer, or the whole model",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_count)

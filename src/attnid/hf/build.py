@@ -1,0 +1,264 @@
+"""Building Hugging Face ``transformers`` modules for an audit (:mod:`attnid.hf`): a small config of the real
+class with random weights and no download, at float64 throughout (its norms, softmax and routers patched out of
+their float32 casts), and the forward of one attention layer, one decoder layer or a whole causal LM."""
+
+from __future__ import annotations
+
+import importlib
+import types
+import warnings
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..attention import AttentionConfig
+from ..families import (
+    HF_TYPES,
+)
+
+TESTED = "transformers 5.24"
+
+
+class HFAuditError(RuntimeError):
+    """The Jacobian count of a real module differs from the closed form, or its rank is not clear-cut."""
+
+
+def _transformers():
+    try:
+        with warnings.catch_warnings():  # its import warns about the environment (tqdm, torch), not the audit
+            warnings.simplefilter("ignore")
+            import transformers
+    except ImportError as e:
+        raise ImportError(f'auditing Hugging Face modules needs transformers ({TESTED}): pip install -e ".[hf]"') from e
+    return transformers
+
+
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+
+
+def implementation_of(hf_type: str) -> str:
+    """The attention implementation a block or a whole model of ``hf_type`` is built with: ``"eager"`` for a model
+    that soft-caps its scores (sdpa cannot), else ``"sdpa"``; what the audit's details record."""
+    return "eager" if HF_TYPES[hf_type].eager else "sdpa"
+
+
+def _hf_config(hf_type: str, cfg: AttentionConfig, attn_implementation: str = "sdpa", **changes):
+    """The ``transformers`` config object of ``hf_type`` for ``cfg``, with ``changes`` on top."""
+    tf = _transformers()
+    t = HF_TYPES[hf_type]
+    return getattr(tf, t.config)(**dict(t.config_kwargs(cfg, attn_implementation), **changes))
+
+
+def _modeling(hf_type: str):
+    _transformers()  # says how to install it when it is missing
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = HF_TYPES[hf_type].module
+        return importlib.import_module(f"transformers.models.{m}.modeling_{m}")
+
+
+def _is_norm(m: torch.nn.Module) -> bool:
+    return isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith("RMSNorm")
+
+
+def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
+    # transformers' RMSNorm computes in float32 whatever the input; the audit needs the float64 function
+    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+
+def _gemma_rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
+    # Gemma's RMSNorm scales by (1 + weight), keeps ε in `eps`, and also computes in float32
+    return (1.0 + self.weight) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _prepare(
+    module: torch.nn.Module, E: int, seed: int, norm_eps: float | None = None, exact_norms: bool = True
+) -> torch.nn.Module:
+    """float64, eval mode, seeded random weights: ``N(0, 1/E)`` for every map and bias, ``1 + 0.3 N(0, 1)``
+    for norm weights and ``0.3 N(0, 1)`` for norm shifts (generic, not the identity). With ``exact_norms``
+    RMSNorm computes in float64 (its float32 cast patched out); ``ε = norm_eps`` when given."""
+    module = module.to(torch.float64).eval()
+    norm_params = {id(p): name for m in module.modules() if _is_norm(m) for name, p in m.named_parameters()}
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            z = torch.randn(p.shape, generator=g, dtype=torch.float64)
+            if id(p) in norm_params:
+                p.copy_((1.0 if norm_params[id(p)] == "weight" else 0.0) + 0.3 * z)
+            else:
+                p.copy_(z / E**0.5)
+    return set_norms(module, exact=exact_norms, norm_eps=norm_eps)
+
+
+def set_norms(module: torch.nn.Module, *, exact: bool = True, norm_eps: float | None = None) -> torch.nn.Module:
+    """Every norm of ``module``: with ``exact``, RMSNorm computes in the input's float64 (transformers' float32
+    cast patched out); ``ε = norm_eps`` when given. Returns ``module``, changed in place."""
+    for m in module.modules():
+        if type(m).__name__.endswith("RMSNorm"):
+            gemma = type(m).__name__.startswith("Gemma")
+            if exact:
+                m.forward = types.MethodType(_gemma_rms_norm_float64 if gemma else _rms_norm_float64, m)
+            if norm_eps is not None:
+                setattr(m, "eps" if gemma else "variance_epsilon", norm_eps)
+        elif isinstance(m, torch.nn.LayerNorm) and norm_eps is not None:
+            m.eps = norm_eps
+    return module
+
+
+@contextmanager
+def _float64_softmax():
+    """transformers' eager attention computes its softmax in float32 whatever the input (which blurs the rank);
+    inside this block a float64 input keeps float64."""
+    softmax = torch.nn.functional.softmax
+
+    def exact(x, dim=None, _stacklevel=3, dtype=None):
+        return softmax(x, dim=dim, dtype=None if x.dtype == torch.float64 else dtype)
+
+    torch.nn.functional.softmax = exact
+    try:
+        yield
+    finally:
+        torch.nn.functional.softmax = softmax
+
+
+def _hidden_forward(rotary, eager: bool = False):
+    """``forward(call, x)``: a module on hidden states ``x`` ``(B, L, E)`` through sdpa's math kernel (exact
+    float64 and differentiable in forward mode; the fused CPU kernel is not), with the rotary tables. With
+    ``eager`` (a module that runs its own attention: soft-capping), a causal mask is passed and its softmax
+    kept in float64 (:func:`_float64_softmax`)."""
+
+    def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
+        L = x.shape[1]
+        mask = torch.full((L, L), float("-inf"), dtype=x.dtype).triu(1)[None, None] if eager else None
+        with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
+            if rotary is None:
+                out = call(x)
+            else:
+                pos = torch.arange(L)[None].expand(x.shape[0], -1)
+                # Gemma 3 keeps a table per layer type; the audited layer is a global (full) one
+                cos, sin = rotary(x, pos, "full_attention") if hasattr(rotary, "layer_types") else rotary(x, pos)
+                out = call(x, attention_mask=mask, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)))
+        return out[0] if isinstance(out, tuple) else out
+
+    return forward
+
+
+def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_implementation: str = "sdpa"):
+    """``(module, forward)``: the real attention module of ``hf_type`` for ``cfg`` in float64, with
+    seeded random weights (every parameter, biases included, ``N(0, 1/E)``), and ``forward(call, x)``
+    that runs it as causal self-attention on hidden states ``x`` ``(B, L, E)``. ``attn_implementation``:
+    ``"sdpa"`` computes in the input's float64; ``"eager"`` runs some models' softmax in float32."""
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attn_implementation: expected one of {', '.join(ATTN_IMPLEMENTATIONS)}, got {attn_implementation!r}"
+        )
+    t = HF_TYPES[hf_type]
+    mod = _modeling(hf_type)
+    if t.eager:  # sdpa can neither cap the scores nor add a sink
+        attn_implementation = "eager"
+    config = _hf_config(hf_type, cfg, attn_implementation)
+    attn = _prepare(
+        getattr(mod, t.attention)(config, layer_idx=0), cfg.E, seed, norm_eps=cfg.qk_norm_eps if t.qk_norm else None
+    )
+    rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
+    built = getattr(attn, "rotary_ndims", None)
+    if built is not None and built != cfg.R:
+        raise HFAuditError(f"{hf_type}: the module was built with {built} rotary dims, not the {cfg.R} asked for")
+    return attn, _hidden_forward(rotary, eager=t.eager)
+
+
+def build_block(
+    hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0, norm_eps: float = 0.0, experts: int = 0
+):
+    """``(module, forward)``: one whole decoder layer of ``hf_type`` (norms, attention, MLP or ``experts`` experts of
+    inner size ``ffn``, two chosen per token, residual connections) in float64 with seeded random weights
+    (:func:`_prepare`; a softmax router's weights computed in float64), every norm at ``ε = norm_eps``, run on
+    hidden states."""
+    t = HF_TYPES[hf_type]
+    mod = _modeling(hf_type)
+    config = _hf_config(hf_type, cfg, implementation_of(hf_type), **t.ffn_kwargs(ffn), **t.expert_kwargs(experts))
+    config._experts_implementation = "eager"  # a model sets it; the layer alone runs the experts' own loop
+    layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed, norm_eps=norm_eps)
+    for m in layer.modules():
+        if _is_router(m) and t.router == "softmax":  # gpt-oss's router computes in the input's dtype already
+            m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
+    attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
+    built = getattr(attn, "rotary_ndims", None)
+    if built is not None and built != cfg.R:
+        raise HFAuditError(f"{hf_type}: the layer was built with {built} rotary dims, not the {cfg.R} asked for")
+    rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
+    return layer, _hidden_forward(rotary, eager=t.eager)
+
+
+def build_model(
+    hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int,
+    norm_eps: float = 0.0, seed: int = 0, exact_norms: bool = True, final_softcap: float | None = None,
+):  # fmt: skip
+    """``(module, forward)``: a whole ``hf_type`` causal LM (embeddings, ``layers`` decoder layers, final
+    norm, LM head) with ``seq_len`` positions, norms at ``ε = norm_eps`` (``exact_norms=False`` keeps
+    transformers' float32 RMSNorm), its logits capped at ``final_softcap`` (Gemma 2's
+    ``final_logit_softcapping``; None: no cap); ``forward(call, ids)`` gives the next-token log-probabilities
+    ``(B, L, vocab)``."""
+    t = HF_TYPES[hf_type]
+    tf = _transformers()
+    if final_softcap is not None and hf_type != "gemma2":
+        raise ValueError(f"final_softcap: {hf_type} does not cap its logits (gemma2 does)")
+    changes = dict(t.ffn_kwargs(ffn), vocab_size=vocab, num_hidden_layers=layers, tie_word_embeddings=tied)
+    if hf_type == "gemma2":
+        changes["final_logit_softcapping"] = final_softcap
+    if hf_type == "gpt2":
+        changes["n_positions"] = seq_len
+    if hf_type == "opt":
+        changes.update(max_position_embeddings=seq_len, word_embed_proj_dim=cfg.E)
+    if hf_type == "gemma3":  # every layer a global one, as in the block audit
+        changes["layer_types"] = ["full_attention"] * layers
+    eager = t.eager
+    config = _hf_config(hf_type, cfg, implementation_of(hf_type), **changes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps, exact_norms=exact_norms)
+
+    def forward(call: Callable, ids: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
+            return torch.log_softmax(call(input_ids=ids, use_cache=False).logits, dim=-1)
+
+    return model, forward
+
+
+def _is_router(m: torch.nn.Module) -> bool:
+    """A mixture's router (DeepSeek-V3's ``TopkRouter``, Mixtral's and Qwen3-MoE's ``TopKRouter``)."""
+    return type(m).__name__.lower().endswith("topkrouter")
+
+
+def _softmax_router_float64(original: Callable):
+    """Mixtral's and Qwen3-MoE's routers compute their softmax in float32; this forward keeps their choice of
+    experts (a discrete one, made as transformers makes it) and recomputes the chosen experts' weights in the input's
+    float64: the softmax over every logit, at the chosen ones, renormalised where the router renormalises."""
+
+    def forward(self, hidden_states: torch.Tensor):
+        _, _, chosen = original(hidden_states)
+        logits = torch.nn.functional.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight)
+        weights = logits.softmax(dim=-1).gather(1, chosen)
+        if getattr(self, "norm_topk_prob", True):  # Mixtral always renormalises
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return logits, weights, chosen
+
+    return forward
+
+
+def _router_float64(original: Callable):
+    """transformers' DeepSeek-V3 router computes its scores in float32; this forward keeps its choice of experts
+    (a discrete one, made as transformers makes it) and recomputes the chosen experts' weights in the input's
+    float64."""
+
+    def forward(self, hidden_states: torch.Tensor):
+        _, _, chosen = original(hidden_states)
+        logits = torch.nn.functional.linear(hidden_states.view(-1, self.hidden_dim), self.weight)
+        weights = logits.sigmoid().gather(1, chosen)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return logits, weights * self.routed_scaling_factor, chosen
+
+    return forward

@@ -1,0 +1,270 @@
+"""A training run's lifecycle (:mod:`attnid.lm.train`): its folder (checked against the run's config, written
+only when writable, locked while it trains, moved aside by ``--force``), its state (:class:`Run`) and its resume
+point (:class:`Checkpoint`: everything a run needs to resume with identical rows), and the interruption that
+stops it. It ends in a run record (:mod:`attnid.lm.records`)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import torch
+
+from . import records
+from .data import CharData
+from .gpt import GPT
+from .profiles import RunConfig
+from .records import RecordError
+
+# Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
+
+
+class Interrupted(Exception):
+    """A run stopped before its end: on Ctrl-C or SIGTERM (the message names the step and the last checkpoint;
+    ``signame`` the signal) or by ``stop_after`` (tests use it to simulate an interruption). Rerunning resumes it."""
+
+    signame = "SIGINT"
+
+
+def interrupted(step: int, saved: int, signame: str = "SIGINT") -> Interrupted:
+    """The error of a Ctrl-C (or SIGTERM) inside a loop: where it stopped, and how to resume."""
+    e = Interrupted(
+        f"interrupted ({signame}) at step {step} (last checkpoint: step {saved}); rerun the same command to resume"
+    )
+    e.signame = signame
+    return e
+
+
+def _check_existing(d: Path, cfg: RunConfig) -> None:
+    old = records.read_json(d / "config.json")
+    try:
+        old_identity = RunConfig.from_dict(old).identity()  # fields added since: their defaults
+    except TypeError as e:
+        raise RecordError(f"{d / 'config.json'}: not a run config ({e}); rerun with --force") from None
+    if old_identity != cfg.identity():
+        diff = sorted(k for k in cfg.identity() if old_identity.get(k) != cfg.identity()[k])
+        raise RecordError(
+            f"{d} holds a run with another config (differs in {', '.join(diff)}); rerun with --force to overwrite it"
+        )
+
+
+@contextlib.contextmanager
+def run_lock(d: Path):
+    """Hold the lock of run folder ``d`` (another process training it makes this wait, and says so)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(d.parent / f".{d.name}.lock"))
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(timeout=0)
+    except Timeout:  # (a TimeoutError, so before OSError)
+        print(f"attnid: waiting for another process that is training {d} ...", file=sys.stderr, flush=True)
+        lock.acquire()
+    except OSError as e:
+        raise RecordError(
+            f"{d.parent}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a writable folder"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def prepare_run(cfg: RunConfig, d: Path, force: bool) -> dict | None:
+    """With the run's lock held: the finished record of ``cfg`` in ``d`` as :func:`train` returns it, if it
+    can be reused; else ``None``, after checking that ``d`` holds no other config (``force``: no check, and
+    nothing is reused; the caller trains elsewhere and replaces the record at the end, :func:`forced_dir`)."""
+    if not force and ((d / "config.json").exists() or records.is_finished(d)):
+        _check_existing(d, cfg)
+        if records.is_finished(d):  # finished: reuse
+            rec = records.load(d)
+            if rec.summary.get("format", 1) < records.FORMAT and "provenance" not in rec.summary:
+                raise RecordError(
+                    f"{d / 'summary.json'}: made by an older attnid (record format "
+                    f"{rec.summary.get('format', 1)}, now {records.FORMAT}); rerun with --force to redo the run"
+                )
+            return {**rec.summary, "rows": rec.rows, "heads": rec.heads}
+    return None
+
+
+def check_writable(d: Path) -> None:
+    """Refuse a run folder that cannot be written before any training (not at its first checkpoint)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        raise RecordError(
+            f"{d}: cannot write run records there ({e.strerror or e}); set ATTNID_RUNS to a writable folder"
+        ) from None
+
+
+@contextlib.contextmanager
+def forced_dir(d: Path, force: bool):
+    """The folder a run trains in: ``d`` itself, or with ``force`` and something already in ``d``, a fresh
+    temporary folder beside it whose finished record then replaces the old one (only the files a record
+    owns; :func:`attnid.lm.records.replace_record`). If the forced run fails or is interrupted, the old
+    record stays as it was and the temporary folder is removed; one left by a killed forced run is removed
+    the next time the run is trained (the caller holds the run's lock)."""
+    import shutil
+
+    # a forced run killed before it could clean up (SIGKILL, a power cut) left its folder: we hold the run's
+    # lock, so no live process owns one
+    for stale in d.resolve().parent.glob(f".{d.name}.force-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if not (force and d.exists() and any((d / n).exists() for n in records.OWNED_FILES)):
+        d.mkdir(parents=True, exist_ok=True)
+        yield d
+        return
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(dir=d.resolve().parent, prefix=f".{d.name}.force-"))
+    try:
+        yield work
+        records.replace_record(work, d)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_key(cfg: RunConfig) -> str:
+    """A run's name in a group (its folder's name: ``case`` or ``case-s<seed>``)."""
+    return records.run_name(cfg.case, cfg.seed)
+
+
+def _by_checkpoint_step(todo: list[tuple[RunConfig, Path]]) -> list[list[tuple[RunConfig, Path]]]:
+    """``todo`` in groups whose runs resume from the same step (0: no checkpoint)."""
+    if len(todo) == 1:
+        return [todo]
+    groups: dict[int, list] = {}
+    for c, d in todo:
+        ck = d / "checkpoint.pt"
+        groups.setdefault(Checkpoint.load(ck).step if ck.exists() else 0, []).append((c, d))
+    return list(groups.values())
+
+
+@dataclass
+class Checkpoint:
+    """Everything a run needs to resume with identical rows (``checkpoint.pt``)."""
+
+    step: int  # the next step to take
+    model: dict
+    opt: dict
+    gen: torch.Tensor  # the training-batch generator
+    rng: torch.Tensor  # torch's global RNG (dropout)
+    cuda_rng: torch.Tensor | None
+    rows: list[dict]
+    rebalances: list[dict]
+    beta0: torch.Tensor | None  # the probe's initial β
+    threads: int  # CPU reductions depend on the thread count
+    elapsed: float  # seconds of training before this checkpoint
+    history: list = field(default_factory=list)  # [[first step, end step, runs stacked with or None]]
+    snapshots: dict = field(default_factory=dict)  # Run.snapshots
+
+    OPTIONAL = ("history", "snapshots")  # absent from checkpoints written before them
+
+    def save(self, path: Path) -> None:
+        buf = io.BytesIO()
+        torch.save(vars(self), buf)
+        records.atomic_write(path, buf.getvalue())
+
+    @classmethod
+    def load(cls, path: Path) -> Checkpoint:
+        """The checkpoint in ``path``, read without running code (:func:`attnid.lm.records.load_tensors`; RNG
+        states stay on the host); :class:`RecordError` naming the file if it is refused or damaged."""
+        path = Path(path)
+        if path.exists() and not path.is_file():
+            raise RecordError(f"{path}: not a regular file; rerun with --force")
+        try:
+            ck = records.load_tensors(path.read_bytes(), path)
+            return cls(**{f.name: ck[f.name] for f in fields(cls) if f.name in ck or f.name not in cls.OPTIONAL})
+        except records.Refused as e:
+            raise records.Refused(f"{e}; rerun with --force to discard it") from None
+        except RecordError as e:
+            raise RecordError(f"{e}; rerun with --force to discard it") from None
+        except Exception as e:
+            raise RecordError(f"{path}: damaged checkpoint ({type(e).__name__}); rerun with --force") from None
+
+
+SNAPSHOT_PARTS = (".attn.", ".ln_1.")  # what Run.snapshots keeps: the attention layers and the norms they read
+
+
+@dataclass
+class Run:
+    """The state of one run that the steps of the loop share (a seed of a stacked group: its model is a view of its
+    slice of the stack)."""
+
+    cfg: RunConfig
+    model: GPT
+    data: CharData
+    device: str
+    precision: str
+    gen: torch.Generator
+    rows: list[dict] = field(default_factory=list)
+    rebalances: list[dict] = field(default_factory=list)
+    elapsed: float = 0.0
+    history: list = field(default_factory=list)  # the segments before this process's (Checkpoint.history)
+    segment: tuple[int, list | None] = (0, None)  # this process's: first step, runs stacked with
+    # with save_model: step -> the attention layers' weights and their LayerNorms' (SNAPSHOT_PARTS), float32 on
+    # the CPU, at step 0 and at every evaluation (chapter 10 measures their motion modulo symmetry)
+    snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+    def snapshot(self, step: int) -> None:
+        """Keep the weights of :data:`SNAPSHOT_PARTS` after ``step`` steps (with ``save_model`` only)."""
+        if self.cfg.save_model:
+            self.snapshots[step] = {
+                k: v.detach().to("cpu", torch.float32, copy=True)
+                for k, v in self.model.state_dict().items()
+                if any(part in k for part in SNAPSHOT_PARTS)
+            }
+
+    def history_to(self, step: int) -> list:
+        """The training history up to ``step``: earlier segments, then this process's, merged with the last
+        one when it was trained the same way."""
+        start, seeds = self.segment
+        out = [list(h) for h in self.history]
+        if out and out[-1][1] == start and out[-1][2] == seeds:
+            out[-1][1] = step
+        elif step > start:
+            out.append([start, step, seeds])
+        return out
+
+    def checkpoint(
+        self, step: int, seconds: float, opt_state: dict, beta0: torch.Tensor | None, copy_weights: bool
+    ) -> Checkpoint:
+        """The resume point after ``step`` steps, with this run's optimizer state and β_0. ``copy_weights``: the
+        weights are views of a stack (a seed of a stacked group), so they are copied."""
+        cuda = self.device.startswith("cuda")
+        model = self.model.state_dict()
+        if copy_weights:
+            model = {k: v.clone() for k, v in model.items()}  # the slice, not the whole stack
+        return Checkpoint(
+            step=step,
+            model=model,
+            opt=opt_state,
+            gen=self.gen.get_state(),
+            rng=torch.get_rng_state(),
+            cuda_rng=torch.cuda.get_rng_state() if cuda else None,
+            rows=self.rows,
+            rebalances=self.rebalances,
+            snapshots=self.snapshots,
+            beta0=beta0,
+            threads=torch.get_num_threads(),
+            elapsed=self.elapsed + seconds,
+            history=self.history_to(step),
+        )
+
+    def restore(self, ck: Checkpoint) -> None:
+        """Everything of ``ck`` but the optimizer state (the group's optimizer holds it: :func:`train_group`)."""
+        self.model.load_state_dict(ck.model)
+        self.gen.set_state(ck.gen)
+        torch.set_rng_state(ck.rng)
+        if self.device.startswith("cuda") and ck.cuda_rng is not None:
+            torch.cuda.set_rng_state(ck.cuda_rng)
+        self.rows, self.rebalances, self.elapsed, self.history = ck.rows, ck.rebalances, ck.elapsed, ck.history
+        self.snapshots = ck.snapshots
+        if ck.threads and ck.threads != torch.get_num_threads():
+            torch.set_num_threads(ck.threads)  # CPU reductions depend on the thread count: resume exactly
