@@ -19,8 +19,6 @@ from .gpt import GPT
 from .profiles import RunConfig
 from .records import RecordError
 
-# Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
-
 
 class Interrupted(Exception):
     """A run stopped before its end: on Ctrl-C or SIGTERM (the message names the step and the last checkpoint;

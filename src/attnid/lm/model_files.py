@@ -14,8 +14,6 @@ from .gpt import GPT, GPTConfig
 from .lifecycle import Run
 from .records import RecordError
 
-# Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
-
 
 def save_model(run: Run, d: Path) -> None:
     """``model.pt``: the trained weights, the model's config and the run's snapshots (``RunConfig.save_model``)."""

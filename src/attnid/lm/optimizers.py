@@ -10,8 +10,6 @@ import torch
 from .gpt import GPT
 from .profiles import RunConfig
 
-# Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
-
 
 def build(cfg: RunConfig, vocab_size: int, device: str) -> tuple[GPT, torch.optim.Optimizer]:
     """The float32 model and its optimizer (fused AdamW on CUDA), seeded by ``cfg.seed``."""

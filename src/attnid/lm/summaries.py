@@ -15,8 +15,6 @@ from . import records
 from .lifecycle import Run
 from .metrics import Key
 
-# Seeds of the fixed batches a run draws besides its training batches (all offset by the run's seed).
-
 
 def summarize(run: Run, *, metrics: bool, train_seconds: float, heads_seconds: float, start: int) -> dict:
     """The summary of a finished run (``summary.json`` without its file list); ``wall_seconds`` is the

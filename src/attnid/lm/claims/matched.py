@@ -14,7 +14,6 @@ from ..metrics import Key
 from ..records import Record
 from .claim import Claim, Undecidable
 
-# ------------------------------------------------------------------------------ optimizers compared at the same loss
 # the claims that compare optimizers, read a second time where each run first reaches the same validation loss: at
 # the same step, a run that learns faster is at a later stage of training than the run it is compared with
 MATCHED_LOSS = ("adamw_closest", "adamw_changes_beta", "adamw_spreads_tau")

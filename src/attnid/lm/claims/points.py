@@ -12,7 +12,6 @@ from ..profiles import SUITES
 from ..records import Record
 from .claim import Claim, Undecidable
 
-# ------------------------------------------------------------------------------ chapter 10: trained points
 POINT_CASES = tuple(SUITES["points"].cases)  # the four optimizer cases at the width audited exactly
 
 
