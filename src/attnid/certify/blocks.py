@@ -230,7 +230,6 @@ def _split_known(block: _GroupBlock, rtol: float) -> None:
     block.n_free = block.sub.C * a + T_rest.shape[0] - T_rest.shape[1]
 
 
-# ------------------------------------------------------------------------------ the five steps
 @dataclass
 class OutputBlock:
     """Step 1: ``Qz`` an orthonormal basis of ``Z``'s token rows ``(B·L, rank_z)``, the block's rank

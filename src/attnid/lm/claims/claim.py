@@ -34,7 +34,6 @@ def need(rec: Record, key: Key) -> np.ndarray:
     return v
 
 
-# ------------------------------------------------------------------------------ the claims
 @dataclass(frozen=True)
 class Claim:
     """One reading of the paper's §5 and how it is tested.

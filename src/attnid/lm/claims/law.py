@@ -32,7 +32,6 @@ LAW_TOLERANCE = 1e-2  # the weight-decay law "holds" in a layer when its residua
 LAW_CUT = 1.0  # a layer tests the law where plain SGD's remainder (median over seeds) is below LAW_CUT × c_T
 
 
-# ------------------------------------------------------------------------------ the weight-decay law
 @dataclass(frozen=True)
 class WdLaw:
     """The weight-decay law on one SGD + weight-decay record, per layer (``(L,)`` arrays).

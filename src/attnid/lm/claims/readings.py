@@ -30,7 +30,6 @@ BIAS_FLOOR = 1e-4
 BIAS_PRECISIONS = ("fp32", "tf32")
 
 
-# ------------------------------------------------------------------------------ helpers of the claims
 def _iso(c: Cases) -> float:
     return isotropic_rho(c["adamw"].config)
 

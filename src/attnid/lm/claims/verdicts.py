@@ -21,7 +21,6 @@ from .registry import CLAIMS
 EPS32 = float(np.finfo(np.float32).eps)  # 1.2e-7: float32's relative resolution
 
 
-# ------------------------------------------------------------------------------ verdicts
 def _finite(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
