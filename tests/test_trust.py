@@ -61,6 +61,91 @@ def test_resuming_never_runs_the_code_of_a_hostile_checkpoint(corpus, tmp_path, 
     assert str(ck) in line and "refused" in line and "--force" in line
 
 
+@pytest.fixture(scope="module")
+def interrupted_run(tmp_path_factory, corpus):
+    """A smoke run stopped after 25 steps: its folder holds rows and a checkpoint at step 20."""
+    base = tmp_path_factory.mktemp("stopped")
+    with pytest.raises(Interrupted):
+        train(make_config("smoke", "adamw"), out=base, data=corpus, progress=False, stop_after=25)
+    return base
+
+
+def _set(key, value):
+    return lambda ck: ck.__setitem__(key, value)
+
+
+def _first_tensor(part, change):
+    def plant(ck):
+        k = next(iter(ck[part]))
+        ck[part][k] = change(ck[part][k])
+
+    return plant
+
+
+def _opt_tensor(change):
+    def plant(ck):
+        state = next(iter(ck["opt"]["state"].values()))
+        state["exp_avg"] = change(state["exp_avg"])
+
+    return plant
+
+
+def _row(change):
+    def plant(ck):
+        change(ck["rows"][-1])
+
+    return plant
+
+
+CHECKPOINT_PLANTS = {
+    "step past the end": ("step", _set("step", 1000)),
+    "negative step": ("step", _set("step", -5)),
+    "string step": ("step", _set("step", "20")),
+    "step off the checkpoint grid": ("step", _set("step", 10)),
+    "absurd threads": ("threads", _set("threads", 100_000)),
+    "negative threads": ("threads", _set("threads", -1)),
+    "NaN elapsed": ("elapsed", _set("elapsed", float("nan"))),
+    "wrong weight shape": ("model", _first_tensor("model", lambda v: v[:1])),
+    "NaN weight": ("model", _first_tensor("model", lambda v: v * float("nan"))),
+    "a generator state torch refuses": ("gen", _set("gen", torch.zeros(7, dtype=torch.uint8))),
+    "a string as the global RNG": ("rng", _set("rng", "state")),
+    "optimizer state of the wrong shape": ("opt", _opt_tensor(lambda v: v.reshape(-1)[:3])),
+    "NaN optimizer state": ("opt", _opt_tensor(lambda v: v * float("nan"))),
+    "other weight decay": ("opt", lambda ck: ck["opt"]["param_groups"][0].__setitem__("weight_decay", 7.0)),
+    "a row dropped": ("rows", lambda ck: ck["rows"].pop()),
+    "a row's step changed": ("rows", _row(lambda r: r.__setitem__("step", 19))),
+    "a tensor in a row": ("rows", _row(lambda r: r.__setitem__("lr", torch.zeros(2)))),
+    "beta0 of the wrong shape": ("beta0", _set("beta0", torch.zeros(3))),
+    "history past the step": ("history", _set("history", [[0, 999, None]])),
+    "a snapshot of another shape": ("snapshots[0]", lambda ck: ck["snapshots"].__setitem__(0, {"x": torch.zeros(1)})),
+}
+
+
+@pytest.mark.parametrize("plant", list(CHECKPOINT_PLANTS))
+def test_every_field_of_a_checkpoint_is_checked_before_resuming(interrupted_run, tmp_path, monkeypatch, capsys, plant):
+    """Planted: one field of an honest checkpoint changed (a step past the end, absurd threads, a NaN weight, rows
+    that disagree with the step...). Resuming refuses with one line naming the file and the field, exit 2, and no
+    record is sealed; the honest checkpoint resumes to a sealed record (the control)."""
+    field, change = CHECKPOINT_PLANTS[plant]
+    shutil.copytree(interrupted_run, tmp_path / "runs")
+    ck_path = records.run_dir("smoke", "adamw", 0, tmp_path / "runs") / "checkpoint.pt"
+    ck = records.load_tensors(ck_path.read_bytes(), ck_path)
+    change(ck)
+    torch.save(ck, ck_path)
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))
+    assert main(["train", "--profile", "smoke", "--case", "adamw", "--device", "cpu", "--json"]) == 2
+    line = _one_error_line(capsys)
+    assert str(ck_path) in line and f"field {field!r}" in line and "--force" in line, line
+    assert not (ck_path.parent / "summary.json").exists()
+
+
+def test_an_honest_checkpoint_resumes(interrupted_run, tmp_path, monkeypatch, capsys):
+    shutil.copytree(interrupted_run, tmp_path / "runs")
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))
+    assert main(["train", "--profile", "smoke", "--case", "adamw", "--device", "cpu", "--json"]) == 0
+    assert (records.run_dir("smoke", "adamw", 0, tmp_path / "runs") / "summary.json").exists()
+
+
 def test_a_model_file_that_differs_from_its_record_is_refused(sealed_run, tmp_path, capsys):
     """Another run's weights (or an edit) in place of model.pt: its sha256 differs from the seal's; the same file
     listed anew in the resealed summary is read (the seal is the record's integrity, and an edit that reseals is

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -140,7 +141,8 @@ def _by_checkpoint_step(todo: list[tuple[RunConfig, Path]]) -> list[list[tuple[R
     groups: dict[int, list] = {}
     for c, d in todo:
         ck = d / "checkpoint.pt"
-        groups.setdefault(Checkpoint.load(ck).step if ck.exists() else 0, []).append((c, d))
+        step = Checkpoint.load(ck).step if ck.exists() else 0
+        groups.setdefault(step if isinstance(step, int) else -1, []).append((c, d))  # -1: refused on resume
     return list(groups.values())
 
 
@@ -188,6 +190,124 @@ class Checkpoint:
 
 
 SNAPSHOT_PARTS = (".attn.", ".ln_1.")  # what Run.snapshots keeps: the attention layers and the norms they read
+MAX_THREADS = 1024  # a checkpoint's thread count above this is refused (torch crashes on absurd counts)
+
+
+def _refuse(path: Path, name: str, why: str) -> records.Refused:
+    return records.Refused(f"{path}: field {name!r} {why}; rerun with --force to discard the checkpoint")
+
+
+def _check_tensors(path: Path, name: str, got, want: dict[str, torch.Tensor]) -> None:
+    """``got`` a dict of finite floating tensors with ``want``'s keys and shapes."""
+    if not isinstance(got, dict) or set(got) != set(want):
+        raise _refuse(path, name, "does not hold this run's tensors")
+    for k, v in got.items():
+        if not isinstance(v, torch.Tensor) or v.shape != want[k].shape or not v.is_floating_point():
+            raise _refuse(path, name, f"holds {k} that is not a float tensor of shape {tuple(want[k].shape)}")
+        if not bool(torch.isfinite(v).all()):
+            raise _refuse(path, name, f"holds {k} with a value that is not finite")
+
+
+def _check_generator_state(path: Path, name: str, state) -> None:
+    """A CPU generator state torch accepts (a uint8 tensor of the right length)."""
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+        raise _refuse(path, name, "is not a generator state (a uint8 tensor)")
+    try:
+        torch.Generator().set_state(state)
+    except (RuntimeError, ValueError, TypeError):
+        raise _refuse(path, name, "is not a generator state torch accepts") from None
+
+
+def _check_optimizer_state(path: Path, opt, cfg: RunConfig, params: list[torch.Tensor]) -> None:
+    """``opt`` in the format of this run's own optimizer (:func:`attnid.lm.optimizers.make_optimizer`): the same
+    parameter groups with the config's hyperparameters, and each parameter's state finite and of its shape."""
+    from .optimizers import make_optimizer
+
+    fresh = make_optimizer(cfg, params, "cpu")
+    want = fresh.state_dict()["param_groups"]
+    params = [q for g in fresh.param_groups for q in g["params"]]  # the order the state's indices count in
+    groups = opt.get("param_groups") if isinstance(opt, dict) else None
+    if not isinstance(groups, list) or len(groups) != len(want) or not isinstance(opt.get("state"), dict):
+        raise _refuse(path, "opt", f"is not the state of this run's {cfg.optimizer} optimizer")
+    for g, w in zip(groups, want):
+        if not isinstance(g, dict) or g.get("params") != w["params"]:
+            raise _refuse(path, "opt", "has parameter groups other than this run's")
+        for key in ("weight_decay", "betas", "momentum"):
+            if key in w and g.get(key) != w[key]:
+                raise _refuse(path, "opt", f"has {key} {g.get(key)!r}, this run's config {w[key]!r}")
+        if not (isinstance(g.get("lr"), (int, float)) and math.isfinite(g["lr"]) and g["lr"] >= 0):
+            raise _refuse(path, "opt", "has a learning rate that is not a finite number >= 0")
+    for i, state in opt["state"].items():
+        if not isinstance(i, int) or not 0 <= i < len(params) or not isinstance(state, dict):
+            raise _refuse(path, "opt", f"holds state for a parameter {i!r} this run does not have")
+        for k, v in state.items():
+            if not isinstance(v, torch.Tensor) or not bool(torch.isfinite(v.double()).all()):
+                raise _refuse(path, "opt", f"holds a {k} that is not a finite tensor")
+            if v.dim() and v.shape != params[i].shape:
+                shapes = f"{tuple(v.shape)} for a parameter of {tuple(params[i].shape)}"
+                raise _refuse(path, "opt", f"holds a {k} of shape {shapes}")
+
+
+def _check_rows(path: Path, ck: Checkpoint, cfg: RunConfig, metrics: bool) -> None:
+    """The rows the run had recorded by ``ck.step``: the steps :func:`attnid.lm.records.expected_steps` names, each
+    row of JSON numbers (so that the record these rows end in passes the record checks)."""
+    intervals = {"max_iters": cfg.max_iters, "metric_interval": cfg.metric_interval, "eval_interval": cfg.eval_interval}
+    expected = [s for s in records.expected_steps(intervals, metrics) if s <= ck.step]
+    if not isinstance(ck.rows, list) or not all(isinstance(r, dict) for r in ck.rows):
+        raise _refuse(path, "rows", "is not a list of rows")
+    steps = [r.get("step") for r in ck.rows]
+    if steps != expected:
+        raise _refuse(path, "rows", f"holds {len(steps)} rows, not the {len(expected)} of steps 1 to {ck.step}")
+    try:
+        records.encode_rows(ck.rows)
+    except (TypeError, ValueError):
+        raise _refuse(path, "rows", "holds a value that is not a JSON number or list") from None
+
+
+def check_checkpoint(path: Path, ck: Checkpoint, cfg: RunConfig, model: GPT, metrics: bool) -> None:
+    """Every field of ``ck`` (read from ``path``) checked against the run it would resume (``cfg``, its ``model``)
+    before anything is restored: type, range, shape, finiteness, agreement with the config and with the rows.
+    :class:`attnid.lm.records.Refused` names the file and the field. Long because it checks fifteen fields."""
+    step = ck.step
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 < step < cfg.max_iters:
+        raise _refuse(path, "step", f"is {step!r}, not a step between 1 and {cfg.max_iters - 1}")
+    if step % cfg.ckpt_interval:
+        raise _refuse(path, "step", f"is {step}, not a multiple of ckpt_interval={cfg.ckpt_interval}")
+    threads = ck.threads
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= MAX_THREADS:
+        raise _refuse(path, "threads", f"is {threads!r}, not a thread count from 0 to {MAX_THREADS}")
+    if not isinstance(ck.elapsed, (int, float)) or not math.isfinite(ck.elapsed) or ck.elapsed < 0:
+        raise _refuse(path, "elapsed", f"is {ck.elapsed!r}, not a finite number of seconds >= 0")
+    weights = model.state_dict()
+    _check_tensors(path, "model", ck.model, weights)
+    _check_optimizer_state(path, ck.opt, cfg, list(model.parameters()))
+    _check_generator_state(path, "gen", ck.gen)
+    _check_generator_state(path, "rng", ck.rng)
+    if ck.cuda_rng is not None and not (isinstance(ck.cuda_rng, torch.Tensor) and ck.cuda_rng.dtype == torch.uint8):
+        raise _refuse(path, "cuda_rng", "is not a generator state (a uint8 tensor)")
+    _check_rows(path, ck, cfg, metrics)
+    if not isinstance(ck.rebalances, list) or not all(isinstance(r, dict) for r in ck.rebalances):
+        raise _refuse(path, "rebalances", "is not a list of objects")
+    gc = cfg.gpt_config()
+    shape = (gc.n_layer, gc.n_head, gc.head_dim, gc.head_dim)
+    beta0 = ck.beta0
+    if beta0 is not None and not (
+        isinstance(beta0, torch.Tensor) and tuple(beta0.shape) == shape and bool(torch.isfinite(beta0).all())
+    ):
+        raise _refuse(path, "beta0", f"is not a finite tensor of shape {shape}")
+    hist = ck.history
+    ok = isinstance(hist, list) and all(
+        isinstance(h, list) and len(h) == 3 and all(isinstance(x, int) for x in h[:2]) and 0 <= h[0] <= h[1] <= step
+        for h in hist
+    )
+    if not ok:
+        raise _refuse(path, "history", f"is not a list of [first step, end step, runs] within steps 0 to {step}")
+    snaps = ck.snapshots
+    parts = {k: v for k, v in weights.items() if any(part in k for part in SNAPSHOT_PARTS)}
+    if not isinstance(snaps, dict) or not all(isinstance(s, int) and 0 <= s <= step for s in snaps):
+        raise _refuse(path, "snapshots", f"is not a dict of steps 0 to {step}")
+    for s, snap in snaps.items():
+        _check_tensors(path, f"snapshots[{s}]", snap, parts)
 
 
 @dataclass

@@ -38,6 +38,7 @@ from .lifecycle import (
     Interrupted,
     Run,
     _by_checkpoint_step,
+    check_checkpoint,
     check_writable,
     forced_dir,
     interrupted,
@@ -475,7 +476,7 @@ def train_group(
     run again: what it computes is the same)."""
     runs = group.runs
     cfg = runs[0].cfg
-    start, beta0 = _resume(group) if save else (0, None)
+    start, beta0 = _resume(group, metrics) if save else (0, None)
     probe = None
     if metrics:
         background = runs[0].device.startswith("cuda")  # the host part of each row beside the next steps
@@ -543,11 +544,17 @@ def record_step(
     return losses
 
 
-def _resume(group: Group) -> tuple[int, torch.Tensor | None]:
-    """Restore the group's runs and optimizer from their checkpoints, if any: ``(first step, β_0 or None)``."""
+def _resume(group: Group, metrics: bool) -> tuple[int, torch.Tensor | None]:
+    """Restore the group's runs and optimizer from their checkpoints, if any: ``(first step, β_0 or None)``. Every
+    checkpoint is checked whole against its run (:func:`attnid.lm.lifecycle.check_checkpoint`) before any is
+    restored."""
     start, beta0 = 0, None
     if (group.dirs[0] / "checkpoint.pt").exists():
         cks = [Checkpoint.load(d / "checkpoint.pt") for d in group.dirs]
+        for run, ck, d in zip(group.runs, cks, group.dirs):
+            check_checkpoint(d / "checkpoint.pt", ck, run.cfg, run.model, metrics)
+        if len({ck.step for ck in cks}) > 1:
+            raise records.Refused(f"{group.dirs[0]}: the stacked runs' checkpoints are at different steps")
         for s, (run, ck) in enumerate(zip(group.runs, cks)):
             run.restore(ck)
             group.load_optimizer_state(s, ck.opt)
