@@ -1,6 +1,9 @@
 """Files a user hands us are untrusted: tensor files are read without running code, and a record's files are
 checked against its seal before they are read."""
 
+import gzip
+import json
+import os
 import shutil
 
 import pytest
@@ -159,6 +162,56 @@ def test_a_model_file_that_differs_from_its_record_is_refused(sealed_run, tmp_pa
     assert "differs from the size and sha256" in _one_error_line(capsys)
     relist(d)
     assert main(["audit", "--run", str(d), "--json", "--layer", "1"]) == 0
+
+
+def test_a_huge_sparse_summary_is_refused_before_it_is_read(sealed_run, tmp_path):
+    """Planted: summary.json grown to one byte past the bound (a sparse file: no disk, no memory until read)."""
+    d = tmp_path / "smoke" / "adamw"  # a record is read from its own folder
+    shutil.copytree(sealed_run, d)
+    records.load(d)  # the control
+    os.truncate(d / "summary.json", records.MAX_JSON_BYTES + 1)
+    with pytest.raises(records.Refused, match="more than"):
+        records.load(d)
+
+
+def test_a_gzip_bomb_of_rows_is_refused_at_the_bound(sealed_run, tmp_path, monkeypatch):
+    """Planted: rows that decompress to 8x the bound, listed in a resealed summary; reading stops at the bound."""
+    d = tmp_path / "smoke" / "adamw"  # a record is read from its own folder
+    shutil.copytree(sealed_run, d)
+    monkeypatch.setattr(records, "MAX_ROWS_BYTES", 2**16)
+    records.load(d)  # the control: the real rows are under it
+    (d / records.ROWS_FILE).write_bytes(gzip.compress(b"0" * 2**19))
+    relist(d)
+    with pytest.raises(records.Refused, match="once decompressed"):
+        records.load(d)
+
+
+def test_a_model_file_past_the_bound_is_refused_before_it_is_read_or_hashed(sealed_run, tmp_path, capsys):
+    """Planted: model.pt grown past 2 GiB (sparse) and listed with that size in a resealed summary."""
+    d = tmp_path / "run"
+    shutil.copytree(sealed_run, d)
+    os.truncate(d / "model.pt", records.MAX_TENSOR_BYTES + 1)
+    summary = json.loads((d / "summary.json").read_text())
+    summary["files"]["model.pt"]["bytes"] = records.MAX_TENSOR_BYTES + 1
+    summary["seal"] = records.seal_of(summary)
+    (d / "summary.json").write_text(json.dumps(summary))
+    assert main(["audit", "--run", str(d), "--json", "--layer", "1"]) == 2
+    assert "more than" in _one_error_line(capsys)
+
+
+def test_a_head_analysis_the_seal_does_not_list_is_refused(sealed_run, tmp_path):
+    """Planted: a heads.json beside a sealed record whose file list does not name it."""
+    d = tmp_path / "smoke" / "adamw"  # a record is read from its own folder
+    shutil.copytree(sealed_run, d)
+    summary = json.loads((d / "summary.json").read_text())
+    summary["files"].pop("heads.json", None)
+    summary["seal"] = records.seal_of(summary)
+    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "heads.json").unlink(missing_ok=True)
+    records.load(d)  # the control: no heads.json, none listed
+    (d / "heads.json").write_text(json.dumps({"importance": [[1.0]]}))
+    with pytest.raises(records.Refused, match="not listed"):
+        records.load(d)
 
 
 def test_a_model_file_outside_a_sealed_record_is_refused(sealed_run, tmp_path, capsys):

@@ -179,6 +179,7 @@ class Checkpoint:
         if path.exists() and not path.is_file():
             raise RecordError(f"{path}: not a regular file; rerun with --force")
         try:
+            records.check_size(path, records.MAX_TENSOR_BYTES)
             ck = records.load_tensors(path.read_bytes(), path)
             return cls(**{f.name: ck[f.name] for f in fields(cls) if f.name in ck or f.name not in cls.OPTIONAL})
         except records.Refused as e:

@@ -37,6 +37,12 @@ from ..inputs import printable
 # 3: summary.json sealed (a record of format 2 that verifies is sealed by `python tools/import_records.py --seal DIR`)
 FORMAT = 3
 ROWS_FILE = "metrics.jsonl.gz"
+# the largest files a record may hold, checked before a file is read (a paper-scale record's rows are ~2 MB, a
+# smoke or cpu model.pt with its snapshots under 50 MB): a file, or a rows file once decompressed, above its bound
+# is refused instead of filling the memory
+MAX_JSON_BYTES = 64 * 2**20
+MAX_ROWS_BYTES = 256 * 2**20  # metrics.jsonl(.gz), decompressed
+MAX_TENSOR_BYTES = 2**31  # model.pt, checkpoint.pt
 LEGACY_ROWS_FILE = "metrics.jsonl"
 
 
@@ -197,9 +203,26 @@ def replace_record(new: Path, d: Path) -> None:
 
 
 def file_entry(path: Path) -> dict:
+    """``{"bytes", "sha256"}`` of ``path``, hashed in blocks (never held whole)."""
     _regular(path)
-    data = path.read_bytes()
-    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    h, n = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while block := f.read(2**20):
+            h.update(block)
+            n += len(block)
+    return {"bytes": n, "sha256": h.hexdigest()}
+
+
+def bound_of(name: str) -> int:
+    """The largest size a record's file ``name`` may have (:data:`MAX_JSON_BYTES`, ...)."""
+    return MAX_TENSOR_BYTES if name.endswith(".pt") else MAX_ROWS_BYTES if "jsonl" in name else MAX_JSON_BYTES
+
+
+def check_size(path: Path, limit: int) -> None:
+    """Refuse ``path`` when it is larger than ``limit`` bytes, before it is read."""
+    size = path.stat().st_size
+    if size > limit:
+        raise Refused(f"{path}: refused: {size:,} bytes, more than the {limit:,} a record's {path.name} may hold")
 
 
 def seal_of(summary: dict) -> str:
@@ -281,6 +304,12 @@ def sealed_bytes(d: Path, name: str) -> tuple[bytes, str]:
     entry = files.get(name) if isinstance(files, dict) else None
     if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)):
         raise Refused(f"{f}: refused: not listed in its record's sealed summary.json")
+    check_size(f, bound_of(name))
+    if f.stat().st_size != entry.get("bytes"):
+        raise Refused(
+            f"{f}: refused: differs from the size and sha256 that its record's sealed summary.json lists (changed "
+            "since the run finished)"
+        )
     data = f.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != entry.get("bytes") or digest != entry["sha256"]:
@@ -319,6 +348,7 @@ def _regular(path: Path) -> None:
 def read_json(path: Path):
     _regular(path)
     try:
+        check_size(path, MAX_JSON_BYTES)
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise _fail(path, "missing") from None
@@ -333,9 +363,12 @@ def read_rows(d: Path) -> list[dict]:
     path = d / ROWS_FILE if (d / ROWS_FILE).exists() or not (d / LEGACY_ROWS_FILE).exists() else d / LEGACY_ROWS_FILE
     _regular(path)
     try:
-        raw = path.read_bytes()
-        text = gzip.decompress(raw).decode() if path.suffix == ".gz" else raw.decode()
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        check_size(path, MAX_ROWS_BYTES)
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            raw = f.read(MAX_ROWS_BYTES + 1)  # decompression stops at the bound
+        if len(raw) > MAX_ROWS_BYTES:
+            raise Refused(f"{path}: refused: more than {MAX_ROWS_BYTES:,} bytes of rows once decompressed")
+        return [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
     except FileNotFoundError:
         raise _fail(path, "missing") from None
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -462,12 +495,16 @@ def load(d: Path, *, verify: bool = True, sealed: bool = True) -> Record:
         raise _fail(d / "config.json", "not a run config (a JSON object)")
     if verify:
         check_place(d, config)
-        for name, entry in _check_summary(d, summary, config, sealed).items():
+        files = _check_summary(d, summary, config, sealed)
+        for name, entry in files.items():
             p = d / name
             if not p.exists():
                 raise _fail(p, "missing (listed in summary.json)")
+            check_size(p, bound_of(name))
             if p.stat().st_size != entry["bytes"] or file_entry(p)["sha256"] != entry["sha256"]:
                 raise _fail(p, "changed since the run finished (size or sha256 differs from summary.json)")
+        if (d / "heads.json").exists() and "heads.json" not in files:
+            raise Refused(f"{d / 'heads.json'}: refused: not listed in its record's sealed summary.json")
     rows = read_rows(d)
     if verify:
         _check_rows(d, summary, config, rows)
