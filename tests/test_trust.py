@@ -214,6 +214,29 @@ def test_a_head_analysis_the_seal_does_not_list_is_refused(sealed_run, tmp_path)
         records.load(d)
 
 
+def test_terminal_escapes_in_a_records_summary_never_reach_the_terminal(sealed_run, tmp_path, capsys):
+    """Planted: a record (resealed) whose precision, device and machine carry escape sequences. What the commands
+    print from it (a claim's reason and the line it depends on, the scale a chapter names) is escaped."""
+    from attnid.cli.claims import _print_claims
+    from attnid.lm.analysis import scale_label
+
+    d = tmp_path / "smoke" / "adamw"
+    shutil.copytree(sealed_run, d)
+    planted = "x\x1b]0;owned\x07\x1b[2J"
+    summary = json.loads((d / "summary.json").read_text())
+    for key in ("precision", "device", "machine"):
+        summary[key] = planted
+    summary["seal"] = records.seal_of(summary)
+    (d / "summary.json").write_text(json.dumps(summary))
+    assert "owned" in scale_label(records.load(d)) and "\x1b" not in scale_label(records.load(d))
+    assert main(["claims", "--profile", "smoke", "--runs", str(tmp_path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    rows[0].update(reason=f"trained at precision {planted}", depends_on=planted)
+    _print_claims(rows[:1])
+    out = capsys.readouterr().out
+    assert "owned" in out and "\x1b" not in out and "\x07" not in out
+
+
 def test_a_model_file_outside_a_sealed_record_is_refused(sealed_run, tmp_path, capsys):
     d = tmp_path / "run"
     shutil.copytree(sealed_run, d)

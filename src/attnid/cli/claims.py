@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..inputs import printable
 from .common import strict_json
 
 
@@ -43,9 +44,9 @@ def _print_claims(rows: list[dict]) -> None:
         v = "-" if r["value"] is None else f"{r['value']:.3g}"
         rng = "" if r["low"] is None or r["seeds"] < 2 else f"{r['low']:.3g} .. {r['high']:.3g}"
         print(f"{r['id']:<25}{v:>11}{rng:>22}  {r['op']} {r['threshold']:<8g}{r['seeds']:>6}  {r['verdict']}"
-              + (f" ({r['reason']})" if r["reason"] else ""))  # fmt: skip
+              + (f" ({printable(r['reason'], 400)})" if r["reason"] else ""))  # fmt: skip
         if r["depends_on"]:
-            print(f"{'':<4}{r['depends_on']}")
+            print(f"{'':<4}{printable(r['depends_on'], 400)}")
 
 
 def claims_parser(sub) -> None:

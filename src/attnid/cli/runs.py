@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..inputs import printable
 from ..lm.launch import LAUNCHERS
 from ..lm.profiles import CASES, PRECISIONS
 from .common import SLURM, set_threads, strict_json, threads_arg
@@ -73,7 +74,7 @@ def cmd_train(a) -> int:
         strict_json(s)
         if a.json
         else f"{a.profile}/{a.case}: final val loss {s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s, "
-        f"{s['tokens_per_second']:,.0f} tokens/s on {s['device']} ({s['precision']})"
+        f"{s['tokens_per_second']:,.0f} tokens/s on {printable(s['device'])} ({printable(s['precision'])})"
     )
     return 0
 
@@ -120,7 +121,7 @@ def cmd_experiments(a) -> int:
             for s in train_stack(stack, force=a.force, progress=True):
                 runs = len(s.get("stacked_with", [0]))
                 print(f"{a.profile}/{s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f} "
-                      f"({s['precision']}, stacked with {runs} runs)", flush=True)  # fmt: skip
+                      f"({printable(s['precision'])}, stacked with {runs} runs)", flush=True)  # fmt: skip
         return 0
     from ..lm.records import runs_root
 

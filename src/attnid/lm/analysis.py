@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..inputs import printable
 from . import records
 from .ablation import effective_rank
 from .metrics import RHO_METHODS, SCHEMA, Key
@@ -128,7 +129,7 @@ def scale_name(profile: str) -> str:
 def scale_label(rec: Record) -> str:
     """E.g. ``"paper scale (6 × 6 × 384, H200)"`` or ``"cpu rerun (2 × 4 × 64, cpu)"``."""
     c = rec.config
-    device = str(rec.summary.get("device", "?")).replace("NVIDIA ", "")
+    device = printable(rec.summary.get("device", "?"), 40).replace("NVIDIA ", "")
     return f"{scale_name(str(c.get('profile')))} ({c['n_layer']} × {c['n_head']} × {c['n_embd']}, {device})"
 
 

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..inputs import printable
 from .profiles import RunConfig
 
 LAUNCHERS = ("inline", "local", "slurm", "debug")
@@ -212,7 +213,7 @@ def launch(
     def done(i: int, cfg: RunConfig, s: dict) -> dict:
         report(
             f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: final val loss "
-            f"{s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s ({s['precision']})"
+            f"{s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s ({printable(s['precision'])})"
         )
         return s
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from .. import dynamics
+from ..inputs import printable
 from . import records
 from .ablation import analyse, fixed_batches
 from .data import CharData, load
@@ -157,8 +158,8 @@ def train_runs(
                 continue
             if reused.get("precision") not in (None, precision):
                 print(
-                    f"attnid: note: reusing {d}, made at precision {reused['precision']} (this run asked for "
-                    f"{precision}); rerun with --force to remake it at {precision}",
+                    f"attnid: note: reusing {d}, made at precision {printable(reused['precision'])} (this run asked "
+                    f"for {precision}); rerun with --force to remake it at {precision}",
                     file=sys.stderr,
                 )
             results[run_key(c)] = reused
