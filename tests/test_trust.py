@@ -301,6 +301,10 @@ def test_a_model_file_whose_config_declares_another_model_is_refused_before_buil
         ({**good, "gpt_config": {**good["gpt_config"], "flash": True}}, "not a model's"),
         ({**good, "model": {**good["model"], "blocks.0.attn.c_attn.weight": torch.full((48, 16), float("nan"))}},
          "not finite"),
+        ({**good, "gpt_config": {**good["gpt_config"], "n_layer": 100_000}}, "n_layer = 100000, its weights hold 2"),
+        ({**good, "gpt_config": {**good["gpt_config"], "vocab_size": 2**62}}, "do not fit its gpt_config"),
+        ({**good, "gpt_config": {**good["gpt_config"], "n_head": "2"}}, "not a model's (field n_head = 2)"),
+        ({**good, "gpt_config": {**good["gpt_config"], "bias": 1}}, "not a model's (field bias = 1)"),
     ]  # fmt: skip
     for ck, word in plants:
         torch.save(ck, f)
@@ -308,6 +312,32 @@ def test_a_model_file_whose_config_declares_another_model_is_refused_before_buil
         assert main(["audit", "--run", str(d), "--json"]) == 1
         line = _one_error_line(capsys)
         assert str(f) in line and word in line, line
+
+
+@pytest.mark.parametrize(
+    "plant, word",
+    [
+        (lambda s: s.__setitem__(0, {"x": torch.zeros(1)}), "snapshot of step 0 do not fit"),
+        (lambda s: s[0].__setitem__(next(iter(s[0])), next(iter(s[0].values())) * float("nan")), "not finite"),
+        (lambda s: s.__setitem__("0", s.pop(0)), "not a dict of steps"),
+        (lambda s: s.__setitem__(0, {k: v.repeat(64, 1) for k, v in s[0].items()}), "do not fit"),
+    ],
+)
+def test_the_snapshots_of_a_model_file_are_checked_like_its_weights(sealed_run, tmp_path, plant, word):
+    """Planted: one snapshot of another shape (a 64x larger one among them), with a NaN, or keyed by a string, in a
+    resealed model.pt: refused before any model is built from it (chapter 10's claims read them)."""
+    from attnid.lm.model_files import load_snapshots
+
+    d = tmp_path / "run"
+    shutil.copytree(sealed_run, d)
+    f = d / "model.pt"
+    ck = records.load_tensors(f.read_bytes(), f)
+    assert load_snapshots(d)[1].keys() == ck["snapshots"].keys()  # the control
+    plant(ck["snapshots"])
+    torch.save(ck, f)
+    relist(d)
+    with pytest.raises(records.RecordError, match=word):
+        load_snapshots(d)
 
 
 @pytest.mark.parametrize(

@@ -45,23 +45,78 @@ def load_model(d: Path, device: str = "cpu") -> GPT:
     return model_from_file(read_model_file(d)[0], Path(d) / "model.pt", device)
 
 
-def model_from_file(ck: dict, f: Path, device: str = "cpu") -> GPT:
-    """The model (in eval mode) of the contents ``ck`` of ``model.pt`` file ``f`` (:func:`read_model_file`), its
-    weights checked against its ``gpt_config`` on the meta device before anything is built."""
+# a model file's gpt_config: each field's type
+GPT_CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
+    "block_size": int, "n_layer": int, "n_head": int, "n_embd": int, "dropout": float, "bias": bool,
+    "head_dim": (int, type(None)), "vocab_size": int,
+}  # fmt: skip
+
+
+def _declared_config(ck: dict, f: Path) -> GPTConfig:
+    """The ``gpt_config`` of model file ``f``, its fields of the right types and its sizes those of the tensors the file
+    holds (layers, width, vocabulary, context), checked before any model is built: a config cannot ask for more than
+    the file's own weights."""
+    declared = ck["gpt_config"]
+    for k, v in declared.items():
+        want = GPT_CONFIG_TYPES.get(k)
+        ok = want is not None and isinstance(v, want) and not (want is int and isinstance(v, bool))
+        if want is float:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not ok:
+            field = f"{records.printable(k, 40)} = {records.printable(v, 40)}"
+            raise RecordError(f"{f}: its gpt_config is not a model's (field {field})")
+    model = ck["model"]
+    layers = {k.split(".")[1] for k in model if isinstance(k, str) and k.startswith("blocks.")}
+    wte, wpe = model.get("wte.weight"), model.get("wpe.weight")
+    if not (isinstance(wte, torch.Tensor) and wte.dim() == 2 and isinstance(wpe, torch.Tensor) and wpe.dim() == 2):
+        raise RecordError(f"{f}: its weights lack the token and position embeddings of a GPT")
+    held = {"n_layer": len(layers), "vocab_size": wte.shape[0], "n_embd": wte.shape[1], "block_size": wpe.shape[0]}
+    for k, v in held.items():
+        if declared.get(k, getattr(GPTConfig, k)) != v:
+            said = records.printable(declared.get(k), 40)
+            raise RecordError(f"{f}: its weights do not fit its gpt_config ({k} = {said}, its weights hold {v})")
     try:
-        cfg = GPTConfig(**ck["gpt_config"])
-        with torch.device("meta"):  # the shapes its config declares, before anything is allocated
-            want = {k: tuple(v.shape) for k, v in GPT(cfg).state_dict().items()}
-    except (TypeError, ValueError) as e:  # an unknown config key, a bad value
+        return GPTConfig(**declared)
+    except (TypeError, ValueError) as e:  # a bad value
         raise RecordError(f"{f}: its gpt_config is not a model's ({records.printable(e)})") from None
-    got = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in ck["model"].items()}
-    if got != want:
-        diff = sorted(set(got) ^ set(want)) or sorted(k for k in want if got[k] != want[k])
-        raise RecordError(f"{f}: its weights do not fit its gpt_config (first: {records.printable(diff[0])})")
-    bad = [k for k, v in ck["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
+
+
+def _check_weights(f: Path, name: str, got, want: dict[str, tuple]) -> None:
+    """``got`` holds finite tensors of exactly ``want``'s keys and shapes."""
+    if not isinstance(got, dict):
+        raise RecordError(f"{f}: its {name} is not a dict of tensors")
+    shapes = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in got.items()}
+    if shapes != want:
+        diff = sorted(set(shapes) ^ set(want), key=str) or sorted(k for k in want if shapes[k] != want[k])
+        raise RecordError(f"{f}: its {name} do not fit its gpt_config (first: {records.printable(diff[0])})")
+    bad = [k for k, v in got.items() if not v.is_floating_point() or not torch.isfinite(v).all()]
     if bad:
-        raise RecordError(f"{f}: weights that are not finite in {records.printable(', '.join(bad[:3]))}")
-    model = GPT(cfg).to(device)
+        raise RecordError(f"{f}: {name} that are not finite floats in {records.printable(', '.join(bad[:3]))}")
+
+
+def checked_model_file(ck: dict, f: Path) -> GPTConfig:
+    """The config of the contents ``ck`` of model file ``f`` (:func:`read_model_file`), once its config, its
+    weights and its snapshots are checked against each other (types, shapes on the meta device, finiteness), before
+    anything is built or allocated."""
+    from .lifecycle import SNAPSHOT_PARTS
+
+    cfg = _declared_config(ck, f)
+    with torch.device("meta"):  # the shapes its config declares, before anything is allocated
+        want = {k: tuple(v.shape) for k, v in GPT(cfg).state_dict().items()}
+    _check_weights(f, "weights", ck["model"], want)
+    snaps = ck.get("snapshots", {})
+    if not isinstance(snaps, dict) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in snaps):
+        raise RecordError(f"{f}: its snapshots are not a dict of steps >= 0")
+    parts = {k: v for k, v in want.items() if any(part in k for part in SNAPSHOT_PARTS)}
+    for s, snap in snaps.items():
+        _check_weights(f, f"snapshot of step {s}", snap, parts)
+    return cfg
+
+
+def model_from_file(ck: dict, f: Path, device: str = "cpu") -> GPT:
+    """The model (in eval mode) of the contents ``ck`` of ``model.pt`` file ``f`` (:func:`read_model_file`), the
+    file checked whole first (:func:`checked_model_file`)."""
+    model = GPT(checked_model_file(ck, f)).to(device)
     model.load_state_dict(ck["model"])
     return model.eval()
 
@@ -71,6 +126,7 @@ def load_snapshots(d: Path) -> tuple[GPTConfig, dict[int, dict[str, torch.Tensor
     file's sha256 (:func:`read_model_file`)."""
     f = Path(d) / "model.pt"
     ck, digest = read_model_file(d)
+    cfg = checked_model_file(ck, f)
     if not ck.get("snapshots"):
         raise FileNotFoundError(f"{f} keeps no snapshots (written before they were kept); rerun with --force")
-    return GPTConfig(**ck["gpt_config"]), ck["snapshots"], digest
+    return cfg, ck["snapshots"], digest
