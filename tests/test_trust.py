@@ -498,3 +498,28 @@ def test_a_sliding_window_of_two_tokens_keeps_the_count_and_one_is_refused(tmp_p
     assert "sliding_window = 1 (a window of one token" in _one_error_line(capsys)
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "sliding_window": 2}))
     assert main(["count", "--config", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize(
+    "field, value, word",
+    [
+        ("sliding_window", 1, "field sliding_window sits beside text_config"),
+        ("rope_local_base_freq", 1.0, "field rope_local_base_freq sits beside text_config"),
+        ("anything_else", "x", "field anything_else sits beside text_config"),
+        ("tie_word_embeddings", False, "tie_word_embeddings is False beside text_config and True in it"),
+    ],
+)
+def test_a_text_field_beside_a_multimodal_text_config_is_refused(tmp_path, capsys, field, value, word):
+    """Planted: a field of the text model at the top of a multimodal Gemma 3 file, where transformers does not read
+    it; refused by name instead of silently ignored. The released file as shipped is counted (the control)."""
+    pytest.importorskip("transformers")
+    from attnid.configs import CONFIG_DIR
+
+    cfg = json.loads((CONFIG_DIR / "gemma-3-12b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["count", "--config", str(tmp_path)]) == 0
+    capsys.readouterr()
+    cfg[field] = value
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["count", "--config", str(tmp_path)]) == 2
+    assert word in _one_error_line(capsys)

@@ -67,6 +67,34 @@ NEUTRAL: dict[str, str] = {
                     "router are counted as with full routing (two or more chosen per token)"),
 }  # fmt: skip
 
+# the fields a multimodal Gemma 3 file (transformers' Gemma3Config) holds beside its text_config: the vision tower
+# and its image tokens (not counted), and bookkeeping; a text model's field there is not read by transformers either
+MULTIMODAL_FIELDS = ("text_config", "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
+                     "image_token_index", "tie_word_embeddings", "model_type", "architectures", "_name_or_path",
+                     "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id",
+                     "initializer_range", "_commit_hash", "use_cache", "quantization_config")  # fmt: skip
+
+
+def _text_fields(fields: dict) -> dict:
+    """The text model's fields of a multimodal Gemma 3 file: its ``text_config``, once every field beside it is one
+    the multimodal config holds (:data:`MULTIMODAL_FIELDS`) and a ``tie_word_embeddings`` beside it agrees with the
+    text model's; :class:`ConfigError` naming the field otherwise."""
+    for k in fields:
+        if k not in MULTIMODAL_FIELDS:
+            raise ConfigError(
+                f"config: field {printable(k, 60)} sits beside text_config: transformers' multimodal Gemma 3 reads the "
+                "text model's fields from text_config only; move it there (or remove it)"
+            )
+    text = fields["text_config"]
+    tie = fields.get("tie_word_embeddings")
+    if tie is not None and tie != text.get("tie_word_embeddings", True):
+        raise ConfigError(
+            f"config: tie_word_embeddings is {printable(tie, 20)} beside text_config and "
+            f"{printable(text.get('tie_word_embeddings', True), 20)} in it; attnid refuses to choose"
+        )
+    return {**text, "model_type": "gemma3_text"}
+
+
 # a field naming remote code: data here (attnid never imports model code), accepted for a family transformers ships
 REMOTE_CODE = "auto_map"
 REMOTE_CODE_NOTE = ("names Python classes in the model's own repository; attnid reads the file as the transformers "
@@ -157,7 +185,7 @@ def config_preset(path: str | Path) -> Preset:
     if not isinstance(model_type, str):
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
     if model_type == "gemma3" and isinstance(fields.get("text_config"), dict):  # the multimodal release
-        fields = {**fields["text_config"], "model_type": "gemma3_text"}
+        fields = _text_fields(fields)
         source += " (its text model; the vision tower is not counted)"
         model_type = "gemma3_text"
     hf_type = "gemma3" if model_type == "gemma3_text" else model_type
