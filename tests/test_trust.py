@@ -523,3 +523,27 @@ def test_a_text_field_beside_a_multimodal_text_config_is_refused(tmp_path, capsy
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert main(["count", "--config", str(tmp_path)]) == 2
     assert word in _one_error_line(capsys)
+
+
+def test_the_temporary_files_of_a_killed_write_are_removed_when_the_run_resumes(interrupted_run, tmp_path, monkeypatch):
+    """Planted: the temporary files that ``kill -9`` leaves at each write of a run folder (rows, checkpoint,
+    summary, model), beside a stopped run; resuming it removes them, and a file of the user's stays."""
+    shutil.copytree(interrupted_run, tmp_path / "runs")
+    d = records.run_dir("smoke", "adamw", 0, tmp_path / "runs")
+    planted = [d / f".{name}.x1y2z3.tmp" for name in ("metrics.jsonl.gz", "checkpoint.pt", "summary.json", "model.pt")]
+    for f in planted:
+        f.write_bytes(b"half a write")
+    (d / "notes.txt").write_text("mine")
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))
+    assert main(["train", "--profile", "smoke", "--case", "adamw", "--device", "cpu", "--json"]) == 0
+    assert [f for f in planted if f.exists()] == [] and (d / "notes.txt").read_text() == "mine"
+
+
+def test_a_count_tables_columns_never_run_together(capsys):
+    """At a width whose counts have 17 digits and more, each row of the table still reads as three columns, and the
+    numbers stay right-aligned under their headers."""
+    assert main(["count", "--embed", "1000000", "--heads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index(next(x for x in lines if x.startswith("block"))) :][:6]
+    assert all(len(line.split()) == 3 for line in table), table
+    assert len({len(line) for line in table}) == 1  # right-aligned: every row ends at the same column

@@ -155,3 +155,15 @@ def set_threads(a) -> None:
     if a.threads is not None and not 1 <= a.threads <= cores:
         raise ValueError(f"threads must be from 1 to the {cores} cores of this machine, got {a.threads}")
     torch.set_num_threads(default_threads() if a.threads is None else a.threads)
+
+
+def table_lines(header: list[str], rows: list[list]) -> list[str]:
+    """``header`` and ``rows`` as aligned text: the first column left-aligned, the others right-aligned with
+    thousands separators for integers, each column as wide as its widest cell and two spaces between columns (so
+    that no width of number runs two columns together)."""
+    cells = [[str(c) for c in header]] + [[f"{c:,}" if isinstance(c, int) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in cells
+    ]

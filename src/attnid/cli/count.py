@@ -7,7 +7,7 @@ from dataclasses import asdict
 from ..counting import BLOCKS, SCOPES, MLAConfig, count
 from ..inputs import printable
 from ..presets import Preset, layer_type_counts, scope_count
-from .common import arch_args, arch_dict, attention_config, chosen_model, strict_json
+from .common import arch_args, arch_dict, attention_config, chosen_model, strict_json, table_lines
 
 
 def cmd_count(a) -> int:
@@ -27,10 +27,10 @@ def cmd_count(a) -> int:
     _print_reading(out)
     arch = ", ".join(f"{k}={v}" for k, v in out["architecture"].items())
     print(f"architecture: {arch}")
-    print(f"{'block':<12}{'params':>14}{'unidentified':>16}")
-    for b in BLOCKS:
-        print(f"{b:<12}{c.params_by_block[b]:>14,}{c.unidentified_by_block[b]:>16,}")
-    print(f"{'total':<12}{c.total_params:>14,}{c.unidentified:>16,}")
+    rows = [[b, c.params_by_block[b], c.unidentified_by_block[b]] for b in BLOCKS]
+    print(
+        "\n".join(table_lines(["block", "params", "unidentified"], [*rows, ["total", c.total_params, c.unidentified]]))
+    )
     print(f"identified fraction: {c.identified_fraction:.6f}")
     for kind, row in out.get("layer_types", {}).items():
         print(f"{kind} layers ({row['layers']} of the model's): {row['unidentified']:,} of {row['total_params']:,} "
@@ -82,18 +82,17 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
         print(strict_json(out))
         return 0
     _print_reading(out)
-    print(f"{p.description}, scope {a.scope} ({p.model.source if p.model else ''})")
+    source = p.model.source if p.model else ""
+    named = f" ({source})" if source and source not in p.description else ""  # a config's description names it
+    print(f"{p.description}, scope {a.scope}{named}")
     if a.scope == "block" and p.model is not None and p.model.nope_layers:
         print(f"(a RoPE layer; the model's {p.model.nope_layers} NoPE layers: `--scope attention` shows both kinds, "
               "`--scope model` counts each)")  # fmt: skip
-    print(f"{'params':<24}{'':>16}")
-    for k, v in c.params_by_block.items():
-        print(f"  {k:<22}{v:>16,}")
-    print(f"{'unidentified, by term':<24}")
-    for k, v in c.unidentified_by_block.items():
-        print(f"  {k:<22}{v:>16,}")
-    print(f"{'total':<24}{c.total_params:>16,} parameters, {c.unidentified:,} unidentified "
-          f"({c.unidentified / c.total_params:.4%})")  # fmt: skip
+    terms = [*c.params_by_block.items(), *c.unidentified_by_block.items(), ("total", c.total_params)]
+    lines = table_lines(["", ""], [[k if k == "total" else f"  {k}", v] for k, v in terms])[1:]
+    n = len(c.params_by_block)
+    print("\n".join(["params", *lines[:n], "unidentified, by term", *lines[n:-1]]))
+    print(f"{lines[-1]} parameters, {c.unidentified:,} unidentified ({c.unidentified / c.total_params:.4%})")
     return 0
 
 

@@ -108,13 +108,16 @@ def forced_dir(d: Path, force: bool):
     temporary folder beside it whose finished record then replaces the old one (only the files a record
     owns; :func:`attnid.lm.records.replace_record`). If the forced run fails or is interrupted, the old
     record stays as it was and the temporary folder is removed; one left by a killed forced run is removed
-    the next time the run is trained (the caller holds the run's lock)."""
+    the next time the run is trained (the caller holds the run's lock), as are the temporary files of a write
+    killed before its rename (:func:`attnid.lm.records.atomic_write`)."""
     import shutil
 
     # a forced run killed before it could clean up (SIGKILL, a power cut) left its folder: we hold the run's
     # lock, so no live process owns one
     for stale in d.resolve().parent.glob(f".{d.name}.force-*"):
         shutil.rmtree(stale, ignore_errors=True)
+    for stale in d.glob(".*.tmp") if d.is_dir() else ():  # an atomic write killed before its rename
+        stale.unlink(missing_ok=True)
     if not (force and d.exists() and any((d / n).exists() for n in records.OWNED_FILES)):
         d.mkdir(parents=True, exist_ok=True)
         yield d
