@@ -82,3 +82,63 @@ def test_a_compiled_stack_is_projected_with_its_compilation_and_read_only_with_c
         records_tool.bench_rates(f, compile=True)
     with pytest.raises(SystemExit, match=r"compile: torch\.compile is used on CUDA only"):
         records_tool.main(["--minutes", "1", "--device", "cpu", "--compile"])
+
+
+GOOD_TIMES = {"step_s": 0.01, "eval_s": 0.5, "heads_s": 2.0}
+BAD_BENCH_JSON = {
+    "not JSON": "{",
+    "a list": "[]",
+    "no measured": "{}",
+    "measured empty": '{"measured": {}}',
+    "measured a list": '{"measured": [1]}',
+    "a stack size of 0": json.dumps({"measured": {"0": GOOD_TIMES}}),
+    "a stack size that is no number": json.dumps({"measured": {"x": GOOD_TIMES}}),
+    "times a list": json.dumps({"measured": {"3": [1]}}),
+    "a time missing": json.dumps({"measured": {"3": {"step_s": 0.01}}}),
+    "a zero step": json.dumps({"measured": {"3": {**GOOD_TIMES, "step_s": 0}}}),
+    "a negative evaluation": json.dumps({"measured": {"3": {**GOOD_TIMES, "eval_s": -1}}}),
+    "a NaN step": json.dumps({"measured": {"3": {**GOOD_TIMES, "step_s": float("nan")}}}),
+    "a string time": json.dumps({"measured": {"3": {**GOOD_TIMES, "heads_s": "2"}}}),
+    "an unknown time": json.dumps({"measured": {"3": {**GOOD_TIMES, "warp_s": 1}}}),
+    "compiled not a bool": json.dumps({"compiled": "yes", "measured": {"3": GOOD_TIMES}}),
+    "nested too deep": "[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("plant", list(BAD_BENCH_JSON))
+def test_paper_records_checks_the_bench_it_is_given(tmp_path, plant):
+    """Planted: each kind of damaged bench JSON (which gave a traceback, or projected a stack that cannot finish
+    before the deadline as one that fits) is refused in one line naming the file; a good one is read (the control)."""
+    records_tool = tool("paper_records")
+    f = tmp_path / "bench.json"
+    f.write_text(json.dumps({"measured": {"3": GOOD_TIMES}}))
+    assert records_tool.bench_rates(f, compile=False) == {3: GOOD_TIMES}
+    f.write_text(BAD_BENCH_JSON[plant])
+    with pytest.raises(SystemExit) as refused:
+        records_tool.bench_rates(f, compile=False)
+    assert str(f) in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_paper_records_refuses_a_fifo_as_its_bench_without_waiting(tmp_path):
+    """A FIFO would block a read for ever: refused as not a regular file."""
+    import os
+
+    f = tmp_path / "bench.json"
+    os.mkfifo(f)
+    with pytest.raises(SystemExit, match="not a regular file"):
+        tool("paper_records").bench_rates(f, compile=False)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--gpu", "--device", "cpu", "--stack-sizes", "0"], "--stack-sizes must be whole numbers >= 1"),
+        (["--gpu", "--device", "cpu", "--steps", "0"], "--steps must be whole numbers >= 1"),
+        (["--only", "train", "--repeats", "0"], "--repeats must be whole numbers >= 1"),
+        (["--gpu", "--device", "cpu", "--json", "/no/such/folder/b.json"], "its folder does not exist"),
+    ],
+)
+def test_the_bench_checks_its_numbers_and_its_json_folder_before_it_runs(args, words):
+    with pytest.raises(SystemExit) as refused:
+        tool("bench").main(args)
+    assert words in str(refused.value) and "\n" not in str(refused.value)

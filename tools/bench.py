@@ -356,6 +356,12 @@ def main(argv: list[str] | None = None) -> None:
     if stray:
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in stray)
         raise SystemExit(f"bench: {flags} {'do not apply with' if a.gpu else 'only apply with'} --gpu")
+    for name, values in (("--steps", [a.steps]), ("--repeats", [a.repeats]), ("--stack-sizes", a.stack_sizes),
+                         ("--threads", a.threads), ("--E", a.E)):  # fmt: skip
+        if any(v < 1 for v in values):
+            raise SystemExit(f"bench: {name} must be whole numbers >= 1, got {' '.join(map(str, values))}")
+    if a.json is not None and not a.json.resolve().parent.is_dir():
+        raise SystemExit(f"bench: --json {a.json}: its folder does not exist (checked before the bench runs)")
     if a.gpu:
         if a.device.startswith("cuda") and not torch.cuda.is_available():
             raise SystemExit("bench --gpu: CUDA is not available on this machine (--device cpu runs it on the CPU)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tarfile
 import time
@@ -42,16 +43,58 @@ def plan_configs(item: str, profile: str, device: str, compile: bool = False) ->
     return [make_config(profile, c, seed=s, device=device, compile=compile) for s in chosen for c in cases]
 
 
+BENCH_MAX_BYTES = 2**20  # a bench's JSON is a few KB
+TIMES = {"step_s": True, "eval_s": False, "heads_s": False, "compile_s": False}  # key -> must be > 0 (else >= 0)
+
+
+def _refuse_bench(path: Path, why: str) -> SystemExit:
+    return SystemExit(
+        f"paper_records: {records.printable(path, 200)}: {why}; give the JSON of `tools/bench.py --gpu --json`"
+    )
+
+
+def _checked_times(path: Path, R: str, m) -> dict:
+    """One stack size's measurements: every time a finite number of seconds, the step's above zero (a zero, negative
+    or NaN time would project a stack that cannot finish as one that fits)."""
+    if not isinstance(m, dict) or not {"step_s", "eval_s", "heads_s"} <= set(m):
+        raise _refuse_bench(path, f"measured[{R!r}] is not {{step_s, eval_s, heads_s[, compile_s]}}")
+    for k, v in m.items():
+        ok = k in TIMES and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if not ok or v < 0 or (TIMES[k] and v == 0):
+            bound = "above 0" if TIMES.get(k) else ">= 0"
+            key, value = records.printable(k, 40), records.printable(v, 40)
+            raise _refuse_bench(path, f"measured[{R!r}][{key!r}] is {value}, not a finite number of seconds {bound}")
+    return m
+
+
 def bench_rates(path: Path, compile: bool) -> dict:
-    """The per-stack-size measurements of ``tools/bench.py --gpu --json`` (``{R: {...}}``), refused when they were
-    measured with another ``--compile`` than this call's (the projection would be off by the compilation)."""
-    bench = json.loads(path.read_text())
+    """The per-stack-size measurements of ``tools/bench.py --gpu --json`` (``{R: {...}}``), checked whole (a regular
+    file of at most :data:`BENCH_MAX_BYTES`, JSON, stack sizes >= 1, finite times, the step's above zero), and
+    refused when they were measured with another ``--compile`` than this call's (the projection would be off by the
+    compilation). Every refusal is one line naming the file."""
+    if not path.is_file():
+        raise _refuse_bench(path, "not a regular file")
+    if path.stat().st_size > BENCH_MAX_BYTES:
+        raise _refuse_bench(path, f"more than {BENCH_MAX_BYTES:,} bytes")
+    try:
+        bench = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _refuse_bench(path, f"not JSON ({records.printable(e, 80)})") from None
+    if not isinstance(bench, dict) or not isinstance(bench.get("measured"), dict) or not bench["measured"]:
+        raise _refuse_bench(path, "holds no 'measured' object of stack sizes")
+    if not isinstance(bench.get("compiled", False), bool):
+        raise _refuse_bench(path, "its 'compiled' is not true or false")
     if bench.get("compiled", False) != compile:
         raise SystemExit(
             f"paper_records: {path} was measured {'without' if compile else 'with'} --compile; give the same here, "
             "or bench again"
         )
-    return {int(R): v for R, v in bench["measured"].items()}
+    out = {}
+    for R, m in bench["measured"].items():
+        if not (isinstance(R, str) and R.isdigit() and 1 <= int(R) <= 10_000):
+            raise _refuse_bench(path, f"stack size {records.printable(R, 40)!r} is not a whole number from 1 to 10000")
+        out[int(R)] = _checked_times(path, R, m)
+    return out
 
 
 def pack(profile: str, out: Path) -> int:
