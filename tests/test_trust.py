@@ -268,6 +268,47 @@ def test_a_checkpoint_with_missing_weights_is_refused_naming_them(tmp_path, caps
     assert "lacks the weights" in line and "h.0.attn.c_attn" in line
 
 
+def test_a_checkpoint_with_weights_that_are_not_finite_is_refused(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from safetensors.torch import load_file, save_file
+
+    d = _gpt2_checkpoint(tmp_path, capsys)
+    weights = load_file(d / "model.safetensors")
+    weights["transformer.h.1.attn.c_proj.weight"][0, 0] = float("inf")
+    save_file(weights, d / "model.safetensors", {"format": "pt"})
+    assert main(["audit", "--checkpoint", str(d), "--json"]) == 2
+    assert "not finite in transformer.h.1.attn.c_proj.weight" in _one_error_line(capsys)
+
+
+def test_a_checkpoints_remote_code_is_never_imported(tmp_path, capsys):
+    """Planted: an ``auto_map`` naming a configuration module of the checkpoint's own that would create a file when
+    imported; the audit reads the family its model_type names, and the file never appears."""
+    pytest.importorskip("transformers")
+    d = _gpt2_checkpoint(tmp_path, capsys)
+    marker = tmp_path / "ran"
+    (d / "configuration_evil.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nfrom transformers import GPT2Config as Evil\n"
+    )
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["auto_map"] = {"AutoConfig": "configuration_evil.Evil", "AutoModelForCausalLM": "configuration_evil.Evil"}
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert main(["audit", "--checkpoint", str(d), "--json", "--layer", "1"]) == 0
+    assert not marker.exists()
+
+
+def test_a_pickled_weight_file_never_runs_its_code(tmp_path, capsys):
+    """Planted: the safetensors replaced by a ``pytorch_model.bin`` whose pickle would create a file; refused (or
+    read without running code), and the file never appears."""
+    pytest.importorskip("transformers")
+    d = _gpt2_checkpoint(tmp_path, capsys)
+    marker = tmp_path / "ran"
+    (d / "model.safetensors").unlink()
+    hostile_pickle(d / "pytorch_model.bin", marker)
+    assert main(["audit", "--checkpoint", str(d), "--json"]) == 2
+    _one_error_line(capsys)
+    assert not marker.exists()
+
+
 def test_a_weight_index_that_leaves_the_folder_is_refused(tmp_path, capsys):
     pytest.importorskip("transformers")
     import json
