@@ -5,6 +5,7 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 
 from attnid.chapters import decay, sweep, verdicts
@@ -404,6 +405,17 @@ def test_the_ladder_says_whether_the_matched_loss_reading_changes_a_verdict(scal
     planted = copy.copy(scales)
     planted["smoke rerun"] = PLANTS["adamw_closest_at_loss"](scales["smoke rerun"])
     rows = verdicts.claim_rows(planted)
-    assert ladder.matched_loss_changes(rows, planted) == [("adamw_closest", "smoke", "yes (3 seeds)", "no (3 seeds)")]
+    changes = ladder.matched_loss_changes(rows, planted)
+    assert changes == [("adamw_closest", "smoke", "yes (3 seeds)", "no (3 seeds)", True)]
     text = ladder.ladder_sentence(rows, planted)
     assert "*adamw_closest* at smoke: yes (3 seeds) at the same step, no (3 seeds) at the same loss" in text
+    # planted: one seed changes side when the target moves by the tolerance: the change is said to be undecided
+    twin = (rows["scale"] == "smoke rerun") & (rows["id"] == "adamw_closest_at_loss")
+    rows.loc[twin, "band_sides"] = pd.Series([[[False, False, False], [True, False, False], [False] * 3]] * twin.sum(),
+                                             index=rows.index[twin])  # fmt: skip
+    assert ladder.matched_loss_changes(rows, planted)[0][-1] is False
+    text = ladder.matched_loss_sentence(rows, planted)
+    assert (
+        "change no verdict beyond the cut's uncertainty" in text
+        and "the reading does not decide: *adamw_closest*" in text
+    )

@@ -604,3 +604,55 @@ def test_the_matched_loss_reading_names_where_it_reads(good):
     assert cut.rows[-1][Key.STEP] == 21 and len(cut.rows) == 3
     with pytest.raises(claims.Undecidable, match="never reaches"):
         claims.up_to_loss(good.runs["sgd"][0], 1.0)
+
+
+def _curve_record(val, train_offset=0.1, steps=range(1, 1001, 10), evals=(1, 250, 500, 750, 1000)) -> Record:
+    """A record whose validation loss follows ``val(step)`` (evaluated at ``evals`` only) and whose training loss,
+    recorded every 10 steps, sits ``train_offset`` above it (dropout's gap)."""
+    rows = []
+    for s in sorted({*steps, *evals}):
+        row = {Key.STEP: s, Key.TRAIN_LOSS: float(val(s)) + train_offset}
+        if s in evals:
+            row[Key.VAL_LOSS] = float(val(s))
+        rows.append(row)
+    return Record(Path("/synthetic/curve"), {"profile": "smoke", "seed": 0}, {}, rows)
+
+
+def test_a_run_is_read_where_its_loss_reaches_the_target_not_at_the_next_evaluation():
+    """Planted: a loss that falls between evaluations 500 steps apart. Read at the first evaluation below the target
+    (as before) it would be 0.29 nats below; read between evaluations it is within 0.03 nats, at the step where the
+    curve crosses, with a stated error under 0.03."""
+    val = lambda s: 1.5 + 2.5 * np.exp(-s / 300)  # noqa: E731
+    evals = (1, 250, 750, 1000)
+    rec = _curve_record(val, evals=evals)
+    target = 2.0  # crossed at s = 300 ln 5 = 483
+    first_eval_below = min(s for s in evals if val(s) <= target)
+    assert target - val(first_eval_below) > 0.25  # what reading at the next evaluation would be off by
+    r = claims.reading_at(rec, target)
+    assert abs(r.step - 300 * np.log(5)) <= 10 and abs(r.loss - target) <= 0.03
+    assert r.off_target(target) <= claims.READ_TOLERANCE and abs(val(r.step) - target) <= 0.03
+    cut = claims.up_to_loss(rec, target)
+    assert cut.rows[-1][Key.STEP] == r.step and cut.config["read_loss"] == r.loss
+
+
+def test_a_run_whose_loss_rises_again_is_read_at_its_first_crossing():
+    """Planted: a loss that falls below the target and rises above it again (overfitting): read once, where it first
+    reaches the target."""
+    val = lambda s: 2.0 + ((s - 500) / 400) ** 2  # noqa: E731  crosses 2.5 near steps 217 and 783
+    r = claims.reading_at(_curve_record(val), 2.5)
+    assert abs(r.step - (500 - 400 * np.sqrt(0.5))) <= 10
+
+
+def test_a_reading_before_the_second_evaluation_has_no_error_bound_and_says_so(good):
+    """Planted: AdamW's loss reaches the target before its second evaluation; its reading carries no error bound,
+    and the matched-loss row names it among the runs not placed within the tolerance."""
+    val = lambda s: 1.5 + 2.5 * np.exp(-s / 40)  # noqa: E731
+    assert math.isnan(claims.reading_at(_curve_record(val), 2.0).error)
+    suite = copy.deepcopy(good)
+    for rec in suite.runs["adamw"].values():
+        for row in rec.rows:
+            if Key.VAL_LOSS in row and row[Key.STEP] > 1:
+                row[Key.VAL_LOSS] -= 0.5  # far below the target already at its second evaluation
+    row = _verdicts(suite)["adamw_changes_beta" + claims.MATCHED_SUFFIX]
+    assert "not placed within 0.03 nats of the target" in row["depends_on"] and "seed 2 adamw" in row["depends_on"]
+    assert [s["seed"] for s in row["read_at"]] == [0, 1, 2]

@@ -133,9 +133,11 @@ def ladder_sentence(rows: pd.DataFrame, scales: Scales, middle: str | None = Non
     return text + " " + matched_loss_sentence(rows, scales)
 
 
-def matched_loss_changes(rows: pd.DataFrame, scales: Scales) -> list[tuple[str, str, str, str]]:
-    """``(claim, scale, at the same step, at the same loss)`` wherever reading an optimizer comparison at the same
-    validation loss (:data:`attnid.lm.claims.MATCHED_LOSS`) gives another verdict or side than at the same step."""
+def matched_loss_changes(rows: pd.DataFrame, scales: Scales) -> list[tuple[str, str, str, str, bool]]:
+    """``(claim, scale, at the same step, at the same loss, decided)`` wherever reading an optimizer comparison at the
+    same validation loss (:data:`attnid.lm.claims.MATCHED_LOSS`) gives another verdict or side than at the same
+    step; ``decided`` is False where some seed's side changes when the target moves by the reading's tolerance
+    (:func:`attnid.lm.claims.within_band`): a change the cut's uncertainty does not decide."""
     out = []
     for name in ordered(scales):
         part = rows[rows["scale"] == name].set_index("id")
@@ -144,17 +146,30 @@ def matched_loss_changes(rows: pd.DataFrame, scales: Scales) -> list[tuple[str, 
             if claim_id in part.index and twin in part.index:
                 a, b = verdict_cell(part.loc[claim_id]), verdict_cell(part.loc[twin])
                 if a != b:
-                    out.append((claim_id, scales[name].profile, a, b))
+                    sides = part.loc[twin].get("band_sides")
+                    decided = not (isinstance(sides, list) and cl.within_band(sides))
+                    out.append((claim_id, scales[name].profile, a, b, decided))
     return out
 
 
 def matched_loss_sentence(rows: pd.DataFrame, scales: Scales) -> str:
-    """Whether comparing the optimizers at the same validation loss changes any verdict, and where."""
+    """Whether comparing the optimizers at the same validation loss changes any verdict, and where; a change that
+    the cut's uncertainty does not decide is said apart."""
     changes = matched_loss_changes(rows, scales)
+    lead = "Read at the same validation loss instead of the same step, the optimizer comparisons"
     if not changes:
-        return "Read at the same validation loss instead of the same step, the optimizer comparisons change no verdict."
-    cells = "; ".join(f"*{c}* at {s}: {a} at the same step, {b} at the same loss" for c, s, a, b in changes)
-    return f"Read at the same validation loss instead of the same step, the optimizer comparisons change: {cells}."
+        return f"{lead} change no verdict."
+
+    def cells(decided: bool) -> str:
+        return "; ".join(f"*{c}* at {s}: {a} at the same step, {b} at the same loss"
+                         for c, s, a, b, d in changes if d == decided)  # fmt: skip
+
+    firm, loose = cells(True), cells(False)
+    text = f"{lead} change: {firm}." if firm else f"{lead} change no verdict beyond the cut's uncertainty."
+    if loose:
+        text += (f" Within it (a seed changes side when the loss read at moves by {cl.READ_TOLERANCE} nats), the "
+                 f"reading does not decide: {loose}.")  # fmt: skip
+    return text
 
 
 def ladder_facts(rows: pd.DataFrame, scales: Scales) -> dict[str, object]:

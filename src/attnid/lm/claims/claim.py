@@ -43,8 +43,8 @@ class Claim:
     whose test reads all seeds, such as the law's tested layers). ``control`` is the number it is compared against
     (same seed), in words in ``control_text``. ``kind`` is ``"theorem"`` (a check of an exact property: one seed
     decides) or ``"training"`` (a statistic of training: :data:`MIN_SEEDS` seeds); a verdict also needs models
-    of ``min_layers`` layers. ``setting``
-    says what the verdict depends on, computed from the records; ``rho`` names the ρ measure the value uses;
+    of ``min_layers`` layers. ``setting`` says what the verdict depends on, computed from the first seed's records
+    (``setting_of_seeds``, where given: from every seed's); ``rho`` names the ρ measure the value uses;
     ``detail`` adds keys to the row from every seed's records. ``stand_in`` maps a case to the one whose records
     stand in for it at profiles whose suite does not run it (``sgd_deep`` at paper scale, where ``sgd`` has 6
     layers). ``stated_by`` says whose claim it is (the paper's, or a chapter's own), in the side the seeds lie on.
@@ -69,6 +69,7 @@ class Claim:
     values: Callable[[list[Cases]], list[float]] | None = None
     suite: str = "dynamics"  # the suite whose records it reads
     stated_by: str = "the paper"  # whose claim it is: the seeds lie "with" or "against" it
+    setting_of_seeds: Callable[[list[Cases]], str] | None = None  # the setting from every seed's records
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -76,7 +76,9 @@ def _context(claim: Claim, per_seed: list[Cases]) -> dict:
     if claim.control is not None:
         with contextlib.suppress(KeyError, Undecidable, MissingValues):  # no control where its records lack it
             out["control_value"] = float(np.mean([claim.control(c) for c in per_seed]))
-    if claim.setting is not None:
+    if claim.setting_of_seeds is not None:
+        out["depends_on"] = claim.setting_of_seeds(per_seed)
+    elif claim.setting is not None:
         out["depends_on"] = claim.setting(per_seed[0])
     if claim.rho is not None:
         out["rho_measure"] = claim.rho(per_seed[0])
