@@ -181,6 +181,25 @@ def test_floor_by_learning_rate():
     assert len(ch.fig_floor(runs, "x").axes) == 3  # two panels and the learning-rate axis
 
 
+def test_the_late_spike_sentence_reads_only_records_whose_floor_is_float32s():
+    """Planted: a bf16 scale whose SGD ratio is above the claim's threshold (its own rounding floor). The sentence
+    names it as not read and does not count it as SGD's float32 floor rising; read as fp32 it would."""
+    from test_claims import synthetic_suite
+
+    runs = synthetic_suite()
+    late = pd.DataFrame(
+        [
+            {"scale": "cpu rerun", "case": "sgd", "seeds": 3, "precision": "fp32", ch.LATE_F32: 1.3},
+            {"scale": "cpu rerun", "case": "adamw", "seeds": 3, "precision": "fp32", ch.LATE_F32: 1.1},
+            {"scale": "paper scale", "case": "sgd", "seeds": 1, "precision": "bf16", ch.LATE_F32: 4.9},
+        ]
+    )
+    text = ch.late_sentence(late, runs)
+    assert "for no optimizer" in text and "the paper scale records, trained at bf16, are not read here" in text
+    late.loc[2, "precision"] = "fp32"
+    assert "(paper scale, 4.9×)" in ch.late_sentence(late, runs)
+
+
 # ------------------------------------------------------------------------------ chapter 7 (attnid.chapters.heads)
 def _heads_runs(corr: float = 1.0, rho_power: float = -1.0, seeds=(0, 1)):
     """A synthetic head-count sweep at the smoke profile: ρ of every head ``∝ H^rho_power`` times

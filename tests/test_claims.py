@@ -261,6 +261,20 @@ def test_bias_theorems_are_decided_only_by_records_precise_enough(good, precisio
             assert rows[claim_id]["verdict"] == "inconclusive" and "trained at bf16" in rows[claim_id]["reason"]
 
 
+@pytest.mark.parametrize("precision, decided", [("fp32", True), ("tf32", True), ("bf16", False)])
+def test_the_late_spike_is_decided_only_by_records_whose_floor_is_float32s(good, precision, decided):
+    """A bf16 record's ρ floor is bf16's own rounding (160 times TF32's at paper scale), not the float32 rounding
+    the claim reads: planted on SGD's record, the claim turns inconclusive naming the precision."""
+    runs = copy.deepcopy(good)
+    for s, rec in runs.runs["sgd"].items():
+        runs.runs["sgd"][s] = Record(rec.path, rec.config, {**rec.summary, "precision": precision}, rec.rows)
+    row = _verdicts(runs)["late_spike_sgd"]
+    if decided:
+        assert row["verdict"] == "yes", row
+    else:
+        assert row["verdict"] == "inconclusive" and "trained at bf16: its ρ floor" in row["reason"], row
+
+
 def test_a_record_without_the_metric_reads_inconclusive(good):
     row = _verdicts(_without(good, "sgd", Key.GRAD_BK))["key_bias_grad_zero"]
     assert row["verdict"] == "inconclusive" and "grad_bk" in row["reason"]
@@ -359,7 +373,7 @@ def test_claims_on_paper_records(paper):
     assert rows["sgd_orthogonal"]["verdict"] == "yes" and rows["sgd_orthogonal"]["rho_measure"] == (
         "sgd: float64 update"
     )
-    for claim_id in ("key_bias_grad_zero", "query_bias_grad_nonzero"):  # bf16 records decide no bias theorem
+    for claim_id in ("key_bias_grad_zero", "query_bias_grad_nonzero", "late_spike_sgd"):  # bf16 decides none
         assert rows[claim_id]["verdict"] == "inconclusive" and "trained at bf16" in rows[claim_id]["reason"]
     sweep = rows["drift_falls_with_lr"]  # the sweep is recorded at paper scale, with one seed
     assert sweep["verdict"] == "inconclusive" and sweep["side"] == "with the paper" and "1 seed" in sweep["reason"]

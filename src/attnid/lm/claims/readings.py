@@ -12,6 +12,7 @@ from ..analysis import (
     Cases,
     best_val_loss,
     isotropic_rho,
+    late_ratio,
     rho_measure,
 )
 from ..metrics import Key
@@ -60,6 +61,19 @@ def bias_scale(rec: Record) -> float:
     if not scale > 0:
         raise Undecidable(f"{rec.name}: the query-bias gradients are zero in most heads and steps (no scale)")
     return scale
+
+
+def float32_late_ratio(rec: Record) -> float:
+    """:func:`attnid.lm.analysis.late_ratio` of ρ's float32 weight difference, for a record whose weights' rounding
+    is float32's (:data:`BIAS_PRECISIONS`); :class:`Undecidable` for a bf16 record, whose floor is bf16's own (160
+    times TF32's at paper scale) and says nothing of the float32 rounding the claim reads."""
+    precision = rec.summary.get("precision", "fp32")
+    if precision not in BIAS_PRECISIONS:
+        raise Undecidable(
+            f"{rec.name} trained at {precision}: its ρ floor is that precision's own rounding, not the float32 "
+            f"rounding the claim reads; only {' or '.join(BIAS_PRECISIONS)} records decide it"
+        )
+    return late_ratio(rec)
 
 
 def key_bias_ratio(c: Cases) -> float:
