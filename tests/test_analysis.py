@@ -79,6 +79,29 @@ def test_claims_cli_json_is_strict(paper, capsys):
     assert main(["claims", "--profile", "paper", "--seed-set", "0,x"]) == 2
 
 
+def test_claims_reads_a_runs_folder_alone_and_names_every_records_source(paper, tmp_path, capsys, monkeypatch):
+    """Planted: one paper record in a folder of one's own. ``--runs`` reads it alone (the committed records do not
+    fill the other cases); ``--with-committed`` reads both and each row names where its records came from; a runs
+    folder that would be mixed with the committed records without being asked is refused."""
+    import shutil
+
+    from attnid.cli import main
+    from attnid.lm import records
+
+    committed = records.committed_root()
+    shutil.copytree(committed / "paper" / "sgd_lr0.125", tmp_path / "paper" / "sgd_lr0.125")
+    assert main(["claims", "--profile", "paper", "--runs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "on 1 records" in out and f"records: sgd_lr0.125 from {tmp_path}\n" in out  # not 7: nothing filled in
+    assert main(["claims", "--profile", "paper", "--runs", str(tmp_path), "--with-committed", "--json"]) == 0
+    rows = {r["id"]: r for r in _strict(capsys.readouterr().out)}
+    assert rows["drift_falls_with_lr"]["sources"]["sgd_lr0.125"] == str(tmp_path)
+    assert rows["drift_falls_with_lr"]["sources"]["sgd_lr0.0625"] == str(committed)
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path))
+    assert main(["claims", "--profile", "paper"]) == 2
+    assert "come from 2 places" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------ smoke runs
 @pytest.fixture(scope="module")
 def smoke_suite(corpus, tmp_path_factory):

@@ -24,18 +24,46 @@ def cmd_claims(a) -> int:
     if a.runs and not Path(a.runs).is_dir():
         raise ValueError(f"runs: {a.runs} is not a folder of run records (<runs>/<profile>/<case>)")
     base = Path(a.runs) if a.runs else None
-    runs = load_suite(a.profile, "dynamics", seeds=seeds, base=base)
-    points = load_suite(a.profile, "points", seeds=seeds, base=base)
+    committed = a.with_committed or base is None  # a folder named with --runs is read alone unless asked
+    runs = load_suite(a.profile, "dynamics", seeds=seeds, base=base, committed=committed)
+    points = load_suite(a.profile, "points", seeds=seeds, base=base, committed=committed)
+    sources = record_sources([runs, points])
+    if len(set(sources.values())) > 1 and not a.with_committed:
+        raise ValueError(
+            f"the {a.profile} records come from {len(set(sources.values()))} places ({source_text(sources)}); name "
+            "one with --runs, or pass --with-committed to read them together"
+        )
     rows = evaluate_claims(runs)
     point_rows = evaluate_point_claims({"dynamics": runs, "points": points})
+    for r in rows + point_rows:
+        r["sources"] = {c: sources[c] for c in r.get("cases", {}).values() if c in sources}
     if a.json:
         print(strict_json(rows + point_rows))
         return 0
     print(f"profile {a.profile}: the paper's §5 claims on {sum(len(v) for v in runs.runs.values())} records")
+    print(f"records: {source_text(sources)}" if sources else "records: none found")
     _print_claims(rows)
     print(f"chapter 10, trained points: {sum(len(v) for v in points.runs.values())} more records")
     _print_claims(point_rows)
     return 0
+
+
+def record_sources(suites) -> dict[str, str]:
+    """``case -> the folder its records were read from`` (the runs folder above ``<profile>/<case>``), over the
+    suites' records; a case read from two folders names both."""
+    out: dict[str, set[str]] = {}
+    for suite in suites:
+        for case, by_seed in suite.runs.items():
+            out.setdefault(case, set()).update(str(rec.path.parent.parent) for rec in by_seed.values())
+    return {case: " + ".join(sorted(where)) for case, where in sorted(out.items())}
+
+
+def source_text(sources: dict[str, str]) -> str:
+    """``sources`` grouped by folder: ``sgd, adamw from data/runs; ...``, escaped for the terminal."""
+    by: dict[str, list[str]] = {}
+    for case, where in sources.items():
+        by.setdefault(where, []).append(case)
+    return "; ".join(f"{', '.join(cases)} from {printable(where, 200)}" for where, cases in by.items())
 
 
 def _print_claims(rows: list[dict]) -> None:
@@ -56,7 +84,13 @@ def claims_parser(sub) -> None:
     p.add_argument("--seed-set", help="comma-separated seeds to use (default: every seed found)")
     p.add_argument(
         "--runs",
-        help="a runs folder (default: $ATTNID_RUNS, else data/runs); then, for paper and mid, the committed records",
+        help="a runs folder, read alone (default: $ATTNID_RUNS, else data/runs, then, for paper and mid, the "
+        "committed records)",
+    )
+    p.add_argument(
+        "--with-committed",
+        action="store_true",
+        help="also read the committed paper and mid records where --runs lacks a case (each row names its sources)",
     )
     p.add_argument("--json", action="store_true", help="a JSON list, one object per claim")
     p.set_defaults(func=cmd_claims)

@@ -89,19 +89,24 @@ def found_seeds(profile: str, case: str, roots: list[Path]) -> list[int]:
 
 
 def load_suite(
-    profile: str, suite: str = "dynamics", seeds: list[int] | None = None, base: Path | None = None
+    profile: str,
+    suite: str = "dynamics",
+    seeds: list[int] | None = None,
+    base: Path | None = None,
+    committed: bool = True,
 ) -> SuiteRuns:
     """The finished records of ``suite`` at ``profile`` from ``base`` (default: the runs folder), else, for the
-    paper and mid profiles, the committed records (:func:`attnid.lm.records.record_roots`); ``seeds=None`` takes
-    every seed found. Missing runs are left out; a damaged one, one whose folder is not the one its config names, a
-    folder name that is not a run name, and two seeds with equal rows raise :class:`RecordError`."""
+    paper and mid profiles and with ``committed``, the committed records (:func:`attnid.lm.records.record_roots`);
+    ``seeds=None`` takes every seed found. Missing runs are left out; a damaged one, one whose folder is not the one
+    its config names, a folder name that is not a run name, and two seeds with equal rows raise
+    :class:`RecordError`."""
     if suite not in SUITES:
         raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
-    roots = records.record_roots(profile, base)
+    roots = records.record_roots(profile, base, committed)
     out = SuiteRuns(profile, suite, requested=None if seeds is None else sorted(seeds))
     for case in SUITES[suite].cases:
         for s in seeds if seeds is not None else found_seeds(profile, case, roots):
-            rec = records.find_runs(profile, [case], seed=s, base=base).get(case)
+            rec = records.find_runs(profile, [case], seed=s, base=base, committed=committed).get(case)
             if rec is not None:
                 out.runs.setdefault(case, {})[s] = rec
         check_distinct_seeds(out.runs.get(case, {}))

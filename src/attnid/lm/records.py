@@ -538,20 +538,24 @@ def committed_root() -> Path:
 COMMITTED_PROFILES = ("paper", "mid")  # the profiles whose records ship with the project (data/runs/<profile>)
 
 
-def record_roots(profile: str, base: Path | None = None) -> list[Path]:
+def record_roots(profile: str, base: Path | None = None, committed: bool = True) -> list[Path]:
     """Where the records of ``profile`` are read: ``base`` (default :func:`runs_root`), then, for a profile whose
-    records ship with the project (:data:`COMMITTED_PROFILES`), the committed records. A checkout's own reruns of
-    another profile (``data/runs/cpu`` left by a ``make book``) are not read from a runs folder elsewhere."""
+    records ship with the project (:data:`COMMITTED_PROFILES`) and ``committed``, the committed records. A
+    checkout's own reruns of another profile (``data/runs/cpu`` left by a ``make book``) are not read from a runs
+    folder elsewhere."""
     first = Path(runs_root() if base is None else base)
-    return list(dict.fromkeys([first, committed_root()] if profile in COMMITTED_PROFILES else [first]))
+    both = committed and profile in COMMITTED_PROFILES
+    return list(dict.fromkeys([first, committed_root()] if both else [first]))
 
 
-def find_runs(profile: str, cases: list[str], seed: int = 0, base: Path | None = None) -> dict[str, Record]:
-    """The finished records among ``cases``, from :func:`record_roots` (``base``, then the committed records of a
-    committed profile); missing runs are left out, damaged ones raise :class:`RecordError`."""
+def find_runs(
+    profile: str, cases: list[str], seed: int = 0, base: Path | None = None, committed: bool = True
+) -> dict[str, Record]:
+    """The finished records among ``cases``, from :func:`record_roots` (``base``, then, with ``committed``, the
+    committed records of a committed profile); missing runs are left out, damaged ones raise :class:`RecordError`."""
     found = {}
     for case in cases:
-        for root in record_roots(profile, base):
+        for root in record_roots(profile, base, committed):
             d = run_dir(profile, case, seed, root)
             if is_finished(d):
                 found[case] = load(d)
