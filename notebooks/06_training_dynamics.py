@@ -56,8 +56,9 @@
 # $\sqrt{\hat v} + \varepsilon$ turns a round-off gradient into steps of
 # {glue:text}`kb_coherent:.2%` to {glue:text}`kb_walk:.1%` of the learning rate per coordinate.
 # Read at {glue:text}`ladder_scales` scales (this rerun and the committed records), {glue:text}`ladder_with`
-# claims are on the paper's side at every scale, {glue:text}`ladder_against` against it at every scale and
-# {glue:text}`ladder_changes` change with scale ({ref}`sec-ladder`).
+# claims are on the side of whoever states them at every scale, {glue:text}`ladder_against` against it at every
+# scale, {glue:text}`ladder_changes` change with scale and {glue:text}`ladder_partial` are decided at some scales
+# only (each claim counted once, its same-loss reading with it; {ref}`sec-ladder`).
 # :::
 
 # %% tags=["parameters"]

@@ -75,8 +75,10 @@ def test_ladder_table_and_sentence_follow_the_rows(scales):
     assert cells.loc["rebalance_keeps_loss", "paper (6 × 6 × 384)"] == "yes (1 seed)"
     assert cells.loc["key_bias_grad_zero", "paper (6 × 6 × 384)"] == "inconclusive (1 seed, undecided)"  # bf16
     read = ladder.ladder_readings(rows, scales)
-    assert "adamw_covers" in read["changes"] and "key_bias_grad_zero" in read["with"]
-    assert "rebalance_keeps_loss" in read["with"]
+    assert "adamw_covers" in read["changes"] and "rebalance_keeps_loss" in read["with"]
+    # with the paper where read, but the bf16 paper records cannot decide it: not "with at every scale"
+    assert "key_bias_grad_zero" in read["partial"] and "key_bias_grad_zero" not in read["with"]
+    assert not [i for ids in read.values() for i in ids if i.endswith("_at_loss")]  # a twin is no claim of its own
     text = ladder.ladder_sentence(rows, scales, middle="smoke rerun")
     assert "*adamw_covers* (smoke yes (3 seeds); paper inconclusive (1 seed, against the paper))" in text
     assert "the smoke rerun reads: " in text and "*adamw_covers* yes (3 seeds)" in text
@@ -87,6 +89,10 @@ def test_ladder_table_and_sentence_follow_the_rows(scales):
     assert "adamw_covers" in moved["against"] and "adamw_covers" not in moved["changes"]
     facts = ladder.ladder_facts(rows, scales)
     assert facts["ladder_scales"] == 2 and facts["ladder_changes"] == len(read["changes"])
+    assert facts["ladder_partial"] == len(read["partial"]) >= 2
+    assert sum(facts[k] for k in ("ladder_with", "ladder_against", "ladder_changes", "ladder_partial")) + len(
+        read["unread"]
+    ) == len({i for i in rows["id"] if not i.endswith("_at_loss")})
 
 
 def test_ladder_quantities_against_scale(scales):

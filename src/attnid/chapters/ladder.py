@@ -75,22 +75,28 @@ def side_kind(side: str | None) -> str | None:
 
 
 def ladder_readings(rows: pd.DataFrame, scales: Scales) -> dict[str, list[str]]:
-    """The claims sorted by how their verdicts move up the ladder: ``"with"`` (every scale with records is on the
-    side of whoever states the claim: the paper, or the book for its own), ``"against"`` (every one against it),
-    ``"changes"`` (the scales' sides differ) and ``"unread"`` (no scale has a side)."""
-    out: dict[str, list[str]] = {"with": [], "against": [], "changes": [], "unread": []}
+    """The claims sorted by how their verdicts move up the ladder: ``"with"`` (every scale is on the side of whoever
+    states the claim: the paper, or the book for its own), ``"against"`` (every scale against it), ``"changes"``
+    (the scales' sides differ), ``"partial"`` (one side where read, but some scale leaves it undecided: too few
+    seeds on no side, or records that cannot decide it) and ``"unread"`` (no scale has a side). The same-loss
+    readings of the optimizer comparisons (:data:`attnid.lm.claims.MATCHED_LOSS`) are readings of those claims, not
+    claims of their own: they are left out here and said apart (:func:`matched_loss_sentence`)."""
+    out: dict[str, list[str]] = {"with": [], "against": [], "changes": [], "partial": [], "unread": []}
     names = ordered(scales)
     for claim_id in dict.fromkeys(rows["id"]):
+        if claim_id.endswith(cl.MATCHED_SUFFIX):
+            continue
         part = rows[rows["id"] == claim_id].set_index("scale")
-        sides = {side_kind(side_of(part.loc[n])) for n in names if n in part.index} - {None}
+        kinds = [side_kind(side_of(part.loc[n])) for n in names if n in part.index]
+        sides = set(kinds) - {None}
         if not sides:
             out["unread"].append(claim_id)
-        elif sides == {"with"}:
-            out["with"].append(claim_id)
-        elif sides == {"against"}:
-            out["against"].append(claim_id)
-        else:
+        elif len(sides) > 1 or sides == {"split"}:
             out["changes"].append(claim_id)
+        elif None in kinds:
+            out["partial"].append(claim_id)
+        else:
+            out["with" if sides == {"with"} else "against"].append(claim_id)
     return out
 
 
@@ -115,10 +121,11 @@ def ladder_sentence(rows: pd.DataFrame, scales: Scales, middle: str | None = Non
         return f"{named(claim_id)} ({'; '.join(cells)})"
 
     text = (
-        f"**The ladder.** On the side of whoever states them (the paper, or this book for its own) at every scale "
-        f"that reads them: {listed(read['with'])}. Against it at every scale: "
+        f"**The ladder.** On the side of whoever states them (the paper, or this book for its own) at every scale: "
+        f"{listed(read['with'])}. Against it at every scale: "
         f"{', '.join(where(i) for i in read['against']) or 'none'}. The scales disagree on: "
-        f"{', '.join(where(i) for i in read['changes']) or 'none'}."
+        f"{', '.join(where(i) for i in read['changes']) or 'none'}. Decided at some scales only (one side where "
+        f"read): {', '.join(where(i) for i in read['partial']) or 'none'}."
     )
     if middle is not None:
         mid = rows[rows["scale"] == middle].set_index("id")
@@ -174,13 +181,14 @@ def matched_loss_sentence(rows: pd.DataFrame, scales: Scales) -> str:
 
 def ladder_facts(rows: pd.DataFrame, scales: Scales) -> dict[str, object]:
     """Counts the chapter glues: scales read, claims on the paper's side at every scale, against it at every scale,
-    and changing with scale."""
+    changing with scale, and decided at some scales only (each claim once: its same-loss reading is not counted)."""
     read = ladder_readings(rows, scales)
     return {
         "ladder_scales": len(scales),
         "ladder_with": len(read["with"]),
         "ladder_against": len(read["against"]),
         "ladder_changes": len(read["changes"]),
+        "ladder_partial": len(read["partial"]),
     }
 
 
