@@ -16,6 +16,7 @@ Shapes: ``L`` layers, ``H`` heads, ``D`` head dimension (:data:`attnid.lm.metric
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,6 +255,27 @@ def layers_out_of_order(rec: Record) -> float:
     if not np.isfinite(d).all():
         return float("nan")
     return float(sum(d[i] < d[j] for i in range(len(d)) for j in range(i + 1, len(d))))
+
+
+def inversion_cdf(n: int, k: int) -> float:
+    """The share of the ``n!`` orders of ``n`` items with at most ``k`` pairs out of order (the Mahonian numbers,
+    by the recurrence ``M(n, k) = Σ_{i=0}^{min(k, n-1)} M(n-1, k-i)``): the null of a random order."""
+    counts = [1]  # M(1, ·)
+    for m in range(2, n + 1):
+        nxt = [0] * (len(counts) + m - 1)
+        for j, c in enumerate(counts):
+            for i in range(m):
+                nxt[j + i] += c
+        counts = nxt
+    return sum(counts[: k + 1]) / math.factorial(n)
+
+
+def drift_order_p(rec: Record) -> float:
+    """How often a random order of the layers has at most as many pairs out of order as the final β drift
+    (:func:`layers_out_of_order`, :func:`inversion_cdf`): small when earlier layers drift more by more than chance
+    (``nan`` if a drift is not finite)."""
+    k = layers_out_of_order(rec)
+    return float("nan") if math.isnan(k) else inversion_cdf(len(final_drift(rec)), int(k))
 
 
 def min_sv_ratio(rec: Record) -> float:

@@ -30,6 +30,7 @@ LAW_TOLERANCE = 1e-2  # the weight-decay law "holds" in a layer when its residua
 
 
 LAW_CUT = 1.0  # a layer tests the law where plain SGD's remainder (median over seeds) is below LAW_CUT × c_T
+LAW_STATED_BY = "chapter 6"  # the law is chapter 6's own reading of §5: its seeds lie with or against it
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,10 @@ def law_verdict(laws: list[WdLaw], cut: float = LAW_CUT) -> str:
         holds = [v < LAW_TOLERANCE for v in law_values(laws, cut)]
     except Undecidable:
         return "undecidable"
-    side = seed_side(holds)
+    side = seed_side(holds, LAW_STATED_BY)
     if len(laws) < KINDS["training"]:
         return f"inconclusive ({side})"
-    return {"with the paper": "yes", "against the paper": "no"}.get(side, "inconclusive")
+    return {f"with {LAW_STATED_BY}": "yes", f"against {LAW_STATED_BY}": "no"}.get(side, "inconclusive")
 
 
 def law_cut_changes(laws: list[WdLaw]) -> list[dict]:
