@@ -251,6 +251,7 @@ fig = ch.fig_bias(rerun, title[live])
 bias_table = decay.table_bias(scales)
 md(decay.key_bias_sentence(bias_table, rerun))
 table(labelled(bias_table))
+glue("bf16_kb", decay.bf16_key_bias_share(bias_table, scales), display=False)
 
 # %% [markdown]
 # ## QK spectra at the end
@@ -356,6 +357,7 @@ table(ladder.scale_quantities(scales).drop(columns=["size"]))
 #   residuals are checked in `tests/test_claims.py`.
 # - Every claim's verdict, threshold and control live in `attnid.lm.claims`, and each is tested there
 #   on records that satisfy it and on records with a planted violation (`tests/test_claims.py`).
-# - bf16 autocast (the GPU default) keeps plain SGD's ρ below $10^{-4}$ and key-bias gradients at
-#   round-off (`tests/test_train.py`); its floor is about $10^{-6}$ at smoke scale, against about
-#   $10^{-14}$ in float32.
+# - bf16 autocast (the GPU default) keeps plain SGD's ρ below $10^{-4}$ (`tests/test_train.py`); its floor is
+#   about $10^{-6}$ at smoke scale, against about $10^{-14}$ in float32. Its key-bias gradients are bf16's own
+#   round-off, below $10^{-2}$ of the query bias's at smoke scale (`tests/test_train.py`) and
+#   {glue:text}`bf16_kb`: above the $10^{-4}$ the bias theorems grant float32, so bf16 records decide neither.

@@ -40,6 +40,13 @@ def test_wd_law_table_and_sentence(scales):
     reading = decay.law_remainder_reading(t)  # 0.0051 to 0.19 of the remainder: a bound of about 0.19, not 1 %
     assert "a remainder below c_T bounds the residual by about 0.19, not by the 1 % tolerance" in reading
     assert reading.startswith("The residual is 0.0") and "in every layer, scale and seed" in reading
+    # planted: layer 1's residual split over three seeds (0.05, 0.005, 0.008): its median passes, as the claim reads
+    # it, though its mean (0.021) would not; the sentence says how many seeds pass
+    small = t[t["scale"] == "smoke rerun"].copy()
+    first = small.index[small["layer"] == 1]
+    small.loc[first, "law residual"] = [0.05, 0.005, 0.008][: len(first)]
+    text = decay.law_sentence(small, "smoke rerun")
+    assert "holds to 1 % in layer(s) 1" in text and "2 of 3 seeds pass layer 1" in text
     paper_only = t[t["scale"] == "paper scale"]
     assert "below 1 % in 3 of 3 (layer, seed) pairs" in decay.law_remainder_reading(paper_only)
     worse = t.assign(**{"law residual": t["law residual"] * 10})
@@ -185,6 +192,36 @@ def test_floor_by_learning_rate():
     assert all(f["mean"] == pytest.approx((1e-7 * (N - 1) + 1e-6) / N) for f in floor)
     assert all(e["max"] < 1e-12 for e in exact)
     assert len(ch.fig_floor(runs, "x").axes) == 3  # two panels and the learning-rate axis
+
+
+def test_the_bf16_key_bias_share_is_the_claims_measure_on_bf16_scales_only(scales):
+    """The paper records (bf16) give 3.8e-2, the key-bias claim's own measure; the fp32 smoke rerun is not named
+    until it is planted as bf16."""
+    import copy
+
+    from attnid.lm.records import Record
+
+    bias = decay.table_bias(scales)
+    text = decay.bf16_key_bias_share(bias, scales)
+    assert text == "up to 3.8e-02 of the typical query-bias gradient at the paper scale"
+    planted = copy.deepcopy(scales)
+    for by_seed in planted["smoke rerun"].runs.values():
+        for s, rec in by_seed.items():
+            by_seed[s] = Record(rec.path, rec.config, {**rec.summary, "precision": "bf16"}, rec.rows)
+    assert "at the smoke rerun" in decay.bf16_key_bias_share(decay.table_bias(planted), planted)
+
+
+def test_every_case_of_chapter_6_is_shown_by_its_name():
+    """Every case of the dynamics suite (the deeper SGD run of the shallow profiles among them) has a display name;
+    an id without one is shown as itself, never as a blank."""
+    from attnid.chapters import labelled
+    from attnid.lm.profiles import SUITES
+
+    cases = list(SUITES["dynamics"].cases)
+    shown = labelled(pd.DataFrame({"case": [*cases, "mine"]}))["case"].tolist()
+    assert "sgd_deep" in cases and shown[cases.index("sgd_deep")] == "SGD, 4 layers"
+    assert all(isinstance(s, str) and s for s in shown) and shown[-1] == "mine"
+    assert len(set(shown[:-1])) == len(cases)
 
 
 def test_the_late_spike_sentence_reads_only_records_whose_floor_is_float32s():

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ..lm import analysis as an
 from ..lm.analysis import SuiteRuns
-from ..lm.profiles import LR_SWEEP, SUITES
+from ..lm.profiles import DEEP_SGD, LR_SWEEP, SUITES
 from ..lm.records import Record
 
 PAPER_CMD = "attnid experiments --profile paper --device cuda"
@@ -22,6 +22,7 @@ CASE_LABELS = {  # the optimizer cases' display names, applied only when a table
     "sgd_wd": "SGD + weight decay",
     "adamw": "AdamW",
     "adamw_rebalance": "AdamW + rebalancing",
+    DEEP_SGD: f"SGD, {SUITES['dynamics'].cases[DEEP_SGD]['n_layer']} layers",  # the deeper SGD run of shallow profiles
 }
 
 
@@ -39,8 +40,8 @@ def md(text: str) -> None:
 
 
 def labelled(df, col: str = "case"):
-    """For display only: the case ids of column ``col`` as their names."""
-    return df.assign(**{col: df[col].map(CASE_LABELS)})
+    """For display only: the case ids of column ``col`` as their names (an id without one shown as itself)."""
+    return df.assign(**{col: df[col].map(lambda c: CASE_LABELS.get(c, c))})
 
 
 def read_suite(

@@ -105,13 +105,18 @@ def law_paragraph(table: pd.DataFrame) -> str:
     """The law per layer at every scale (:func:`law_sentence`) and how its residual compares with plain SGD's
     remainder (:func:`law_remainder_reading`)."""
     per_scale = "; ".join(law_sentence(table, name) for name in table["scale"].unique())
-    return f"Per layer, mean over seeds: {per_scale}. {law_remainder_reading(table)}."
+    return (
+        f"Per layer, median over seeds (as the claim chooses its layers): {per_scale}. {law_remainder_reading(table)}."
+    )
 
 
 def law_sentence(table: pd.DataFrame, scale: str) -> str:
-    """What the law does at one scale, from :func:`table_wd_law` (mean over seeds per layer)."""
+    """What the law does at one scale, from :func:`table_wd_law`: the median over seeds per layer (the claim chooses
+    its layers by the median remainder), and, where the seeds differ, how many pass a layer."""
     part = table[table["scale"] == scale]
-    t = part.groupby("layer")[["law residual", "SGD remainder / c_T", "c_T"]].mean()
+    t = part.groupby("layer")[["law residual", "SGD remainder / c_T", "c_T"]].median()
+    passing = part.groupby("layer")["law residual"].apply(lambda r: int((r < cl.LAW_TOLERANCE).sum()))
+    seeds = part.groupby("layer")["law residual"].size()
     holds = t[t["law residual"] < cl.LAW_TOLERANCE]
     fails = t[~(t["law residual"] < cl.LAW_TOLERANCE)]
     on = part["measured on"].iloc[0]
@@ -128,6 +133,9 @@ def law_sentence(table: pd.DataFrame, scale: str) -> str:
             f"{fails['law residual'].max():.2g}, remainder {fails['SGD remainder / c_T'].min():.2g} to "
             f"{fails['SGD remainder / c_T'].max():.2g} times c_T)"
         )
+    split = [f"{passing[i]} of {seeds[i]} seeds pass layer {i}" for i in t.index if 0 < passing[i] < seeds[i]]
+    if split:
+        text += f" ({'; '.join(split)})"
     return text
 
 
@@ -323,6 +331,22 @@ def key_bias_sentence(bias: pd.DataFrame, runs: SuiteRuns) -> str:
         f"{bk['sgd']:.1e}, SGD + weight decay {bk['sgd_wd']:.1e}. AdamW's key-bias steps are therefore "
         f"{coherent:.2%} (all aligned) to {walk:.1%} (independent) of the learning rate per coordinate."
     )
+
+
+def bf16_key_bias_share(bias: pd.DataFrame, scales: Scales) -> str:
+    """In words: the largest key-bias gradient of each scale trained at bf16 as a share of its typical query-bias
+    gradient (the measure of the claim ``key_bias_grad_zero``, from :func:`table_bias`, largest over the cases): the
+    round-off that keeps bf16 records from deciding the bias theorems (they grant
+    :data:`attnid.lm.claims.BIAS_FLOOR`)."""
+    parts = []
+    for name, runs in scales.items():
+        precision = str(runs.first(MAIN[0]).summary.get("precision", "fp32"))
+        if precision in cl.BIAS_PRECISIONS:
+            continue
+        part = bias[bias["scale"] == name]
+        share = float((part["largest ‖∇b_K‖"] / part["median ‖∇b_Q‖"]).max())
+        parts.append(f"up to {share:.1e} of the typical query-bias gradient at the {name}")
+    return "; ".join(parts) if parts else "not read here (no bf16 records among these scales)"
 
 
 def adamw_key_bias_steps(runs: SuiteRuns) -> tuple[float, float]:

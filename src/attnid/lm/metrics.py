@@ -6,6 +6,13 @@ read them back through :class:`Key`, never through string literals. ``Key`` memb
 so ``row[Key.RHO]`` and ``row["rho"]`` are the same entry and JSON stores the plain name.
 
 Shapes use ``L`` (layers), ``H`` (heads per layer) and ``D`` (head dimension).
+
+When a row is taken: the row of step ``t`` holds the step's own numbers (its loss and the probe's reading of its
+update) and the weights' numbers after the update of step ``t`` but *before* any rebalance at that step
+(``adamw_rebalance``: the rebalance runs after the probe has read the step, :func:`attnid.lm.train.record_step`).
+The final weights in ``model.pt`` and the snapshots are taken after it, so a rebalancing run's last row and its
+``model.pt`` differ by the last rebalance where one falls on the last step (the rows' τ, the weights' τ = 0); the
+evaluation's values (``val_loss``, ``qk_sv``) are taken after it too.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ from .claim import Undecidable, need
 from .law import wd_beta_law
 
 # A bias gradient below this share of its run's typical query-bias gradient (the median over heads and steps) is
-# round-off: 840 ε₃₂. The key-bias gradients of the records reach 1.6e-5 of it (paper scale, TF32)
+# granted as round-off: a chosen margin (about 840 float32 epsilons), not derived; the key-bias gradients of the
+# float32 and TF32 records reach 1.6e-5 of it (paper scale, TF32), a sixth of the margin
 BIAS_FLOOR = 1e-4
 
 

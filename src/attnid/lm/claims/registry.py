@@ -215,7 +215,8 @@ CLAIMS: tuple[Claim, ...] = (
         threshold=BIAS_FLOOR,
         why="the key bias shifts every score of a query by the same amount, so its exact gradient is 0 (a theorem: "
         "one seed decides); float32 (and TF32) round-off of the cancelling sum reaches about 1e-5 of the run's "
-        "typical query-bias gradient, and 1e-4 (840 ε₃₂) is the largest share round-off is granted. The scale is "
+        "typical query-bias gradient, and 1e-4 is the share round-off is granted (a chosen margin, six times that "
+        "size, not derived). The scale is "
         "the median over every head, so a dead head's query bias does not move it",
         cases=BIAS_CASES,
         control_text="the median ‖∇b_K‖ on the same scale",
