@@ -40,7 +40,7 @@ from torch import nn
 from . import records
 from .data import CharData
 from .gpt import GPT
-from .lifecycle import Run
+from .lifecycle import Run, own_rng, rng_state
 from .optimizers import build, make_optimizer
 from .profiles import RunConfig
 from .train import Group, Stepper, train_runs
@@ -91,9 +91,12 @@ class StackedGPT(nn.Module):
     head_mask)`` takes ``(R, B, T)`` token windows and returns each run's mean cross-entropy ``(R,)``; ``head_mask``
     ``(R, n_layer, H)`` removes heads as :func:`attnid.lm.ablation.set_head_mask` does for one model."""
 
-    def __init__(self, models: list[GPT]):
+    def __init__(self, models: list[GPT], streams: list[list] | None = None, device: str = "cpu"):
         super().__init__()
         self.cfg, self.R = models[0].cfg, len(models)
+        # each run's dropout stream (:func:`attnid.lm.lifecycle.own_rng`), so that its masks are those it would draw
+        # alone; None: one stream for the stack (torch's global RNG)
+        self.streams, self.device = streams, device
         self.names = [n for n, _ in models[0].named_parameters()]
         each = [dict(m.named_parameters()) for m in models]
         self.stacked = nn.ParameterList(
@@ -112,6 +115,34 @@ class StackedGPT(nn.Module):
         y = F.layer_norm(x, (x.shape[-1],))
         return y * w[:, None] if b is None else torch.addcmul(b[:, None], y, w[:, None])
 
+    def _per_run(self) -> bool:
+        return self.training and self.streams is not None
+
+    def _dropout(self, x: torch.Tensor, drop: float) -> torch.Tensor:
+        """Dropout of ``x`` ``(R, B, T, E)``: each run's slice ``(B, T, E)`` from its own stream, as alone."""
+        if drop == 0.0 or not self.training:
+            return x
+        if not self._per_run():
+            return F.dropout(x, drop, True)
+        assert self.streams is not None
+        out = []
+        for r in range(self.R):
+            with own_rng(self.streams[r], self.device):
+                out.append(F.dropout(x[r], drop, True))
+        return torch.stack(out)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, drop: float) -> torch.Tensor:
+        """Causal attention of ``(R·B, H, T, D)`` queries, keys and values; with dropout, each run's ``(B, H, T, D)``
+        on its own stream (the masks it would draw alone)."""
+        if drop == 0.0 or not self._per_run():
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=drop if self.training else 0.0, is_causal=True)
+        assert self.streams is not None
+        out = []
+        for r, (qr, kr, vr) in enumerate(zip(q.chunk(self.R), k.chunk(self.R), v.chunk(self.R))):
+            with own_rng(self.streams[r], self.device):
+                out.append(F.scaled_dot_product_attention(qr, kr, vr, dropout_p=drop, is_causal=True))
+        return torch.cat(out)
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor, head_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Each run's mean loss ``(R,)`` on its own batch: ``idx`` and ``targets`` ``(R, B, T)``, ``head_mask``
         ``(R, L, H)`` (1 keeps a head, 0 removes it)."""
@@ -127,19 +158,19 @@ class StackedGPT(nn.Module):
         V = wte.shape[1]
         rows = idx + (torch.arange(R, device=idx.device) * V)[:, None, None]  # each run's tokens in its own table
         x = F.embedding(rows, wte.reshape(R * V, E)) + p["wpe.weight"][:, None, :T]  # (R, B, T, E)
-        x = F.dropout(x, drop, self.training).reshape(R, B * T, E)  # (R, B·T, E)
+        x = self._dropout(x, drop).reshape(R, B * T, E)  # (R, B·T, E)
         for i in range(cfg.n_layer):
             block = f"blocks.{i}."
             qkv = self._linear(self._norm(x, block + "ln_1"), block + "attn.c_attn")  # (R, B·T, 3·H·D)
             q, k, v = (t.reshape(R * B, T, H, D).transpose(1, 2) for t in qkv.split(inner, dim=2))  # (R·B, H, T, D)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)  # (R·B, H, T, D)
+            y = self._attend(q, k, v, drop)  # (R·B, H, T, D)
             if head_mask is not None:
                 keep = head_mask[:, i].to(y.dtype)  # (R, H)
                 y = (y.view(R, B, H, T, D) * keep[:, None, :, None, None]).view(R * B, H, T, D)
             y = y.transpose(1, 2).reshape(R, B * T, inner)  # (R, B·T, H·D)
-            x = x + F.dropout(self._linear(y, block + "attn.c_proj"), drop, self.training)
+            x = x + self._dropout(self._linear(y, block + "attn.c_proj").view(R, B, T, E), drop).view(R, B * T, E)
             h = F.gelu(self._linear(self._norm(x, block + "ln_2"), block + "mlp.c_fc"))  # (R, B·T, 4E)
-            x = x + F.dropout(self._linear(h, block + "mlp.c_proj"), drop, self.training)
+            x = x + self._dropout(self._linear(h, block + "mlp.c_proj").view(R, B, T, E), drop).view(R, B * T, E)
         logits = torch.bmm(self._norm(x, "ln_f"), wte.transpose(1, 2))  # (R, B·T, V)
         losses = F.cross_entropy(logits.reshape(R * B * T, V).float(), targets.reshape(-1), reduction="none")
         return losses.view(R, B * T).mean(1)  # (R,)
@@ -265,15 +296,21 @@ def stacked_runs(items: list[tuple[RunConfig, Path]], data: CharData, device: st
     checkpoint) works on it unchanged; the runs are ordered by optimizer class (:class:`StackStepper`)."""
     items = sorted(items, key=lambda item: [optimizer_class(c) for c, _ in items].index(optimizer_class(item[0])))
     cfgs = [c for c, _ in items]
-    models = [build(c, data.vocab_size, device)[0] for c in cfgs]
-    stack = StackedGPT(models)
+    models, streams = [], []
+    for c in cfgs:  # each run's dropout stream starts where the run trained alone would start it: after its init
+        models.append(build(c, data.vocab_size, device)[0])
+        streams.append(rng_state(device))
+    stack = StackedGPT(models, streams, device)
     for P in stack.stacked:
         P.grad = torch.zeros_like(P)  # kept for the whole run: every view below reads it
     for s, m in enumerate(models):
         for name, p in m.named_parameters():
             p.data = stack.p[name].data[s]
             p.grad = stack.p[name].grad[s]  # type: ignore[index]
-    runs = [Run(c, m, data, device, precision, torch.Generator().manual_seed(c.seed)) for c, m in zip(cfgs, models)]
+    runs = [
+        Run(c, m, data, device, precision, torch.Generator().manual_seed(c.seed), rng=rng)
+        for c, m, rng in zip(cfgs, models, streams)
+    ]
     steppers, start = [], 0
     for s in range(1, len(runs) + 1):
         if s == len(runs) or optimizer_class(cfgs[s]) != optimizer_class(cfgs[start]):

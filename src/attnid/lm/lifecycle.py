@@ -314,6 +314,28 @@ def check_checkpoint(path: Path, ck: Checkpoint, cfg: RunConfig, model: GPT, met
         _check_tensors(path, f"snapshots[{s}]", snap, parts)
 
 
+def rng_state(device: str) -> list:
+    """torch's global RNG where it stands now: ``[CPU state, CUDA state of the device or None]``."""
+    return [torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.startswith("cuda") else None]
+
+
+@contextlib.contextmanager
+def own_rng(stream: list, device: str):
+    """Run the block on ``stream`` (:func:`rng_state`) in place of torch's global RNG, and keep in ``stream`` where the
+    block left it: a stacked run draws its dropout masks as it would alone, from its own stream."""
+    saved = rng_state(device)
+    torch.set_rng_state(stream[0])
+    if stream[1] is not None:
+        torch.cuda.set_rng_state(stream[1], device)
+    try:
+        yield
+    finally:
+        stream[:] = rng_state(device)
+        torch.set_rng_state(saved[0])
+        if saved[1] is not None:
+            torch.cuda.set_rng_state(saved[1], device)
+
+
 @dataclass
 class Run:
     """The state of one run that the steps of the loop share (a seed of a stacked group: its model is a view of its
@@ -333,6 +355,9 @@ class Run:
     # with save_model: step -> the attention layers' weights and their LayerNorms' (SNAPSHOT_PARTS), float32 on
     # the CPU, at step 0 and at every evaluation (chapter 10 measures their motion modulo symmetry)
     snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    # a stacked run's own dropout stream, [CPU state, CUDA state or None] (:func:`own_rng`): where torch's global RNG
+    # would stand in the run trained alone; None: the run is alone and uses the global RNG itself
+    rng: list | None = None
 
     def snapshot(self, step: int) -> None:
         """Keep the weights of :data:`SNAPSHOT_PARTS` after ``step`` steps (with ``save_model`` only)."""
@@ -368,8 +393,8 @@ class Run:
             model=model,
             opt=opt_state,
             gen=self.gen.get_state(),
-            rng=torch.get_rng_state(),
-            cuda_rng=torch.cuda.get_rng_state() if cuda else None,
+            rng=torch.get_rng_state() if self.rng is None else self.rng[0].clone(),
+            cuda_rng=(torch.cuda.get_rng_state() if self.rng is None else self.rng[1]) if cuda else None,
             rows=self.rows,
             rebalances=self.rebalances,
             snapshots=self.snapshots,
@@ -383,9 +408,13 @@ class Run:
         """Everything of ``ck`` but the optimizer state (the group's optimizer holds it: :func:`train_group`)."""
         self.model.load_state_dict(ck.model)
         self.gen.set_state(ck.gen)
-        torch.set_rng_state(ck.rng)
-        if self.device.startswith("cuda") and ck.cuda_rng is not None:
-            torch.cuda.set_rng_state(ck.cuda_rng)
+        cuda_rng = ck.cuda_rng if self.device.startswith("cuda") else None
+        if self.rng is not None:  # a stacked run: its own stream resumes where the checkpoint left it
+            self.rng[0], self.rng[1] = ck.rng, (self.rng[1] if cuda_rng is None else cuda_rng)
+        else:
+            torch.set_rng_state(ck.rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state(cuda_rng)
         self.rows, self.rebalances, self.elapsed, self.history = ck.rows, ck.rebalances, ck.elapsed, ck.history
         self.snapshots = ck.snapshots
         if ck.threads and ck.threads != torch.get_num_threads():
