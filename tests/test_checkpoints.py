@@ -109,8 +109,10 @@ def test_a_layernorm_without_shift_is_refused_not_miscounted(tmp_path):
     _, model = tiny("gpt2")
     with torch.no_grad():
         model.transformer.h[0].ln_1.bias.zero_()  # its inputs now lie on a hyperplane through the origin
-    with pytest.raises(HFAuditError, match="span only 15 of 16"):
+    with pytest.raises(HFAuditError, match="span only 15 of 16") as refused:
         audit_checkpoint(save(model, tmp_path), layers=[1])
+    assert "the cause: layer 1's input norm (transformer.h.0.ln_1) has a shift of zero" in str(refused.value)
+    assert "untrained" in str(refused.value)
 
 
 def test_a_folder_that_is_no_checkpoint_of_a_known_family_is_refused(tmp_path):

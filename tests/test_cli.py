@@ -307,3 +307,52 @@ def test_a_closed_pipe_ends_quietly():
     err = proc.stderr.read()
     proc.wait(timeout=300)
     assert proc.returncode == 0 and "error" not in err and "resumes" not in err and "Traceback" not in err, err
+
+
+def test_help_and_version_start_without_torch():
+    """``attnid --help`` and ``--version`` import no torch (here: torch made unimportable) and list every command
+    with the exit codes; a subcommand without torch fails as an import error, not as help."""
+    from attnid import __version__
+    from attnid.cli.commands import COMMANDS
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from attnid.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    sys.exit(e.code)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert all(name in r.stdout for name in COMMANDS) and "exit codes:" in r.stdout and "130" in r.stdout
+    r = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == f"attnid {__version__}"
+    r = subprocess.run([sys.executable, "-c", code, "count", "--embed", "8", "--heads", "2"], capture_output=True)
+    assert r.returncode != 0 and b"torch" in r.stderr  # the control: the subcommand does need torch
+
+
+def test_every_subcommand_has_a_description_examples_and_help_on_every_option():
+    import argparse
+
+    from attnid.cli import build_parser
+    from attnid.cli.commands import COMMANDS, EXIT_CODES
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == list(COMMANDS)
+    for name, p in sub.choices.items():
+        assert p.description and "examples:" in p.epilog and EXIT_CODES in p.epilog, name
+        assert [e for e in COMMANDS[name].examples if not e.startswith(f"attnid {name}")] == []
+        assert [a.option_strings for a in p._actions if a.option_strings and not a.help] == [], name
+        assert any("--json" in a.option_strings for a in p._actions), name  # every command speaks JSON
+
+
+def test_a_missing_folder_is_bad_input_with_its_fix():
+    for flag, fix in (("--run", "a finished run's folder"), ("--checkpoint", "save_pretrained folder")):
+        r = run("audit", flag, "/no/such/folder")
+        assert r.returncode == 2 and fix in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_data_speaks_json(corpus):
+    from attnid.lm.data import corpus_path
+
+    r = run("data", "--path", str(corpus_path()), "--json")
+    got = json.loads(r.stdout)
+    assert r.returncode == 0 and got["verified"] is True and len(got["sha256"]) == 64 and got["bytes"] > 1_000_000

@@ -186,6 +186,23 @@ def generic_count_on(cfg: AttentionConfig, x: torch.Tensor) -> tuple[int, bool]:
     )
 
 
+INPUT_NORMS = ("ln_1", "input_layernorm", "self_attn_layer_norm")  # the norm in front of a layer's attention
+
+
+def _zero_shift_note(model: torch.nn.Module, k: int) -> str:
+    """Where layer ``k``'s input norm has a shift of zero in every coordinate, a note naming it as the cause of inputs
+    on a hyperplane through the origin: a LayerNorm at its initialisation, so likely an untrained checkpoint."""
+    for name, m in model.named_modules():
+        parts = name.split(".")
+        bias = getattr(m, "bias", None)
+        if parts[-1] in INPUT_NORMS and str(k) in parts and isinstance(bias, torch.Tensor) and not bias.any():
+            return (
+                f"; the cause: layer {k + 1}'s input norm ({name}) has a shift of zero in every coordinate, as a "
+                "LayerNorm has at its initialisation (is this checkpoint untrained? attnid audits trained weights)"
+            )
+    return ""
+
+
 def audit_checkpoint(
     path: str | Path,
     *,
@@ -224,7 +241,10 @@ def audit_checkpoint(
     for k in tqdm(chosen, desc="layers", disable=not progress):
         x, args, kw = calls[k]
         t0 = time.perf_counter()
-        generic, hyperplane = generic_count_on(cfg, x)
+        try:
+            generic, hyperplane = generic_count_on(cfg, x)
+        except HFAuditError as e:
+            raise HFAuditError(f"{e}{_zero_shift_note(model, k)}") from None
 
         def forward(call, h, args=args, kw=kw):
             with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():

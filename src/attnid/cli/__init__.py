@@ -6,32 +6,56 @@ helpers they share (:mod:`.common`); this module builds the parser and turns exp
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+import textwrap
+from typing import Any
 
-from .audit import audit_parser
-from .claims import claims_parser
-from .common import strict_json
-from .count import count_parser
-from .presets import presets_parser
-from .runs import data_parser, experiments_parser, train_parser
+from .. import __version__
+from .commands import COMMANDS, EXIT_CODES
 
 __all__ = ["build_parser", "main", "strict_json"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``attnid`` argument parser: every subcommand (one function each, below) and its flags."""
-    ap = argparse.ArgumentParser(prog="attnid", description="Parameter identification in attention layers.")
-    sub = ap.add_subparsers(dest="command", required=True)
-    parsers = (count_parser, audit_parser, train_parser, data_parser, experiments_parser, claims_parser)
-    for add in (*parsers, presets_parser):
-        add(sub)
+def __getattr__(name: str) -> Any:  # strict_json, loaded with its module (and torch) when asked for
+    if name == "strict_json":
+        from .common import strict_json
+
+        return strict_json
+    raise AttributeError(f"module 'attnid.cli' has no attribute {name!r}")
+
+
+def build_parser(full: bool = True) -> argparse.ArgumentParser:
+    """The ``attnid`` argument parser: every subcommand with its flags (each built by its module); ``full=False``:
+    the subcommands by name and help only, without importing them (what ``attnid --help`` needs)."""
+    ap = argparse.ArgumentParser(
+        prog="attnid",
+        description=textwrap.fill(
+            "Parameter identification in attention layers: which weights of an attention layer (or a whole model) "
+            "have no effect on its output, counted in closed form and checked numerically; and the training "
+            "experiments of the paper's §5. Each command's --help gives its flags and examples.",
+            100,
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--version", action="version", version=f"attnid {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, c in COMMANDS.items():
+        if full:
+            getattr(importlib.import_module(c.module, __name__), f"{name}_parser")(sub)
+        else:
+            sub.add_parser(name, help=c.help, add_help=False)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Expected failures print one line ``attnid: error: ...`` (2: bad input, 1: a check failed,
-    130: interrupted); anything else is a bug and keeps its traceback."""
+    """Expected failures print one line ``attnid: error: ...`` with the exit codes of
+    :data:`attnid.cli.commands.EXIT_CODES`; anything else is a bug and keeps its traceback. Only the subcommand
+    named is imported (``--help`` and ``--version`` import no torch)."""
+    args = sys.argv[1:] if argv is None else argv
+    a = build_parser(full=bool(args) and args[0] in COMMANDS).parse_args(args)
     from ..audit import CertificateError
     from ..hf import HFAuditError
     from ..lm.data import DataError
@@ -39,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     from ..lm.lifecycle import Interrupted
     from ..lm.records import RecordError, Refused
 
-    ap = build_parser()
-    a = ap.parse_args(argv)
     try:
         with sigterm_as_interrupt():  # SIGTERM stops a command as Ctrl-C does, with its one line
             return a.func(a)

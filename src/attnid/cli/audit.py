@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 from ..audit import METHODS as AUDIT_METHODS
 from ..counting import MLAConfig, count
 from ..families import HF_TYPES, MLA_TYPES
+from ..inputs import printable
+from .commands import add_command
 from .common import (
     HF_DEFAULTS,
     HF_TYPE_NAMES,
@@ -17,6 +20,7 @@ from .common import (
     attention_config,
     chosen_model,
     given_flags,
+    human,
     set_threads,
     strict_json,
     threads_arg,
@@ -24,12 +28,19 @@ from .common import (
 
 
 def _print_audit(out: dict, as_json: bool) -> None:
-    """An audit's result: JSON, or one ``key value`` line each (details flattened in)."""
+    """An audit's result: JSON, or one ``key value`` line each (details flattened in, :func:`human` numbers) and a
+    verdict line: the Jacobian's count against the closed form."""
     if as_json:
         print(strict_json(out))
         return
-    for k, v in {**{k: v for k, v in out.items() if k != "details"}, **out["details"]}.items():
-        print(f"{k:<22}{v:.3e}" if isinstance(v, float) else f"{k:<22}{v}")
+    flat = {**{k: v for k, v in out.items() if k != "details"}, **out.get("details", {})}
+    for k, v in flat.items():
+        print(f"{k:<22}{human(v)}")
+    theory = flat.get("theory_unidentified")
+    if theory is not None:
+        same = "equals" if out["unidentified"] == theory else "differs from"
+        print(f"verdict: the Jacobian's count ({out['unidentified']:,} unidentified of {out['total_params']:,}) "
+              f"{same} the closed form ({theory:,}); singular-value gap {human(out['sv_gap'])}")  # fmt: skip
 
 
 def _audit_hf(a) -> int:
@@ -150,6 +161,11 @@ def _audit_run(a) -> int:
     if given:
         raise ValueError(f"run: {', '.join(given)} cannot be combined with --run (the run's model fixes the "
                          "structure, its validation text the data)")  # fmt: skip
+    if not Path(a.run).is_dir():
+        raise ValueError(
+            f"run: {printable(a.run, 200)} is not a folder; give a finished run's folder (<runs>/<profile>/<case>, "
+            "e.g. data/runs/cpu/adamw after `attnid train --profile cpu --case adamw`)"
+        )
     layers = None if a.layer is None else [a.layer]
     rows = audit_run(a.run, load(), layers=layers, seed=a.seed, method=a.method, progress=not a.json)
     return _print_points({"run": str(a.run)}, rows, a.json)
@@ -159,6 +175,12 @@ def _audit_checkpoint(a) -> int:
     """``attnid audit --checkpoint DIR [--layer K]``: a transformers checkpoint's attention layers at their trained
     weights, against the generic count (:mod:`attnid.checkpoints`)."""
     from ..checkpoints import audit_checkpoint
+
+    if not Path(a.checkpoint).is_dir():
+        raise ValueError(
+            f"checkpoint: {printable(a.checkpoint, 200)} is not a folder; give a transformers save_pretrained folder "
+            "(config.json and its weights)"
+        )
 
     given = given_flags(a, ("checkpoint", "layer", "seed", "json", "threads", "max_memory"))
     if given:
@@ -183,11 +205,11 @@ def _print_points(source: dict, rows: list[dict], as_json: bool) -> int:
         cells = [r.get(k) for r in rows]
         if k == "weakest":  # a certificate gives a lower bound, and says so
             cells = [
-                f"≥{c:.3e}" if r["method"] == "certify" and isinstance(c, float) else c for r, c in zip(rows, cells)
+                f"≥{c:.4g}" if r["method"] == "certify" and isinstance(c, float) else c for r, c in zip(rows, cells)
             ]
         if k == "note" and not any(cells):
             continue
-        print(f"{k:<14}" + "".join(f"{c:>16.3e}" if isinstance(c, float) else f"{c!s:>16}" for c in cells))
+        print(f"{k:<14}" + "".join(f"{c if isinstance(c, str) else human(c):>16}" for c in cells))
     special = [r["layer"] for r in rows if r["at_generic"] is False]
     undecided = [r["layer"] for r in rows if r["at_generic"] is None]
     if special:
@@ -273,13 +295,17 @@ def _audit_layer(a) -> int:
 
 def audit_parser(sub) -> None:
     """``attnid audit``: the Jacobian count of our layer, or of a transformers module (``--hf``)."""
-    p = sub.add_parser("audit", help="numerical count: #params − rank of the Jacobian")
+    p = add_command(sub, "audit")
     arch_args(p)
     p.add_argument("--causal", action="store_true", help="causal mask")
     p.add_argument("--seq-len", type=int, help="sequence length L (default 8; with RoPE max(16, 2D), also its minimum)")
     p.add_argument("--batch", type=int, help="number of random sequences (default: sized from #params)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--method", default="auto", choices=AUDIT_METHODS)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random parameters and inputs (default 0)")
+    p.add_argument(
+        "--method", default="auto", choices=AUDIT_METHODS,
+        help="dense: the Jacobian's singular values; certify: the exact rank without forming it (large layers); "
+        "auto (default): dense while it fits, else certify",
+    )  # fmt: skip
     p.add_argument(
         "--hf",
         metavar="TYPE",

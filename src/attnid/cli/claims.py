@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..inputs import printable
+from .commands import add_command
 from .common import strict_json
+from .runs import PROFILE_NAMES
 
 
 def cmd_claims(a) -> int:
@@ -79,8 +81,10 @@ def _print_claims(rows: list[dict]) -> None:
 
 def claims_parser(sub) -> None:
     """``attnid claims``: the §5 claims on the records."""
-    p = sub.add_parser("claims", help="the paper's §5 claims, evaluated on the run records found")
-    p.add_argument("--profile", default="cpu", help="smoke | cpu | mid | paper")
+    p = add_command(sub, "claims")
+    p.add_argument(
+        "--profile", default="cpu", choices=PROFILE_NAMES, help="the scale whose records are read (default: cpu)"
+    )
     p.add_argument("--seed-set", help="comma-separated seeds to use (default: every seed found)")
     p.add_argument(
         "--runs",
@@ -92,5 +96,5 @@ def claims_parser(sub) -> None:
         action="store_true",
         help="also read the committed paper and mid records where --runs lacks a case (each row names its sources)",
     )
-    p.add_argument("--json", action="store_true", help="a JSON list, one object per claim")
+    p.add_argument("--json", action="store_true", help="print one JSON list: an object per claim, its sources with it")
     p.set_defaults(func=cmd_claims)

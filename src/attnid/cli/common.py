@@ -167,3 +167,19 @@ def table_lines(header: list[str], rows: list[list]) -> list[str]:
         "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
         for r in cells
     ]
+
+
+def human(v) -> str:
+    """One human format for what the commands print: integers with thousands separators, floats to 4 significant
+    digits, booleans as yes/no, dicts as ``key=value`` pairs and lists comma-separated."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={human(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return ", ".join(human(x) for x in v)
+    return str(v)

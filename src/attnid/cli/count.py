@@ -7,6 +7,7 @@ from dataclasses import asdict
 from ..counting import BLOCKS, SCOPES, MLAConfig, count
 from ..inputs import printable
 from ..presets import Preset, layer_type_counts, scope_count
+from .commands import add_command
 from .common import arch_args, arch_dict, attention_config, chosen_model, strict_json, table_lines
 
 
@@ -98,7 +99,7 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
 
 def count_parser(sub) -> None:
     """``attnid count``: the closed-form counts of an architecture or preset."""
-    p = sub.add_parser("count", help="closed-form parameter and unidentified counts")
+    p = add_command(sub, "count")
     arch_args(p)
     p.add_argument(
         "--scope", default="attention", choices=SCOPES,

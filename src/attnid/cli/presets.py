@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from .commands import add_command
 from .common import set_threads, strict_json, threads_arg
 
 
@@ -47,8 +48,8 @@ def cmd_presets(a) -> int:
 
 def presets_parser(sub) -> None:
     """``attnid presets``: the published architectures."""
-    p = sub.add_parser("presets", help="list the published architectures")
-    p.add_argument("--json", action="store_true")
+    p = add_command(sub, "presets")
+    p.add_argument("--json", action="store_true", help="print one JSON list: an object per preset (and audit)")
     p.add_argument("--verify", action="store_true", help="audit each structure through its transformers module")
     threads_arg(p)
     p.set_defaults(func=cmd_presets)

@@ -9,8 +9,11 @@ from pathlib import Path
 
 from ..inputs import printable
 from ..lm.launch import LAUNCHERS
-from ..lm.profiles import CASES, PRECISIONS
+from ..lm.profiles import CASES, PRECISIONS, PROFILES
+from .commands import add_command
 from .common import SLURM, set_threads, strict_json, threads_arg
+
+PROFILE_NAMES = list(PROFILES)
 
 
 def _run_options(a) -> dict:
@@ -83,7 +86,12 @@ def cmd_data(a) -> int:
     from ..lm.data import corpus_path
 
     p = corpus_path(a.path)
-    print(f"tiny Shakespeare: {p} (sha256 verified)")
+    if a.json:
+        from ..lm.data import sha256
+
+        print(strict_json({"path": str(p), "bytes": p.stat().st_size, "sha256": sha256(p), "verified": True}))
+    else:
+        print(f"tiny Shakespeare: {p} (sha256 verified)")
     return 0
 
 
@@ -114,22 +122,28 @@ def cmd_experiments(a) -> int:
     else:
         _check_device(a)
         set_threads(a)
+    out = sys.stderr if a.json else sys.stdout  # --json: the reports go to stderr, the JSON alone to stdout
+    summaries: list = []
     if a.stacked:  # (_check_launcher_flags refused it with another launcher)
         from ..lm.batched import stacks, train_stack
 
         for stack in stacks(cfgs):
             for s in train_stack(stack, force=a.force, progress=True):
+                summaries.append(s)
                 runs = len(s.get("stacked_with", [0]))
                 print(f"{a.profile}/{s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f} "
-                      f"({printable(s['precision'])}, stacked with {runs} runs)", flush=True)  # fmt: skip
-        return 0
-    from ..lm.records import runs_root
+                      f"({printable(s['precision'])}, stacked with {runs} runs)", file=out, flush=True)  # fmt: skip
+    else:
+        from ..lm.records import runs_root
 
-    folder = Path(a.log_dir) if a.log_dir else runs_root() / ".submitit"  # make_executor checks it
-    launch(
-        cfgs, a.launcher, force=a.force, folder=folder, parallel=a.parallel, slurm=slurm, wait=a.wait,
-        report=lambda line: print(line, flush=True), threads=a.threads,
-    )  # fmt: skip
+        folder = Path(a.log_dir) if a.log_dir else runs_root() / ".submitit"  # make_executor checks it
+        summaries = launch(
+            cfgs, a.launcher, force=a.force, folder=folder, parallel=a.parallel, slurm=slurm, wait=a.wait,
+            report=lambda line: print(line, file=out, flush=True), threads=a.threads,
+        )  # fmt: skip
+    if a.json:
+        done = [s for s in summaries if isinstance(s, dict)]  # (jobs not waited for have no summary yet)
+        print(strict_json([{k: v for k, v in s.items() if k not in ("rows", "heads")} for s in done]))
     return 0
 
 
@@ -151,32 +165,36 @@ def _exec_args(p: argparse.ArgumentParser) -> None:
 
 def train_parser(sub) -> None:
     """``attnid train``: one run of chapter 6."""
-    p = sub.add_parser("train", help="train one case of chapter 6 (resumes or reuses its run record)")
-    p.add_argument("--profile", default="cpu", help="smoke | cpu | mid | paper")
+    p = add_command(sub, "train")
+    p.add_argument("--profile", default="cpu", choices=PROFILE_NAMES, help="the scale (default: cpu)")
     p.add_argument("--case", default="adamw", help=" | ".join(CASES))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the run's seed: its init, batches and dropout (default 0)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n]")
     p.add_argument("--force", action="store_true", help="discard an existing run record and start over")
     _exec_args(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the run's summary as one JSON object")
     p.set_defaults(func=cmd_train)
 
 
 def data_parser(sub) -> None:
     """``attnid data``: the corpus."""
-    p = sub.add_parser("data", help="locate (or download) and verify the tiny Shakespeare corpus")
+    p = add_command(sub, "data")
     p.add_argument("--path", help="a local copy (default: $ATTNID_DATA, else data/tinyshakespeare.txt)")
+    p.add_argument("--json", action="store_true", help="print {path, bytes, sha256, verified} as one JSON object")
     p.set_defaults(func=cmd_data)
 
 
 def experiments_parser(sub) -> None:
     """``attnid experiments``: every run of a suite, inline or through submitit."""
-    p = sub.add_parser("experiments", help="run every case of a suite")
-    p.add_argument("--profile", default="cpu")
+    p = add_command(sub, "experiments")
+    p.add_argument("--profile", default="cpu", choices=PROFILE_NAMES, help="the scale (default: cpu)")
     p.add_argument("--suite", default="dynamics", help="dynamics (chapter 6) | heads (chapter 7)")
     p.add_argument("--seed", type=int, default=None, help="one seed (default: the suite's seeds for the profile)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n] (default auto: cuda if there is one)")
+    p.add_argument("--force", action="store_true", help="discard existing run records and train them again")
+    p.add_argument(
+        "--json", action="store_true", help="print the runs' summaries as one JSON list (reports go to stderr)"
+    )
     _exec_args(p)
     g = p.add_argument_group("launcher (submitit: one job per run, each writing its own record)")
     g.add_argument(
