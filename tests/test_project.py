@@ -267,3 +267,31 @@ def test_every_test_security_md_names_exists():
     defined = {m for p in files for m in re.findall(r"^def (test_\w+)", p.read_text(), re.M)}
     assert len(named) >= 20
     assert sorted(named - defined) == []
+
+
+def test_the_readme_is_a_front_page_and_its_reference_is_in_the_book():
+    """README: at most 150 lines, the two set-up commands in its first code block, and each reference page it
+    links to is a page of the book's Reference part (its source in book/reference/, listed in the toc)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    first = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in first.splitlines()] == ["make book", "make test"]
+    linked = set(re.findall(r"attnid\.github\.io/attnid/reference/(\w+)\.html", readme))
+    pages = {p.stem for p in (ROOT / "book" / "reference").glob("*.md")}
+    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
+    listed = {
+        c["file"].split("/", 1)[1]
+        for part in toc["parts"]
+        for c in part["chapters"]
+        if c["file"].startswith("reference/")
+    }
+    assert linked == pages == listed and len(pages) >= 6
+
+
+def test_the_reference_lists_the_exit_codes_the_command_uses():
+    from attnid.cli.commands import EXIT_CODES
+
+    page = (ROOT / "book" / "reference" / "command_line.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| (.+) \|$", page, re.M)
+    codes = re.findall(r"^  (\d+) +(.+)$", EXIT_CODES, re.M)
+    assert rows == codes and len(codes) == 5
