@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("ATTNID_CHROMIUM") or "/usr/bin/chromium"  # as tools/check_pages.py
 RUNS = tempfile.mkdtemp(prefix="attnid-runs-")  # smoke training records stay out of data/runs
 HEAD = '# %% tags=["parameters"]\nprofile = "smoke"\nseed = 0\ndevice = "auto"\n\n# %%\nx = 1\n'  # a tiny chapter
 

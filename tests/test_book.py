@@ -179,7 +179,7 @@ def test_every_page_reads_well_in_chromium(smoke_book):
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
             pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
-        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
     pages = tool("check_pages")
     check_book, pages_of = pages.check_book, pages.pages_of
 
@@ -190,3 +190,29 @@ def test_every_page_reads_well_in_chromium(smoke_book):
     if SCREENSHOTS is not None:
         shots = list(SCREENSHOTS.glob("*.png"))
         assert len(shots) >= 3 * (len(pages_of(html)) - 1)  # light, dark and phone for every page
+
+
+def test_the_sites_launch_and_repository_links_point_at_what_the_workflow_publishes(smoke_book, tmp_path):
+    """tools/publish.py on the smoke book, as the book workflow runs it: every Binder, Colab and repository link is
+    formed from the configured repository and branch and names a notebook the site holds, beside the Binder
+    environment (the CPU build of torch) and the committed records. Planted: a notebook missing, another repository."""
+    import shutil
+
+    publish = tool("publish")
+    cfg = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())["repository"]
+    copy = tmp_path / "smoke"
+    shutil.copytree(smoke_book, copy)
+    site = publish.prepare(copy, cfg["url"], "0" * 40)
+    assert publish.check_links(site, cfg["url"], cfg["branch"]) == []
+    env = yaml.safe_load((site / "environment.yml").read_text())
+    pip = env["dependencies"][-1]["pip"]
+    assert "torch==2.13.0" in pip and any("download.pytorch.org/whl/cpu" in p for p in pip)
+    assert any(p.startswith("attnid[book] @ git+") for p in pip) and not any("test" in p for p in pip)
+    assert (site / "start").stat().st_mode & 0o111 and (
+        site / "data" / "runs" / "paper" / "sgd" / "summary.json"
+    ).is_file()
+    assert not list(site.rglob("*.pt"))  # records only, no weights
+    (site / "_generated" / "03_biases.ipynb").unlink()
+    problems = publish.check_links(site, cfg["url"], cfg["branch"])
+    assert any("names _generated/03_biases.ipynb, which the site does not hold" in p for p in problems), problems
+    assert publish.check_links(site, "https://github.com/someone/fork", cfg["branch"])

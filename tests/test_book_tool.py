@@ -255,7 +255,7 @@ def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, job
 
 def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
     if not os.path.exists(CHROMIUM):
-        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
     check_book = tool("check_pages").check_book
 
     html = tmp_path / "html"
@@ -345,7 +345,7 @@ def test_the_page_check_under_a_memory_cap_is_one_line(tmp_path, cap_gb):
     """Under ulimit -v the Playwright driver dies at start, printing a native backtrace: the check says so in one
     line (exit 2), with the backtrace kept off the terminal."""
     if not os.path.exists(CHROMIUM):
-        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
     import resource
 
     html = tmp_path / "html"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
+import os
 import sys
 import threading
 from pathlib import Path
@@ -45,7 +46,7 @@ def _figure_constants(names: tuple[str, ...] = ("DPI", "MIN_FONT_PT")) -> tuple:
 
 DPI, MIN_FONT_PT = _figure_constants()
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("ATTNID_CHROMIUM") or "/usr/bin/chromium"  # the browser: GitHub's images carry Chrome
 WIDE, PHONE = 1300, 390
 PAGE_TIMEOUT_S = 30  # a page that has not loaded by then is reported, and the other pages are still checked
 MIN_IMAGE_PX = 500

@@ -1,0 +1,114 @@
+"""The published site: the built book plus what its launch buttons need, and a check of its links.
+
+    python tools/publish.py --profile cpu --repository https://github.com/OWNER/REPO --commit SHA
+
+``prepare`` puts beside the HTML of ``build/<profile>/_build/html``: the executed notebooks (``_generated/*.ipynb``,
+where the Binder and Colab buttons point), the committed run records that chapters 6, 7 and 10 read (records only,
+no weights), a Binder ``environment.yml`` (the CPU build of torch, attnid with the book's extra at this commit) and a
+``start`` script that makes the site's folder the records' home, and ``.nojekyll``. ``check_links`` lists every
+launch-button, repository and source link of the pages that does not point at the configured repository and branch,
+or names a notebook the site lacks. The book workflow runs ``prepare`` and pushes the site to the ``gh-pages`` branch
+besides deploying it to GitHub Pages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+COMMITTED = ("mid", "paper")  # data/runs/<profile>: the records the chapters read beside their own runs
+
+
+def prepare(build: Path, repository: str, commit: str) -> Path:
+    """The site of the book built in ``build`` (``build/<profile>``), made ready to publish; returns its folder."""
+    site = build / "_build" / "html"
+    (site / "_generated").mkdir(parents=True, exist_ok=True)
+    for nb in sorted((build / "_generated").glob("*.ipynb")):
+        if not nb.name.startswith("."):
+            shutil.copy2(nb, site / "_generated" / nb.name)
+    for profile in COMMITTED:
+        for d in sorted((ROOT / "data" / "runs" / profile).glob("*/")):
+            summary = d / "summary.json"
+            if not summary.is_file():
+                continue
+            names = [*json.loads(summary.read_text()).get("files", {}), "summary.json"]
+            dest = site / "data" / "runs" / profile / d.name
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                if not name.endswith(".pt") and (d / name).is_file():
+                    shutil.copy2(d / name, dest / name)
+    env = {
+        "name": "attnid-binder",
+        "channels": ["conda-forge"],
+        "dependencies": [
+            "python=3.11",
+            "pip",
+            {"pip": [f"--extra-index-url {CPU_INDEX}", "torch==2.13.0", f"attnid[book] @ git+{repository}@{commit}"]},
+        ],
+    }
+    (site / "environment.yml").write_text(yaml.safe_dump(env, sort_keys=False))
+    start = site / "start"
+    script = ["#!/bin/bash", "# Binder runs this: the committed records beside the notebooks are the chapters' own",
+              'export ATTNID_HOME="$HOME"', 'exec "$@"']  # fmt: skip
+    start.write_text("\n".join(script) + "\n")
+    start.chmod(0o755)
+    (site / ".nojekyll").touch()
+    return site
+
+
+LINK = re.compile(r'href="(https://(?:mybinder\.org|colab\.research\.google\.com|github\.com)[^"]*)"')
+
+
+def check_links(site: Path, repository: str, branch: str) -> list[str]:
+    """Every launch-button, repository and source link of the site's pages that does not point at ``repository``
+    and ``branch``, or names a notebook the site does not hold; and chapters without launch buttons."""
+    owner_repo = repository.removeprefix("https://github.com/").strip("/")
+    problems = []
+    for page in sorted(site.glob("_generated/*.html")):
+        links = LINK.findall(page.read_text())
+        launch = [x for x in links if "mybinder.org" in x or "colab.research" in x]
+        if not launch and (site / "_generated" / f"{page.stem}.ipynb").is_file():  # a chapter, not a plain page
+            problems.append(f"{page.name}: no launch buttons")
+        for link in links:
+            if "mybinder.org" in link:
+                prefix, path = f"https://mybinder.org/v2/gh/{owner_repo}/{branch}?urlpath=tree/", None
+                path = link.removeprefix(prefix) if link.startswith(prefix) else None
+            elif "colab.research" in link:
+                prefix = f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/"
+                path = link.removeprefix(prefix) if link.startswith(prefix) else None
+            else:
+                if not link.startswith(f"https://github.com/{owner_repo}"):
+                    problems.append(f"{page.name}: {link} is not of {repository}")
+                continue
+            if path is None:
+                problems.append(f"{page.name}: {link} does not point at {owner_repo} on {branch}")
+            elif not (site / path).is_file():
+                problems.append(f"{page.name}: {link} names {path}, which the site does not hold")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="cpu", help="the profile the book was built at (build/<profile>)")
+    ap.add_argument("--repository", required=True, help="the repository's URL, https://github.com/OWNER/REPO")
+    ap.add_argument("--commit", required=True, help="the commit the Binder environment installs attnid at")
+    a = ap.parse_args(argv)
+    site = prepare(ROOT / "build" / a.profile, a.repository, a.commit)
+    branch = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())["repository"]["branch"]
+    problems = check_links(site, a.repository, branch)
+    for p in problems:
+        print(f"site: {p}", file=sys.stderr)
+    print(f"site: {site} ({sum(1 for _ in site.rglob('*'))} files)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
