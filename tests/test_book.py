@@ -206,7 +206,7 @@ def test_the_sites_launch_and_repository_links_point_at_what_the_workflow_publis
     assert publish.check_links(site, cfg["url"], cfg["branch"]) == []
     env = yaml.safe_load((site / "environment.yml").read_text())
     pip = env["dependencies"][-1]["pip"]
-    assert "torch==2.13.0" in pip and any("download.pytorch.org/whl/cpu" in p for p in pip)
+    assert "torch==2.13.0+cpu" in pip and any("download.pytorch.org/whl/cpu" in p for p in pip)
     assert any(p.startswith("attnid[book] @ git+") for p in pip) and not any("test" in p for p in pip)
     assert (site / "start").stat().st_mode & 0o111 and (
         site / "data" / "runs" / "paper" / "sgd" / "summary.json"
