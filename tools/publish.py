@@ -51,7 +51,13 @@ def prepare(build: Path, repository: str, commit: str) -> Path:
         "dependencies": [
             "python=3.11",
             "pip",
-            {"pip": [f"--extra-index-url {CPU_INDEX}", "torch==2.13.0+cpu", f"attnid[book] @ git+{repository}@{commit}"]},
+            {
+                "pip": [
+                    f"--extra-index-url {CPU_INDEX}",
+                    "torch==2.13.0+cpu",
+                    f"attnid[book] @ git+{repository}@{commit}",
+                ]
+            },
         ],
     }
     (site / "environment.yml").write_text(yaml.safe_dump(env, sort_keys=False))
