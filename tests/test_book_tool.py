@@ -86,7 +86,7 @@ def test_cache_sees_the_records_a_chapter_reads(tmp_path, monkeypatch):
 
 
 def test_records_digest_changes_with_the_records(tmp_path):
-    from attnid.lm.records import records_digest
+    records_digest = book_tool().records_digest
 
     root = tmp_path / "runs"
     shutil.copytree(ROOT / "data" / "runs" / "paper", root / "paper")

@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from attnid.lm import records
 from attnid.lm.profiles import PROFILES, resolve_device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +106,35 @@ def train_before(nb: Path, params: dict) -> None:
     train_suites(params.get("profile", "cpu"), trained, params.get("device", "auto"), report=report)
 
 
+def records_digest(profiles: list[str], cases: list[str], roots: list[Path] | None = None) -> str:
+    """sha256 over every finished record of ``cases`` (any seed) at ``profiles`` under ``roots`` (default: each
+    profile's :func:`attnid.lm.records.record_roots`): its ``summary.json`` and the bytes of every file the summary
+    lists except weights (``*.pt``), so it changes when a record is added, removed or remade, and when a file of one
+    is truncated or replaced. The book's cache uses it for the chapters that read records."""
+    h = hashlib.sha256()
+    for profile in dict.fromkeys(profiles):
+        for root in records.record_roots(profile) if roots is None else dict.fromkeys(roots):
+            folder = Path(root) / profile
+            if not folder.is_dir():
+                continue
+            for d in sorted(folder.iterdir()):
+                name, _, seed = d.name.partition("-s")
+                if name in cases and (not seed or seed.isdigit()) and (d / "summary.json").is_file():
+                    summary = (d / "summary.json").read_bytes()
+                    h.update(f"{profile}/{d.name}\n".encode())
+                    h.update(summary)
+                    try:
+                        listed = json.loads(summary).get("files", {})
+                    except (ValueError, AttributeError):
+                        listed = {}
+                    for f in sorted(listed) if isinstance(listed, dict) else []:
+                        p = d / f
+                        if not f.endswith(".pt") and p.is_file():
+                            h.update(f.encode())
+                            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
 def records_read(nb: Path, profile: str) -> str:
     """The digest of the run records a chapter reads (:func:`suites_read`), at its profile and at the committed
     mid and paper scales; empty for a chapter that reads none."""
@@ -112,18 +142,17 @@ def records_read(nb: Path, profile: str) -> str:
     if not read:
         return ""
     from attnid.lm.profiles import SUITES
-    from attnid.lm.records import records_digest
 
     profiles = list(dict.fromkeys([profile, "mid", "paper"]))
     return records_digest(profiles, [c for name in sorted(read) for c in SUITES[name].cases])
 
 
-def chapter_hash(nb: Path, params: dict, src_digest: str, records_digest: str = "") -> str:
+def chapter_hash(nb: Path, params: dict, src_digest: str, read_digest: str = "") -> str:
     h = hashlib.sha256()
     h.update(nb.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
     h.update(src_digest.encode())
-    h.update(records_digest.encode())
+    h.update(read_digest.encode())
     return h.hexdigest()
 
 

@@ -28,7 +28,7 @@ from . import records
 from .ablation import effective_rank
 from .metrics import RHO_METHODS, SCHEMA, Key
 from .profiles import LR_SWEEP, SUITES, RunConfig
-from .records import MissingValues, Record, RecordError, series
+from .records import MissingValues, Record, RecordError
 
 Cases = dict[str, Record]  # case -> record, all of one seed
 
@@ -176,6 +176,12 @@ def schema_steps(config: dict, key: Key, metrics: bool = True) -> list[int]:
     else:
         steps = records.expected_steps(config, metrics)
     return [s for s in steps if s <= cut]
+
+
+def series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of one metric over the rows that hold it; values ``(n_rows, *shape)`` float."""
+    have = [r for r in rows if r.get(key) is not None and r.get(key) != []]
+    return (np.array([r["step"] for r in have], dtype=int), np.array([r[key] for r in have], dtype=float))
 
 
 def values(rec: Record, key: Key) -> np.ndarray:

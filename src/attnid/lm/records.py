@@ -29,8 +29,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..inputs import printable
 
 # 1: metrics.jsonl with 17-digit floats, no file list (commit 360a5c8 and before); 2: no seal on summary.json;
@@ -561,42 +559,6 @@ def find_runs(
                 found[case] = load(d)
                 break
     return found
-
-
-def records_digest(profiles: list[str], cases: list[str], roots: list[Path] | None = None) -> str:
-    """sha256 over every finished record of ``cases`` (any seed) at ``profiles`` under ``roots`` (default: each
-    profile's :func:`record_roots`): its ``summary.json`` and the bytes of every file the summary lists
-    except weights (``*.pt``), so it changes when a record is added, removed or remade, and when a file of one
-    is truncated or replaced. The book's cache uses it for the chapters that read records."""
-    h = hashlib.sha256()
-    for profile in dict.fromkeys(profiles):
-        for root in record_roots(profile) if roots is None else dict.fromkeys(roots):
-            folder = Path(root) / profile
-            if not folder.is_dir():
-                continue
-            for d in sorted(folder.iterdir()):
-                name, _, seed = d.name.partition("-s")
-                if name in cases and (not seed or seed.isdigit()) and (d / "summary.json").is_file():
-                    summary = (d / "summary.json").read_bytes()
-                    h.update(f"{profile}/{d.name}\n".encode())
-                    h.update(summary)
-                    try:
-                        listed = json.loads(summary).get("files", {})
-                    except (ValueError, AttributeError):
-                        listed = {}
-                    for f in sorted(listed) if isinstance(listed, dict) else []:
-                        p = d / f
-                        if not f.endswith(".pt") and p.is_file():
-                            h.update(f.encode())
-                            h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-# ------------------------------------------------------------------------------ reading rows as arrays
-def series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(steps, values)`` of one metric over the rows that hold it; values ``(n_rows, *shape)`` float."""
-    have = [r for r in rows if r.get(key) is not None and r.get(key) != []]
-    return (np.array([r["step"] for r in have], dtype=int), np.array([r[key] for r in have], dtype=float))
 
 
 def seal(d: Path) -> dict:

@@ -20,10 +20,11 @@ import numpy as np
 from ..analysis import (
     Cases,
     final_drift,
+    series,
 )
 from ..metrics import Key
 from ..profiles import RunConfig, beta_law_factor
-from ..records import Record, series
+from ..records import Record
 from .claim import KINDS, Undecidable, seed_side
 
 LAW_TOLERANCE = 1e-2  # the weight-decay law "holds" in a layer when its residual is below 1 %

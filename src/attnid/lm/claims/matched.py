@@ -13,9 +13,10 @@ import numpy as np
 from ..analysis import (
     Cases,
     best_val_loss,
+    series,
 )
 from ..metrics import Key
-from ..records import Record, series
+from ..records import Record
 from .claim import Claim, Undecidable
 
 # the claims that compare optimizers, read a second time where each run first reaches the same validation loss: at
