@@ -26,9 +26,10 @@ def __getattr__(name: str) -> Any:  # strict_json, loaded with its module (and t
     raise AttributeError(f"module 'attnid.cli' has no attribute {name!r}")
 
 
-def build_parser(full: bool = True) -> argparse.ArgumentParser:
-    """The ``attnid`` argument parser: every subcommand with its flags (each built by its module); ``full=False``:
-    the subcommands by name and help only, without importing them (what ``attnid --help`` needs)."""
+def build_parser(full: bool = True, only: str | None = None) -> argparse.ArgumentParser:
+    """The ``attnid`` argument parser: every subcommand with its flags (each built by its module), or with ``only``
+    that one (the others by name and help); ``full=False``: every subcommand by name and help only, without importing
+    any (what ``attnid --help`` needs)."""
     ap = argparse.ArgumentParser(
         prog="attnid",
         description=textwrap.fill(
@@ -43,7 +44,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"attnid {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, c in COMMANDS.items():
-        if full:
+        if full and only in (None, name):
             getattr(importlib.import_module(c.module, __name__), f"{name}_parser")(sub)
         else:
             sub.add_parser(name, help=c.help, add_help=False)
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     :data:`attnid.cli.commands.EXIT_CODES`; anything else is a bug and keeps its traceback. Only the subcommand
     named is imported (``--help`` and ``--version`` import no torch)."""
     args = sys.argv[1:] if argv is None else argv
-    a = build_parser(full=bool(args) and args[0] in COMMANDS).parse_args(args)
+    named = args[0] if args and args[0] in COMMANDS else None
+    a = build_parser(full=named is not None, only=named).parse_args(args)
     from ..audit import CertificateError
     from ..hf import HFAuditError
     from ..lm.data import DataError
