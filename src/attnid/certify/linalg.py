@@ -35,11 +35,7 @@ class StageTimer:
 
 
 POWER_BLOCK = 8  # vectors per block power iteration
-
-
 POWER_RTOL = 1e-3  # stop once the estimate changes by less than this (it only sets the tolerance's scale)
-
-
 POWER_MAX_ITER = 30
 
 

@@ -15,10 +15,7 @@ from ..lm.launch import SlurmOptions
 from ..presets import Preset, lookup
 
 SLURM = SlurmOptions()  # the defaults of the slurm options
-
-
 HF_TYPE_NAMES = (*HF_TYPES, *MLA_TYPES)
-
 
 HF_DEFAULTS = {  # the size `attnid audit --hf TYPE [--block | --model]` builds the module at
     "attention": {"embed": 32, "heads": 4},

@@ -20,30 +20,16 @@ def layer_gauge_dims(cfg: AttentionConfig) -> int:
 
 
 NORMS = ("layer", "rms")  # LayerNorm with a shift; RMSNorm (a scale only)
-
-
 # GELU-like (no continuous symmetry), ReLU, gated (SiLU or GELU gate), and gpt-oss's gated unit with biases,
 # (up x + b + 1) * g(gate x + b') with g(z) = z σ(α z), its inputs clamped (a clamp inactive at generic points)
 MLPS = ("gelu", "relu", "swiglu", "geglu", "swiglu_biased")
-
-
 GATED_MLPS = ("swiglu", "geglu", "swiglu_biased")  # three maps, act(gate x) * (up x) read by down
-
-
 BIASED_GATED_MLPS = ("swiglu_biased",)  # the gated MLPs with biases on every map
-
-
 RESIDUALS = ("sequential", "parallel", "shared_norm")
-
-
 # where a block's norms sit: before each sub-layer (GPT-2, Llama), after it, before the residual sum (OLMo 2),
 # or both (Gemma 2 and 3)
 NORM_POSITIONS = ("pre", "post", "sandwich")
-
-
 SCOPES = ("attention", "block", "model")  # one attention layer, one decoder layer, a whole model
-
-
 # how a mixture's router turns its logits into the chosen experts' weights (a softmax one with or without a bias)
 ROUTERS = ("sigmoid", "softmax", "softmax_biased")
 

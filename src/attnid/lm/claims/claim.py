@@ -16,8 +16,6 @@ from ..metrics import Key
 from ..records import Record
 
 MIN_SEEDS = 3  # seeds a statistic of training needs before it is decided
-
-
 KINDS = {"theorem": 1, "training": MIN_SEEDS}  # a claim's kind -> the seeds it needs
 
 

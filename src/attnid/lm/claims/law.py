@@ -28,8 +28,6 @@ from ..records import Record
 from .claim import KINDS, Undecidable, seed_side
 
 LAW_TOLERANCE = 1e-2  # the weight-decay law "holds" in a layer when its residual is below 1 %
-
-
 LAW_CUT = 1.0  # a layer tests the law where plain SGD's remainder (median over seeds) is below LAW_CUT × c_T
 LAW_STATED_BY = "chapter 6"  # the law is chapter 6's own reading of §5: its seeds lie with or against it
 

@@ -22,8 +22,6 @@ from .claim import Claim, Undecidable
 # the claims that compare optimizers, read a second time where each run first reaches the same validation loss: at
 # the same step, a run that learns faster is at a later stage of training than the run it is compared with
 MATCHED_LOSS = ("adamw_closest", "adamw_changes_beta", "adamw_spreads_tau")
-
-
 MATCHED_SUFFIX = "_at_loss"
 READ_TOLERANCE = 0.03  # nats: a run is read within this of the target (its estimate's distance plus its error)
 SMOOTH_ROWS = 5  # the training loss is smoothed over this many rows (centred) before it shapes the curve

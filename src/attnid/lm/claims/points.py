@@ -92,6 +92,4 @@ POINT_CLAIMS: tuple[Claim, ...] = (
         stated_by="chapter 10",
     ),
 )
-
-
 POINT_CLAIM_IDS = tuple(c.id for c in POINT_CLAIMS)

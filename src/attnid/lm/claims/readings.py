@@ -24,8 +24,6 @@ from .law import wd_beta_law
 # granted as round-off: a chosen margin (about 840 float32 epsilons), not derived; the key-bias gradients of the
 # float32 and TF32 records reach 1.6e-5 of it (paper scale, TF32), a sixth of the margin
 BIAS_FLOOR = 1e-4
-
-
 # the precisions whose round-off stays under BIAS_FLOOR in that cancelling sum. bf16 autocast does not: its
 # attention backward leaves 3.8e-2 of the typical query-bias gradient in the key bias (paper scale, 2026-12-04),
 # so a bf16 record can neither confirm nor refute the two bias theorems

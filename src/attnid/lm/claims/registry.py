@@ -37,7 +37,6 @@ from .readings import (
 
 SWEEP = tuple(LR_SWEEP.values())
 
-
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         id="sgd_orthogonal",
@@ -270,6 +269,4 @@ CLAIMS: tuple[Claim, ...] = (
 
 
 CLAIMS = tuple(t for c in CLAIMS for t in ((c, matched_loss_twin(c)) if c.id in MATCHED_LOSS else (c,)))
-
-
 CLAIM_IDS = tuple(c.id for c in CLAIMS)
