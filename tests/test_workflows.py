@@ -25,6 +25,15 @@ def _repo(tmp_path):
     return repo
 
 
+def _clean(out: str) -> None:
+    """Remove the clones a run kept (their folders are printed as ``clone: PATH``)."""
+    import shutil
+
+    for line in out.splitlines():
+        if line.startswith("clone: "):
+            shutil.rmtree(Path(line.removeprefix("clone: ")).parent, ignore_errors=True)
+
+
 def _run(tmp_path, repo, steps, *extra):
     wf = tmp_path / "wf.yml"
     wf.write_text(
@@ -43,14 +52,21 @@ def test_a_workflow_runs_in_a_fresh_clone_with_local_actions(tmp_path, capsys):
     sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert Path(clone, "out.txt").read_text() == f"{sha} hello smoke\n"  # expressions, step env, an override
     assert "skipped  only on main" in out and "upload-pages-artifact: out.txt holds" in out
+    _clean(out)
 
 
 def test_a_failing_step_a_missing_upload_and_an_unknown_action_stop_the_run(tmp_path, capsys):
     repo = _repo(tmp_path)
     assert _run(tmp_path, repo, [*STEPS, {"name": "breaks", "run": "exit 4"}, {"run": "echo never"}]) == 1
     out = capsys.readouterr().out
+    _clean(out)
     assert "FAILED   (exit 4) breaks" in out and "never" not in out.split("FAILED", 1)[1]
     missing = [{"uses": "actions/upload-pages-artifact@v5", "with": {"path": "build/site"}}]
-    assert _run(tmp_path, repo, missing) == 1 and "nothing at build/site to upload" in capsys.readouterr().out
+    assert _run(tmp_path, repo, missing) == 1
+    out = capsys.readouterr().out
+    _clean(out)
+    assert "nothing at build/site to upload" in out
     assert _run(tmp_path, repo, [{"uses": "someone/else@v1"}]) == 1
-    assert "no local equivalent" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    _clean(out)
+    assert "no local equivalent" in out
