@@ -101,6 +101,8 @@ def test_claims_reads_a_runs_folder_alone_and_names_every_records_source(paper, 
     monkeypatch.setenv("ATTNID_RUNS", str(tmp_path))
     assert main(["claims", "--profile", "paper"]) == 2
     assert "come from 2 places" in capsys.readouterr().err
+    assert main(["claims", "--profile", "paper", "--runs", ""]) == 2  # an empty name is refused, not read as "."
+    assert "runs: '' is not a folder" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------ smoke runs

@@ -23,10 +23,11 @@ def cmd_claims(a) -> int:
         if not parts or not all(s.isascii() and s.isdigit() for s in parts):
             raise ValueError(f"seed-set: expected comma-separated non-negative seeds such as 0,1,2, got {a.seed_set!r}")
         seeds = sorted({int(s) for s in parts})
-    if a.runs and not Path(a.runs).is_dir():
-        raise ValueError(f"runs: {a.runs} is not a folder of run records (<runs>/<profile>/<case>)")
-    base = Path(a.runs) if a.runs else None
-    committed = a.with_committed or base is None  # a folder named with --runs is read alone unless asked
+    base = None if a.runs is None else Path(a.runs)
+    if base is not None and (not a.runs.strip() or not base.is_dir()):  # "" would name the working folder
+        raise ValueError(f"runs: {a.runs!r} is not a folder of run records (<runs>/<profile>/<case>)")
+    # a folder named with --runs is read alone unless --with-committed asks for the committed records beside it
+    committed = True if base is None else a.with_committed
     runs = load_suite(a.profile, "dynamics", seeds=seeds, base=base, committed=committed)
     points = load_suite(a.profile, "points", seeds=seeds, base=base, committed=committed)
     sources = record_sources([runs, points])
