@@ -202,14 +202,13 @@ def _refuse(path: Path, name: str, why: str) -> records.Refused:
 
 
 def _check_tensors(path: Path, name: str, got, want: dict[str, torch.Tensor]) -> None:
-    """``got`` a dict of finite floating tensors with ``want``'s keys and shapes."""
-    if not isinstance(got, dict) or set(got) != set(want):
-        raise _refuse(path, name, "does not hold this run's tensors")
-    for k, v in got.items():
-        if not isinstance(v, torch.Tensor) or v.shape != want[k].shape or not v.is_floating_point():
-            raise _refuse(path, name, f"holds {k} that is not a float tensor of shape {tuple(want[k].shape)}")
-        if not bool(torch.isfinite(v).all()):
-            raise _refuse(path, name, f"holds {k} with a value that is not finite")
+    """``got`` a dict of finite floating tensors with ``want``'s names and shapes
+    (:func:`attnid.lm.records.tensors_problem`)."""
+    problem = records.tensors_problem(got, {k: tuple(v.shape) for k, v in want.items()})
+    if problem is not None:
+        kind, key = problem
+        why = {"dict": "is not a dict of tensors", "fit": f"does not hold this run's tensors (first: {key})"}
+        raise _refuse(path, name, why.get(kind, f"holds {key} that is not a finite float tensor"))
 
 
 def _check_generator_state(path: Path, name: str, state) -> None:

@@ -82,16 +82,17 @@ def _declared_config(ck: dict, f: Path) -> GPTConfig:
 
 
 def _check_weights(f: Path, name: str, got, want: dict[str, tuple]) -> None:
-    """``got`` holds finite tensors of exactly ``want``'s keys and shapes."""
-    if not isinstance(got, dict):
+    """``got`` holds finite tensors of exactly ``want``'s names and shapes
+    (:func:`attnid.lm.records.tensors_problem`)."""
+    problem = records.tensors_problem(got, want)
+    if problem is None:
+        return
+    kind, key = problem
+    if kind == "dict":
         raise RecordError(f"{f}: its {name} is not a dict of tensors")
-    shapes = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in got.items()}
-    if shapes != want:
-        diff = sorted(set(shapes) ^ set(want), key=str) or sorted(k for k in want if shapes[k] != want[k])
-        raise RecordError(f"{f}: its {name} do not fit its gpt_config (first: {records.printable(diff[0])})")
-    bad = [k for k, v in got.items() if not v.is_floating_point() or not torch.isfinite(v).all()]
-    if bad:
-        raise RecordError(f"{f}: {name} that are not finite floats in {records.printable(', '.join(bad[:3]))}")
+    if kind == "fit":
+        raise RecordError(f"{f}: its {name} do not fit its gpt_config (first: {key})")
+    raise RecordError(f"{f}: {name} that are not finite floats in {key}")
 
 
 def checked_model_file(ck: dict, f: Path) -> GPTConfig:

@@ -254,6 +254,22 @@ def finish(d: Path, rows: list[dict], summary: dict, heads: dict | None = None) 
 
 
 # ------------------------------------------------------------------------------ reading
+def tensors_problem(got, want: dict[str, tuple]) -> tuple[str, str] | None:
+    """What is wrong with ``got`` as tensors of ``want``'s names and shapes, finite floats all: ``("dict", "")``
+    (not a dict), ``("fit", name)`` (the first name missing, extra or of another shape) or ``("finite", name)`` (the
+    first not a finite float tensor); None when nothing is."""
+    import torch
+
+    if not isinstance(got, dict):
+        return "dict", ""
+    shapes = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in got.items()}
+    if shapes != want:
+        diff = sorted(set(shapes) ^ set(want), key=str) or sorted(k for k in want if shapes[k] != want[k])
+        return "fit", printable(diff[0])
+    bad = [k for k, v in got.items() if not v.is_floating_point() or not bool(torch.isfinite(v).all())]
+    return ("finite", printable(", ".join(bad[:3]))) if bad else None
+
+
 def load_tensors(data: bytes, path: Path, map_location: str = "cpu"):
     """``torch.load`` of the bytes of a tensor file attnid wrote (``model.pt``, ``checkpoint.pt``) without running
     code: ``weights_only=True``, with :class:`attnid.lm.metrics.Key` (the rows' keys) the one class allowed. A
