@@ -39,7 +39,8 @@
 # {glue:text}`v3_latents:,` of them maps of its two latents; the whole model,
 # {glue:text}`v3_model_unidentified:,`. Norms placed after the attention and the MLP (OLMo 2,
 # Gemma) take away the residual stream's rotations, {glue:text}`qwen_rotation_share:.0%` of
-# Qwen3-8B's whole count.
+# Qwen3-8B's whole count. The norms and gates of Llama 4, StableLM 2, Command R and Qwen3-Next (the last
+# section) give their closed form in {glue:text}`ng_agree` of {glue:text}`ng_checks` Jacobian counts.
 # :::
 
 # %% tags=["parameters"]
@@ -280,3 +281,80 @@ released = rel.released_table()
 for name, value in rel.released_facts(mechanisms, released).items():
     glue(name, value, display=False)
 table(released)
+
+# %% [markdown]
+# ## Norms and gates of 2025–2026
+#
+# Five more changes come with Llama 4, StableLM 2, Command R and Qwen3-Next.
+#
+# **A QK-norm without a weight** (Llama 4's RoPE layers) divides each head's query and key by their
+# root mean square, after the rotation. A rotation keeps the norm, so before or after is one function.
+# What keeps every score: a scale of each head's projection (exact at $\varepsilon = 0$, $H + G$
+# directions), and an orthogonal map $O$ applied to the queries and keys of a key group that commutes with
+# every rotation $R_{n-m}$, since $(R_m O q)^\top R_n O k = q^\top O^\top R_{n-m} O k$. With distinct
+# frequencies those are one plane rotation per rotated pair, and any orthogonal map of the unrotated
+# coordinates: $R/2 + (D - R)(D - R - 1)/2$ per group. The $GL(D)$ of the paper shrinks to a group of
+# rotations, because a norm keeps only maps that keep lengths.
+#
+# **A LayerNorm per head** on the queries and keys, without a shift and with a weight per head (StableLM 2
+# 12B, Command R+), first removes each head's mean over its $D$ coordinates. Whatever a projection adds
+# along the all-ones vector $\mathbf{1}$ of its head is gone: $W \to W + \mathbf{1} a^\top$ is free, $E$
+# directions per query head and per key head (and one more per biased head, $b \to b + c\,\mathbf{1}$).
+# At $\varepsilon = 0$ each projection's scale is free too. The weights trade as RMSNorm's do: a factor on a
+# query weight against its inverse on the key weight, once per rotated pair and per unrotated coordinate
+# and key group. Without RoPE there can be one more: the centred queries and keys live in a hyperplane of
+# dimension $D - 1$, and an orthogonal map of it can move with the weight products. Counting unknowns,
+# $(n + 1)(D - 1)(D - 2)/2 + nD$, against conditions, $n (D - 1)^2$, leaves exactly one when a key head
+# serves one query head ($n = 1$) or heads have three dimensions, and none otherwise; the Jacobian agrees.
+# Behind a block's LayerNorm with a shift, the shift gives every query and key an effective bias, but its
+# component along $\mathbf{1}$ is centred away: those biases add nothing, and a biased reader row's mean
+# direction (chapter 8) along $\mathbf{1}$ is the centring's own.
+#
+# **An output gate** (Qwen3-Next's softmax layers) multiplies head $h$'s mixture, channel by channel, by
+# $\sigma(W_G^h x + b_G^h)$ computed from the query's input, before $W_O^h$. A map $S$ of the value channels
+# survives only if $S^{-1} \operatorname{diag}(\sigma) S = \operatorname{diag}(\sigma)$ for every gate value,
+# so $S$ is diagonal: the value–output gauge falls from $C^2$ to $C$ per key group. The gate's own weights
+# are identified ($\sigma$ has no scale to give), and the value bias reaches the output as
+# $\sum_h W_O^h (\sigma_h \odot b_V^g)$, which changes with the query, so it is identified even beside an
+# output bias. Qwen3-Next's other layers (three of four) are linear attention, which is not softmax attention:
+# attnid counts the full-attention layers and refuses the others by name.
+#
+# **A LayerNorm without a shift** (Command R) feeds the attention and the MLP side by side. Without a shift
+# there is no constant for a reader's bias to take back: every row of every map that reads the norm, biased or
+# not, has its direction $W + a (1/\gamma)^\top$, which reads $\mathbf{1}^\top \hat x = 0$ (for the gated MLP,
+# its gate and up rows). The rest of chapter 8's LayerNorm terms hold, except the value bias's constant, which
+# needs a shift to exist.
+#
+# **Llama 4's experts.** Its router scores the experts with a linear map, keeps the top one, and scales that
+# expert's *input* by the sigmoid of its logit, beside a shared expert every token passes. No shift or scale of
+# the logits leaves the sigmoid unchanged, so the router is identified even with one expert chosen; each
+# expert, and the shared one, keeps the up/down rescaling of a gated MLP. Its NoPE layers have no QK-norm and
+# multiply the queries by a temperature that depends on the position only, which commutes with every map of
+# $GL(D)$: the count of a NoPE layer holds. Its RoPE layers attend in chunks, a mask of at least two tokens,
+# which leaves the count of causal attention.
+#
+# The table sets each closed form beside our layer's Jacobian count and the real module's (Llama 4's
+# `Llama4TextAttention` in a RoPE and a NoPE layer, StableLM's with `qk_layernorm`, Qwen3-Next's gated
+# attention), with the mechanism and with it taken out, and audits a Llama 4 and a Command R decoder layer
+# whole.
+
+# %%
+gates = rel.norms_and_gates_table(seed, real=not small)
+table(gates)
+
+# %% [markdown]
+# All {glue:text}`ng_agree` of {glue:text}`ng_checks` Jacobian counts in the table equal their closed form.
+# In the released models below, one RoPE layer of Llama 4 Scout leaves {glue:text}`scout_rope:,`
+# directions unidentified and a NoPE layer {glue:text}`scout_nope:,`. Qwen3-Next's gates cut the
+# value–output directions of a full-attention layer from {glue:text}`qwen_next_vo_without:,` to
+# {glue:text}`qwen_next_vo:,`. StableLM 2 12B's LayerNorm per head leaves {glue:text}`stablelm_qk:,`
+# query–key directions unidentified, {glue:text}`stablelm_centring:,` of them the centring's;
+# all told, {glue:text}`stablelm_share:.2%` of the layer.
+# `attnid count --config` reads each family's `config.json`, and `attnid audit --config FILE --block`
+# audits its layer through the real module.
+
+# %%
+released_layers = rel.norms_and_gates_models()
+for name, value in rel.norms_and_gates_facts(gates, released_layers).items():
+    glue(name, value, display=False)
+table(released_layers)

@@ -70,7 +70,18 @@ BLOCK_SHAPES = {
                 dict(heads=2, bias="none", ffn=4)],
     "smollm3": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
                 dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
+    # Llama 4: L2 QK-norm, four experts under a sigmoid router choosing one, a shared expert; a NoPE layer
+    "llama4": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
+               dict(heads=4, groups=1, head_dim=4, ffn=6), dict(heads=2, groups=2, nope=True, ffn=4),
+               dict(heads=2, bias="all", ffn=4)],
+    # Command R: one LayerNorm without a shift before attention and MLP side by side; Command R+'s QK LayerNorm
+    "cohere": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=2, qk_norm="layer"),
+               dict(heads=2, bias="all", ffn=12), dict(embed=12, heads=3, groups=1, qk_norm="layer", ffn=16)],
 }  # fmt: skip
+# StableLM 2 12B's LayerNorm per head on queries and keys, behind the block's LayerNorm (its shift gives effective
+# biases that the centring removes), with and without q/k/v biases of their own
+BLOCK_SHAPES["stablelm"] += [dict(heads=2, groups=1, rope_dims=2, qk_norm="layer"),
+                             dict(heads=2, groups=2, rope_dims=2, qk_norm="layer", bias="qkv")]  # fmt: skip
 BLOCK_CASES = [(t, i) for t in BLOCK_SHAPES for i in range(len(BLOCK_SHAPES[t]))]
 
 
@@ -135,6 +146,10 @@ MODEL_CASES = [
     ("opt", dict(heads=1, bias="none")),  # one head as wide as the stream: no value_mean of its own
     ("glm4", dict(heads=1, rope_dims=4)),
     ("phi3", dict(heads=2, rope_dims=2, tied=True)),  # (one head of 8, rope 6: a near-null value at seed 0)
+    ("cohere", dict(groups=1, ffn=8)),  # tied, a LayerNorm without a shift in a parallel block (vocabulary 4F)
+    ("cohere", dict(groups=1, ffn=8, tied=False, seed=1)),  # untied: each head row along 1/γ reads nothing
+    ("cohere", dict(groups=2, ffn=8, qk_norm="layer", bias="all")),
+    ("stablelm", dict(heads=2, groups=1, rope_dims=2, qk_norm="layer")),  # the LayerNorm per head of StableLM 2 12B
 ]
 
 

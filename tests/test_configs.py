@@ -51,7 +51,7 @@ def test_count_config_prints_what_count_preset_prints(scope):
         b = run("count", "--preset", name, "--scope", scope, "--json")
         assert a.returncode == b.returncode == 0, a.stderr
         ja, jb = json.loads(a.stdout), json.loads(b.stdout)
-        assert set(ja.pop("config_fields")) == {"read", "at_default", "neutral", "fixed", "defaults"}
+        assert set(ja.pop("config_fields")) == {"read", "at_default", "neutral", "fixed", "defaults", "truth_values"}
         if ja.get("model"):
             assert ja["model"].pop("source").startswith(jb["model"].pop("source"))
         assert ja == jb

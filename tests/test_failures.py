@@ -77,7 +77,7 @@ MLA_REFUSED = (  # flags the latent-attention audit cannot use: refused by name,
         (["audit", "--hf", "llama", "--embed", "8", "--heads", "2", "--head-dim", "3"], ("head_dim",), ("rope_dims",)),
         # a flag the audited module does not have is refused, not dropped (the fifth review)
         (["audit", "--hf", "llama", "--qk-norm", "head"], ("qk-norm", "llama", "no QK-norm"), ()),
-        (["audit", "--hf", "olmo2", "--qk-norm", "head"], ("qk-norm", "per projection"), ()),
+        (["audit", "--hf", "olmo2", "--qk-norm", "head"], ("qk-norm", "over the projection", "qwen3"), ()),
         (["audit", "-E", "8", "-H", "2", "--kv-rank", "4", "--q-rank", "3"], ("--kv-rank, --q-rank",), ()),
         (["audit", "-E", "8", "-H", "2", "--norm-eps", "0.05"], ("norm-eps", "--qk-norm"), ()),
         (["audit", "--hf", "llama", "-E", "8", "-H", "2", "--rope", "--head-dim", "0"], ("head_dim",), ()),

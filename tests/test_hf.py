@@ -34,6 +34,9 @@ CASES = {
     "mixtral": dict(groups=2),  # Mistral's attention in a mixture-of-experts model (its block is not counted)
     "qwen3_moe": dict(groups=1, bias="all"),  # Qwen3's attention in a mixture-of-experts model
     "smollm3": dict(groups=2),  # a RoPE layer (its NoPE layers: tests/test_released.py)
+    "llama4": dict(groups=2),  # a RoPE layer with L2 QK-norm, complex rotary (its NoPE layers: test_released.py)
+    "qwen3_next": dict(groups=2),  # gated heads, (1 + w) QK-norm, a quarter of each head rotated
+    "cohere": dict(groups=2),  # interleaved rotary pairs (its QK LayerNorm: tests/test_modern_attention.py)
 }
 
 

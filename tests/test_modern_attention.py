@@ -84,7 +84,7 @@ def test_soft_capping_identifies_the_key_bias(shape):
 
 def test_bad_qk_norm_settings_are_refused():
     with pytest.raises(ValueError, match="qk_norm: expected one of"):
-        AttentionConfig(16, 4, qk_norm="layer")
+        AttentionConfig(16, 4, qk_norm="batch")
     with pytest.raises(ValueError, match="qk_norm_eps must be a number"):
         AttentionConfig(16, 4, qk_norm="head", qk_norm_eps=-1.0)
     with pytest.raises(ValueError, match="logit_softcap must be a positive finite number"):

@@ -163,7 +163,7 @@ def test_sinks_closed_form_equals_the_rank_of_our_layer(cfg):
 
 
 def test_certify_refuses_sinks_by_name():
-    with pytest.raises(ValueError, match="sinks change"):
+    with pytest.raises(ValueError, match="sinks and output gates change"):
         audit(AttentionConfig(16, 4, bias="all", causal=True, sinks=True), method="certify")
 
 
@@ -302,14 +302,6 @@ def test_a_granite_multiplier_of_zero_is_refused_by_name(tmp_path, name):
     (tmp_path / "config.json").write_text(json.dumps({**FAMILY_FILES["granite"], name: 0.0}))
     with pytest.raises(ConfigError, match=f"{name}: 0.0 must be a finite number other than 0"):
         config_preset(tmp_path)
-
-
-@pytest.mark.parametrize("model_type, says", [("llama4", "position-dependent temperature"),
-                                              ("qwen3_next", "linear attention"), ("cohere", "no shift")])  # fmt: skip
-def test_families_with_unmodelled_layers_are_refused_with_what_they_hold(tmp_path, model_type, says):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
-    r = run("count", "--config", str(tmp_path))
-    assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1
 
 
 def test_the_chapters_released_facts_follow_the_tables():

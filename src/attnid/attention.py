@@ -26,8 +26,15 @@ from .rope import apply_rope
 AttentionParams = dict[str, torch.Tensor]
 
 BIAS_LETTERS = "qkvo"
-PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "g_Q", "g_K", "W_V", "b_V", "W_O", "b_O", "sink")
-QK_NORMS = ("", "head", "proj")  # no QK-norm; RMSNorm over each head (Qwen3, Gemma 3); over the projection (OLMo 2)
+PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "g_Q", "g_K", "W_V", "b_V", "W_G", "b_G", "W_O", "b_O", "sink")
+# no QK-norm; RMSNorm over each head with one shared weight (Qwen3, Gemma 3); RMSNorm over the projection (OLMo 2);
+# RMSNorm over each head without a weight, the "L2 norm" (Llama 4); LayerNorm over each head without a shift, a weight
+# per head (StableLM 2, Command R+)
+QK_NORMS = ("", "head", "proj", "l2", "layer")
+QK_NORM_WEIGHTED = ("head", "proj", "layer")  # the norms with a weight (parameters g_Q, g_K)
+QK_NORM_NAMES = {"": "no QK-norm", "head": "an RMSNorm per head (one shared weight)",
+                 "proj": "an RMSNorm over the projection", "l2": "an RMSNorm per head without a weight (L2)",
+                 "layer": "a LayerNorm per head without a shift"}  # fmt: skip
 
 
 # ----------------------------------------------------- the parameter vector θ (one walk, used everywhere)
@@ -81,10 +88,15 @@ class AttentionConfig:
     GPT-NeoX, Pythia and Phi). ``qk_norm``: an RMSNorm on queries and on keys before RoPE and the product,
     over each head's ``D`` coordinates with one weight ``g_Q``/``g_K`` of size ``D`` shared by all heads
     (``"head"``, Qwen3, Gemma 3), or over the whole projection with a weight per coordinate (``"proj"``,
-    OLMo 2: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``); ``qk_norm_eps`` its ε (0: the exact symmetric point).
+    OLMo 2: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``), over each head without a weight (``"l2"``, Llama 4: it commutes
+    with RoPE, so before or after the rotation is one function), or a LayerNorm over each head without a shift and
+    with a weight per head (``"layer"``, StableLM 2, Command R+: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``);
+    ``qk_norm_eps`` its ε (0: the exact symmetric point).
     ``logit_softcap`` c: scores capped to ``c tanh(a / c)`` before the softmax (Gemma 2). ``sinks``: one learned
     logit ``s_h`` per head in every softmax's denominator, attended to by no value (gpt-oss: the weights of a
-    query sum to ``1 − π_h < 1``; parameter ``sink`` ``(H,)``).
+    query sum to ``1 − π_h < 1``; parameter ``sink`` ``(H,)``). ``output_gate``: each head's mixture multiplied,
+    channel by channel, by ``σ(W_G^h x + b_G^h)`` of its query's input before ``W_O`` (Qwen3-Next's gated attention;
+    ``W_G`` ``(H, C, E)``, ``b_G`` ``(H, C)`` when there is a query bias, as the gate comes out of the query map).
     """
 
     embed: int
@@ -101,6 +113,7 @@ class AttentionConfig:
     qk_norm_eps: float = 0.0
     logit_softcap: float | None = None
     sinks: bool = False
+    output_gate: bool = False
 
     def __post_init__(self) -> None:  # noqa: C901 (reason in the docstring)
         """Refuse a field of the wrong type or range in one line naming it.
@@ -119,7 +132,7 @@ class AttentionConfig:
             v = getattr(self, name)
             if v is not None and not positive_int(v):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("rope", "causal", "sinks"):
+        for name in ("rope", "causal", "sinks", "output_gate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         base = self.rope_base
@@ -182,17 +195,20 @@ class AttentionConfig:
             "g_K": (D,) if self.qk_norm == "head" else (G, D),
             "W_V": (G, C, E),
             "b_V": (G, C),
+            "W_G": (H, C, E),
+            "b_G": (H, C),
             "W_O": (H, E, C),
             "b_O": (E,),
             "sink": (H,),
         }
-        keep = {"b_Q": "q", "b_K": "k", "b_V": "v", "b_O": "o"}
+        keep = {"b_Q": "q", "b_K": "k", "b_V": "v", "b_O": "o", "b_G": "q"}
         return {
             k: s
             for k, s in full.items()
             if (k not in keep or keep[k] in self.bias)
-            and (self.qk_norm or k not in ("g_Q", "g_K"))
+            and (self.qk_norm in QK_NORM_WEIGHTED or k not in ("g_Q", "g_K"))
             and (self.sinks or k != "sink")
+            and (self.output_gate or k not in ("W_G", "b_G"))
         }
 
 
@@ -209,12 +225,17 @@ def init_params(cfg: AttentionConfig, *, seed: int = 0, dtype: torch.dtype = tor
     return out
 
 
-def rms_normed(Y: torch.Tensor, g: torch.Tensor, cfg: AttentionConfig) -> torch.Tensor:
-    """QK-norm of queries or keys ``Y`` ``(B, heads, D, L)`` with weight ``g``: RMSNorm over each head's
-    ``D`` coordinates (``cfg.qk_norm == "head"``, ``g`` ``(D,)``) or over all heads together (``"proj"``,
-    ``g`` ``(heads, D)``), at ``ε = cfg.qk_norm_eps``."""
-    dims = (2,) if cfg.qk_norm == "head" else (1, 2)
+def qk_normed(Y: torch.Tensor, g: torch.Tensor | None, cfg: AttentionConfig) -> torch.Tensor:
+    """QK-norm of queries or keys ``Y`` ``(B, heads, D, L)`` with weight ``g`` at ``ε = cfg.qk_norm_eps``: RMSNorm
+    over each head's ``D`` coordinates (``cfg.qk_norm == "head"``, ``g`` ``(D,)``; ``"l2"``, no weight) or over all
+    heads together (``"proj"``, ``g`` ``(heads, D)``), or LayerNorm over each head without a shift (``"layer"``, ``g``
+    ``(heads, D)``)."""
+    if cfg.qk_norm == "layer":
+        Y = Y - Y.mean(dim=2, keepdim=True)
+    dims = (1, 2) if cfg.qk_norm == "proj" else (2,)
     Y = Y * torch.rsqrt(Y.pow(2).mean(dim=dims, keepdim=True) + cfg.qk_norm_eps)
+    if g is None:
+        return Y
     return Y * (g[None, None, :, None] if g.dim() == 1 else g[None, :, :, None])
 
 
@@ -246,7 +267,8 @@ def attention_steps(
     """Every intermediate of the column-form layer for ``X`` of shape ``(B, E, L)``:
 
     ``Q (B, H, D, L)``, ``K, V`` per head (``(B, H, D|C, L)``, groups repeated), ``A`` scores and
-    ``P`` probabilities ``(B, H, L_keys, L_queries)``, ``Z = V P`` ``(B, H, C, L)``,
+    ``P`` probabilities ``(B, H, L_keys, L_queries)``, ``Z = V P`` ``(B, H, C, L)`` (times ``gate``, the
+    output gate ``(B, H, C, L)``, when ``cfg.output_gate``),
     ``head_out`` = ``W_O^h Z_h`` ``(B, H, E, L)`` and ``Y`` ``(B, E, L)``.
     """
     check_inputs(X, p, cfg)
@@ -270,7 +292,14 @@ def head_mixtures(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> 
 
 
 def _mixing_steps(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> dict[str, torch.Tensor]:
-    return mix_heads(*projections(X, p, cfg), p, cfg)
+    steps = mix_heads(*projections(X, p, cfg), p, cfg)
+    if cfg.output_gate:  # σ(W_G^h x + b_G^h) per query token, channel by channel: (B, H, C, L)
+        gate = torch.einsum("hce,bel->bhcl", p["W_G"], X)
+        if "b_G" in p:
+            gate = gate + p["b_G"][None, :, :, None]
+        steps["gate"] = torch.sigmoid(gate)
+        steps["Z"] = steps["gate"] * steps["Z"]
+    return steps
 
 
 def projections(
@@ -298,7 +327,7 @@ def mix_heads(
     on that query alone; a key or value moves the mixtures of its own sequence only."""
     n, L = cfg.H // cfg.G, Q.shape[-1]
     if cfg.qk_norm:
-        Q, K = rms_normed(Q, p["g_Q"], cfg), rms_normed(K, p["g_K"], cfg)
+        Q, K = qk_normed(Q, p.get("g_Q"), cfg), qk_normed(K, p.get("g_K"), cfg)
     if cfg.rope:
         Q, K = apply_rope(Q, cfg.rope_base, cfg.R), apply_rope(K, cfg.rope_base, cfg.R)
     if n > 1:
@@ -351,14 +380,16 @@ def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: Attention
     q = proj(p["W_Q"], p.get("b_Q"), H, D)
     k = proj(p["W_K"], p.get("b_K"), G, D)
     v = proj(p["W_V"], p.get("b_V"), G, C)
-    if cfg.qk_norm:  # written apart from rms_normed: over the last axis, or over heads and D together
+    if cfg.qk_norm:  # written apart from qk_normed: over the last axis, or over heads and D together
 
         def normed(y, g):
-            dims = (-1,) if cfg.qk_norm == "head" else (1, -1)
-            w = g if g.dim() == 1 else g[None, :, None, :]
-            return w * y / (y.pow(2).mean(dim=dims, keepdim=True) + cfg.qk_norm_eps).sqrt()
+            if cfg.qk_norm == "layer":
+                return F.layer_norm(y, (D,), eps=cfg.qk_norm_eps) * g[None, :, None, :]
+            dims = (1, -1) if cfg.qk_norm == "proj" else (-1,)
+            y = y / (y.pow(2).mean(dim=dims, keepdim=True) + cfg.qk_norm_eps).sqrt()
+            return y if g is None else (g if g.dim() == 1 else g[None, :, None, :]) * y
 
-        q, k = normed(q, p["g_Q"]), normed(k, p["g_K"])
+        q, k = normed(q, p.get("g_Q")), normed(k, p.get("g_K"))
     if cfg.rope:  # apply_rope expects (..., D, L)
         q = apply_rope(q.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
         k = apply_rope(k.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
@@ -376,6 +407,9 @@ def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: Attention
             z = torch.softmax(a, dim=-1)[..., :-1] @ v
         else:
             z = torch.softmax(a, dim=-1) @ v
+    if cfg.output_gate:  # the gate from each query's own input, as Qwen3-Next's query map gives it
+        gate = proj(p["W_G"], p.get("b_G"), H, C)  # (B, H, L, C)
+        z = z * torch.sigmoid(gate)
     concat = z.transpose(1, 2).reshape(B, L, H * C)
     W_O = p["W_O"].permute(1, 0, 2).reshape(E, H * C)  # [W_O^1 | ... | W_O^H]
     y = concat @ W_O.T

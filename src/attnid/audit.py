@@ -495,14 +495,13 @@ def audit(
     check_rtol(rtol)
     n = total_params(cfg)  # from the shapes: nothing is allocated before the memory check
     # chapter 9: symmetries certify's basis does not hold (sinks identify the biases the basis takes as null)
-    beyond = cfg.qk_norm or cfg.logit_softcap is not None or cfg.sinks
+    beyond = cfg.qk_norm or cfg.logit_softcap is not None or cfg.sinks or cfg.output_gate
     if method == "auto":
         method = "certify" if (n > 3000 and cfg.D <= cfg.E and cfg.C <= cfg.E and not beyond) else "dense"
     if method == "certify" and beyond and directions is None:
         raise ValueError(
-            "method: certify checks the paper's symmetries, which QK-norm, soft-capping and sinks change; audit this "
-            "layer "
-            "with method 'dense' (--method dense) or give its null directions"
+            "method: certify checks the paper's symmetries, which QK-norm, soft-capping, sinks and output gates "
+            "change; audit this layer with method 'dense' (--method dense) or give its null directions"
         )
     B, L = _audit_data_size(cfg, n, method, batch=batch, seq_len=seq_len, ratio=ratio)
     split = directions is None and splits_by_group(cfg)  # the per-group route of certify (see _certify)

@@ -60,6 +60,7 @@ NEUTRAL: dict[str, str] = {
                     "bookkeeping of the hub or of generation (a revision, a cache's kind, a context the model was "
                     "first trained at, what a call returns): not the function of the weights"),
     "router_jitter_noise": "noise on the router's input while training only: off when the function is evaluated",
+    "for_llm_compressor": "a flag for a quantisation tool: not read by transformers' model code",
     "sliding_window_size": "an older copy of sliding_window that transformers' code does not read (it reads "
                            "sliding_window, checked as such)",
     **dict.fromkeys(("n_group", "topk_group"),
@@ -75,24 +76,29 @@ MULTIMODAL_FIELDS = ("text_config", "vision_config", "mm_tokens_per_image", "boi
                      "initializer_range", "_commit_hash", "use_cache", "quantization_config")  # fmt: skip
 
 
-def _text_fields(fields: dict) -> dict:
-    """The text model's fields of a multimodal Gemma 3 file: its ``text_config``, once every field beside it is one
-    the multimodal config holds (:data:`MULTIMODAL_FIELDS`) and a ``tie_word_embeddings`` beside it agrees with the
-    text model's; :class:`ConfigError` naming the field otherwise."""
+# multimodal releases whose text model attnid counts: its model type, and its config class's tie_word_embeddings
+TEXT_MODELS = {"gemma3": ("gemma3_text", True), "llama4": ("llama4_text", False)}
+
+
+def _text_fields(fields: dict, model_type: str) -> dict:
+    """The text model's fields of a multimodal Gemma 3 or Llama 4 file: its ``text_config``, once every field beside it
+    is one the multimodal config holds (:data:`MULTIMODAL_FIELDS`) and a ``tie_word_embeddings`` beside it agrees with
+    the text model's; :class:`ConfigError` naming the field otherwise."""
+    text_type, tie_default = TEXT_MODELS[model_type]
     for k in fields:
         if k not in MULTIMODAL_FIELDS:
             raise ConfigError(
-                f"config: field {printable(k, 60)} sits beside text_config: transformers' multimodal Gemma 3 reads the "
-                "text model's fields from text_config only; move it there (or remove it)"
+                f"config: field {printable(k, 60)} sits beside text_config: transformers' multimodal {model_type} "
+                "reads the text model's fields from text_config only; move it there (or remove it)"
             )
     text = fields["text_config"]
     tie = fields.get("tie_word_embeddings")
-    if tie is not None and tie != text.get("tie_word_embeddings", True):
+    if tie is not None and tie != text.get("tie_word_embeddings", tie_default):
         raise ConfigError(
             f"config: tie_word_embeddings is {printable(tie, 20)} beside text_config and "
-            f"{printable(text.get('tie_word_embeddings', True), 20)} in it; attnid refuses to choose"
+            f"{printable(text.get('tie_word_embeddings', tie_default), 20)} in it; attnid refuses to choose"
         )
-    return {**text, "model_type": "gemma3_text"}
+    return {**text, "model_type": text_type}
 
 
 # a field naming remote code: data here (attnid never imports model code), accepted for a family transformers ships
@@ -140,15 +146,21 @@ ATTENTION_ONLY_TYPES = ("bert", "falcon", "gemma")  # counted at scope attention
 
 CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES)
 
-# families transformers ships whose layers hold what attnid does not model yet, and what that is
-UNMODELLED: dict[str, str] = {
-    "llama4": "its NoPE layers scale queries by a position-dependent temperature, its RoPE layers normalise queries "
-              "and keys without a weight (L2), attend in chunks, and route each token to one expert by a sigmoid "
-              "beside a shared expert: none of these is modelled yet",
-    "qwen3_next": "three of its four layers are linear attention (Gated DeltaNet), which is not softmax attention, "
-                  "and its softmax layers gate each head's output elementwise: neither is modelled yet",
-    "cohere": "its LayerNorm has no shift (a norm attnid does not model) in a parallel block",
-}  # fmt: skip
+# families transformers ships whose layers hold what attnid does not model yet, and what that is (none at present:
+# Llama 4, Qwen3-Next and Command R, once here, are read below)
+UNMODELLED: dict[str, str] = {}
+
+# the fields of a config that switch a family's QK-norm on or off, and the norm they switch on
+QK_NORM_FIELDS = {"llama4": ("use_qk_norm", "l2"), "stablelm": ("qk_layernorm", "layer"),
+                  "cohere": ("use_qk_norm", "layer")}  # fmt: skip
+
+# Qwen3-Next: the layers attnid does not count (linear attention, and the blocks around them); read, so that a value
+# is never refused as unknown, and named in the refusal of a block or a model
+LINEAR_ATTENTION_FIELDS = ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
+                           "linear_num_value_heads", "linear_value_head_dim", "num_experts", "num_experts_per_tok",
+                           "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step",
+                           "mlp_only_layers", "norm_topk_prob", "intermediate_size", "num_hidden_layers", "vocab_size",
+                           "tie_word_embeddings", "hidden_act", "layer_types")  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -184,11 +196,11 @@ def config_preset(path: str | Path) -> Preset:
     model_type = fields.get("model_type")
     if not isinstance(model_type, str):
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
-    if model_type == "gemma3" and isinstance(fields.get("text_config"), dict):  # the multimodal release
-        fields = _text_fields(fields)
+    if model_type in TEXT_MODELS and isinstance(fields.get("text_config"), dict):  # a multimodal release
+        fields = _text_fields(fields, model_type)
         source += " (its text model; the vision tower is not counted)"
-        model_type = "gemma3_text"
-    hf_type = "gemma3" if model_type == "gemma3_text" else model_type
+        model_type = TEXT_MODELS[model_type][0]
+    hf_type = {"gemma3_text": "gemma3", "llama4_text": "llama4"}.get(model_type, model_type)
     if hf_type in UNMODELLED:
         raise ConfigError(f"config: model_type {model_type!r}: {UNMODELLED[hf_type]}; attnid refuses rather than count "
                           "it as another family")  # fmt: skip
@@ -196,6 +208,7 @@ def config_preset(path: str | Path) -> Preset:
         raise ConfigError(f"config: model_type {model_type!r} is not a family attnid knows; it knows "
                           f"{', '.join(CONFIG_TYPES)}")  # fmt: skip
     remote = fields.pop(REMOTE_CODE, None)  # data, never code: the family is the one model_type names
+    fields, truths = _truth_values(fields)
     c = _library_config(model_type, fields)
     got: tuple[AttentionConfig | MLAConfig, Model | None, set[str]]
     if hf_type in MLA_TYPES:
@@ -210,8 +223,35 @@ def config_preset(path: str | Path) -> Preset:
     if model is not None:
         model = replace(model, source=source)
     reading = config_reading(fields, c, read, remote is not None, default)
+    reading["truth_values"] = truths
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
-                  model, reading=reading)  # fmt: skip
+                  model, reading=reading, attention_only=_attention_only_reason(hf_type, c))  # fmt: skip
+
+
+def _attention_only_reason(hf_type: str, c) -> str:
+    """Why a family with a counted attention has no counted block or model (Qwen3-Next's linear attention)."""
+    if hf_type != "qwen3_next":
+        return ""
+    linear = sum(t == "linear_attention" for t in c.layer_types)
+    return (f"{linear} of its {len(c.layer_types)} layers are linear attention (Gated DeltaNet), which is not softmax "
+            "attention and has no closed form here, and its mixture has a gated shared expert; attnid counts the "
+            "attention of its full-attention layers")  # fmt: skip
+
+
+# flags a released file writes as numbers that transformers' config class now types as booleans; the model code reads
+# their truth value (Llama 4 Scout's file has attn_temperature_tuning = 4)
+TRUTH_FIELDS = ("attn_temperature_tuning",)
+
+
+def _truth_values(fields: dict) -> tuple[dict, dict]:
+    """``fields`` with each :data:`TRUTH_FIELDS` number replaced by its truth value, and ``{field: "v read as b"}``."""
+    truths = {}
+    for k in TRUTH_FIELDS:
+        v = fields.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            truths[k] = f"{printable(repr(v))} read as {bool(v)} (the model's code reads its truth value)"
+            fields = {**fields, k: bool(v)}
+    return fields, truths
 
 
 def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: dict) -> dict:
@@ -328,8 +368,33 @@ GRANITE_MULTIPLIERS = ("embedding_multiplier", "attention_multiplier", "residual
 FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": "", "phi3": ""}  # by its code
 
 
-def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
+def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[str]]:
     """A family with a counted decoder layer (:data:`attnid.families.HF_TYPES`)."""
+    t = HF_TYPES[hf_type]
+    E = c.hidden_size
+    cfg, read = _read_attention(hf_type, c)
+    if hf_type == "qwen3_next":
+        return cfg, None, read | _full_attention_layers(c)
+    if hf_type == "llama4":
+        return cfg, _llama4_model(c, read), read
+    if hf_type == "cohere":
+        read |= _logit_scale(c)
+    if hf_type == "gpt2":
+        ffn = _positive(c, "n_inner", default=4 * E)
+    elif t.moe:
+        return cfg, _mixture_model(c, hf_type, read), read
+    else:
+        ffn = _positive(c, "ffn_dim" if hf_type == "opt" else "intermediate_size", default=None)
+    context = {"gpt2": "n_positions", "opt": "max_position_embeddings"}.get(hf_type)
+    if context:
+        read.add(context)
+    model = Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "",
+                  context=getattr(c, context) if context else 0, **_layer_kinds_and_head(c, t, read))  # fmt: skip
+    return cfg, model, read
+
+
+def _read_attention(hf_type: str, c) -> tuple[AttentionConfig, set[str]]:
+    """The attention of a family's config, and the fields read (the model's sizes among them)."""
     t = HF_TYPES[hf_type]
     d = c.to_dict()
     E, H = c.hidden_size, c.num_attention_heads
@@ -353,28 +418,17 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model, set[str]]:
     if t.rotary is not None:
         base, share = _rope(c, t.partial_rope)
         rope_dims = int(D * share) if t.partial_rope else None  # as transformers takes it
-    eps = d.get("rms_norm_eps", 0.0) if t.qk_norm else 0.0
+    qk_norm, eps = _qk_norm_of(c, hf_type, read)
     try:
         cfg = equivalent_config(hf_type, embed=E, heads=H, groups=G, head_dim=D, rope_dims=rope_dims, bias=bias,
-                                norm_eps=eps)  # fmt: skip
+                                norm_eps=eps, qk_norm=qk_norm)  # fmt: skip
         if t.rotary is not None:
             cfg = cfg.with_(rope_base=base)
         if "attn_logit_softcapping" in d:
             cfg = cfg.with_(logit_softcap=c.attn_logit_softcapping)
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
-    if hf_type == "gpt2":
-        ffn = _positive(c, "n_inner", default=4 * E)
-    elif t.moe:
-        return cfg, _mixture_model(c, hf_type, read), read
-    else:
-        ffn = _positive(c, "ffn_dim" if hf_type == "opt" else "intermediate_size", default=None)
-    context = {"gpt2": "n_positions", "opt": "max_position_embeddings"}.get(hf_type)
-    if context:
-        read.add(context)
-    model = Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "",
-                  context=getattr(c, context) if context else 0, **_layer_kinds_and_head(c, t, read))  # fmt: skip
-    return cfg, model, read
+    return cfg, read
 
 
 def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
@@ -396,6 +450,64 @@ def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
                           "(attnid counts a mixture in every layer)")  # fmt: skip
     ffn = _positive(c, "moe_intermediate_size" if hf_type == "qwen3_moe" else "intermediate_size", default=None)
     return Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts)
+
+
+def _qk_norm_of(c, hf_type: str, read: set[str]) -> tuple[str, float]:
+    """``(qk_norm, ε)`` of a config: the family's QK-norm, or the one its field switches on or off
+    (:data:`QK_NORM_FIELDS`, added to ``read``), at the ε of its norms."""
+    qk_norm = HF_TYPES[hf_type].qk_norm
+    if hf_type in QK_NORM_FIELDS:
+        field, norm = QK_NORM_FIELDS[hf_type]
+        read.add(field)
+        qk_norm = norm if getattr(c, field) else ""
+    d = c.to_dict()
+    return qk_norm, (d.get("layer_norm_eps" if qk_norm == "layer" else "rms_norm_eps", 0.0) if qk_norm else 0.0)
+
+
+def _full_attention_layers(c) -> set[str]:
+    """Qwen3-Next: the fields of the layers attnid does not count, once at least one layer is full attention."""
+    kinds = c.layer_types
+    if not isinstance(kinds, list) or "full_attention" not in kinds:
+        raise ConfigError(f"layer_types: {printable(repr(kinds), 80)} has no full_attention layer (attnid counts the "
+                          "softmax attention of those; linear attention is not softmax attention)")  # fmt: skip
+    return set(LINEAR_ATTENTION_FIELDS)
+
+
+def _llama4_model(c, read: set[str]) -> Model:
+    """Llama 4's text model: mixture layers (``moe_layers``: the router's σ of one chosen logit scales that expert's
+    input, beside a shared expert as wide as each expert) and dense ones (``intermediate_size_mlp``), NoPE layers
+    (``no_rope_layers``, 0 marks one) without QK-norm, a query temperature in them, attention in chunks in the
+    others; the fields read are added to ``read``."""
+    read |= {"num_local_experts", "num_experts_per_tok", "intermediate_size", "intermediate_size_mlp", "moe_layers",
+             "interleave_moe_layer_step", "no_rope_layers", "no_rope_layer_interval", "layer_types",
+             "attention_chunk_size", "attn_temperature_tuning", "attn_scale", "floor_scale"}  # fmt: skip
+    experts, chosen = _positive(c, "num_local_experts", default=None), _positive(c, "num_experts_per_tok", default=None)
+    if chosen > experts:
+        raise ConfigError(f"num_experts_per_tok: {chosen} of {experts} experts")
+    chunk = c.attention_chunk_size
+    if chunk is not None and not (isinstance(chunk, int) and chunk >= MIN_WINDOW):
+        raise ConfigError(f"attention_chunk_size: {printable(repr(chunk))}: a chunk of one token leaves each query "
+                          f"only itself; attnid counts chunks of at least {MIN_WINDOW} tokens")  # fmt: skip
+    for name in ("attn_scale", "floor_scale"):  # the temperature 1 + s log(⌊(p + 1)/f⌋ + 1) must stay positive
+        v = getattr(c, name)
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{name}: {printable(repr(v))} must be a finite number >= 0 (the query temperature)")
+    layers = c.num_hidden_layers
+    moe = set(c.moe_layers)
+    nope = [i for i, u in enumerate(c.no_rope_layers) if not u]
+    dense = layers - len(moe)
+    return Model(layers, _positive(c, "intermediate_size", default=None), c.vocab_size, bool(c.tie_word_embeddings),
+                 "", experts=experts, shared_ffn=c.intermediate_size, dense_layers=dense,
+                 dense_ffn=_positive(c, "intermediate_size_mlp", default=None) if dense else 0, nope_layers=len(nope),
+                 nope_qk_norm=False, nope_dense_layers=sum(i not in moe for i in nope))  # fmt: skip
+
+
+def _logit_scale(c) -> set[str]:
+    """Command R's fixed factor on the logits, after checking it is a finite number other than 0."""
+    v = c.logit_scale
+    if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v != 0):
+        raise ConfigError(f"logit_scale: {printable(repr(v))} must be a finite number other than 0 (a fixed factor)")
+    return {"logit_scale"}
 
 
 def _check_gpt_oss_experts(c, chosen: int) -> None:

@@ -219,8 +219,8 @@ def qk_norm_quantities(p: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tenso
 
 def _qk_norm_quantities(p: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
     """:func:`qk_norm_quantities`, differentiable."""
-    if not cfg.qk_norm:
-        raise ValueError("qk_norm_quantities: the layer has no QK-norm (cfg.qk_norm is empty)")
+    if cfg.qk_norm not in ("head", "proj"):
+        raise ValueError(f"qk_norm_quantities: written for RMSNorm with a weight ('head', 'proj'), not {cfg.qk_norm!r}")
     squares = {
         s: p[f"W_{s}"].double().pow(2).sum(-1) + (p[f"b_{s}"].double().pow(2) if f"b_{s}" in p else 0.0) for s in "QK"
     }  # (heads, D): each row's ‖[w | b]‖²

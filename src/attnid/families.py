@@ -41,8 +41,14 @@ class HFType:
     qk_norm: str = ""  # attention.QK_NORMS: RMSNorm on queries and keys per head ("head") or per projection
     softcap: float | None = None  # the scores capped to c tanh(a / c) (its released c); its attention runs eager
     sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss); its attention runs eager
-    nope_layers: bool = False  # some layers without RoPE (no_rope_layers: SmolLM3)
+    nope_layers: bool = False  # some layers without RoPE (no_rope_layers: SmolLM3, Llama 4)
+    nope_qk_norm: bool = True  # its NoPE layers keep the QK-norm (False: Llama 4 normalises in RoPE layers only)
+    # the other QK-norm its config can choose (None: none): StableLM 2's qk_layernorm and Cohere's use_qk_norm switch
+    # "layer" on, Llama 4's use_qk_norm switches its "l2" off ("")
+    other_qk_norm: str | None = None
+    output_gate: bool = False  # each head's output gated by a sigmoid of its query's input (Qwen3-Next)
     router: str = ""  # its decoder layer's mixture of experts: counting.ROUTERS ("": one MLP)
+    shared_expert: bool = False  # beside the routed experts, one expert every token passes (Llama 4)
 
     @property
     def moe(self) -> bool:
@@ -60,6 +66,10 @@ class HFType:
             return self.mlp in BIASED_GATED_MLPS
         return bool(bias) if self.module in ("opt", "starcoder2") else True
 
+    def qk_norms(self) -> tuple[str, ...]:
+        """The QK-norms this type can have (its default first; "" for none)."""
+        return (self.qk_norm,) if self.other_qk_norm is None else (self.qk_norm, self.other_qk_norm)
+
     def ffn_kwargs(self, ffn: int) -> dict:
         if self.module == "qwen3_moe":
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
@@ -70,6 +80,8 @@ class HFType:
         if not experts:
             return {}
         n = {"qwen3_moe": "num_experts"}.get(self.module, "num_local_experts")
+        if self.module == "llama4":  # one expert chosen per token, as released: its σ is not renormalised
+            return {n: experts, "num_experts_per_tok": 1, "moe_layers": [0]}
         return {n: experts, "num_experts_per_tok": 2, **({"decoder_sparse_step": 1, "mlp_only_layers": [],
                                                           "norm_topk_prob": True} if self.module == "qwen3_moe"
                                                          else {})}  # fmt: skip
@@ -102,8 +114,8 @@ class HFType:
             kw.update(
                 query_pre_attn_scalar=cfg.D, attn_logit_softcapping=cfg.logit_softcap, final_logit_softcapping=None
             )
-        if self.qk_norm:
-            kw["rms_norm_eps"] = cfg.qk_norm_eps
+        if cfg.qk_norm:
+            kw["layer_norm_eps" if cfg.qk_norm == "layer" else "rms_norm_eps"] = cfg.qk_norm_eps
         if name == "olmo2":  # its default end-of-text id lies outside the tiny vocabulary (transformers warns)
             kw["eos_token_id"] = 0
         # transformers takes int(D * factor) rotary dims; R/D itself can land just below R (30/44 * 44 =
@@ -116,7 +128,7 @@ class HFType:
                 "rope_theta": cfg.rope_base,
                 "partial_rotary_factor": factor,
             }
-        if name in ("phi", "phi3", "glm4", "stablelm"):
+        if name in ("phi", "phi3", "glm4", "stablelm", "qwen3_next"):
             kw["rope_parameters"] = {
                 "rope_type": "default",
                 "rope_theta": cfg.rope_base,
@@ -138,6 +150,9 @@ ATTENTION_BIAS_TYPES = (
     "smollm3",
     "granite",
     "glm4",
+    "llama4",
+    "qwen3_next",
+    "cohere",
 )
 
 
@@ -151,7 +166,17 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
     if name == "starcoder2":
         return dict(no_ids, use_bias=bool(cfg.bias))
     if name == "stablelm":
-        return dict(no_ids, use_qkv_bias=bool(cfg.bias))
+        return dict(no_ids, use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer")
+    if name == "cohere":
+        return dict(no_ids, use_qk_norm=cfg.qk_norm == "layer")
+    if name == "qwen3_next":  # one full (softmax) attention layer
+        return dict(no_ids, layer_types=["full_attention"])
+    if name == "llama4":  # the audited layer a RoPE one (L2 QK-norm) or a NoPE one with a temperature that varies
+        # over the audit's positions (floor_scale 2: the scale changes every second token); no chunking at this length
+        return dict(no_ids, no_rope_layers=[1 if cfg.rope else 0], use_qk_norm=cfg.qk_norm == "l2",
+                    attn_temperature_tuning=True, floor_scale=2, attn_scale=0.1, moe_layers=[],
+                    intermediate_size_mlp=4 * cfg.E,
+                    rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base})  # fmt: skip
     if name == "gpt_oss":  # one full-attention layer, plain RoPE at cfg's base
         return dict(
             layer_types=["full_attention"], rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base}
@@ -206,9 +231,11 @@ HF_TYPES: dict[str, HFType] = {
         partial_rope=True, layer="Glm4DecoderLayer", lm="Glm4ForCausalLM", norm="rms", mlp="swiglu",
         ffn_ratio=8 / 3, norm_position="sandwich",
     ),
-    "stablelm": HFType(  # StableLM 2: LayerNorm, rotary on a quarter of each head, q/k/v biases or none
+    "stablelm": HFType(  # StableLM 2: LayerNorm, rotary on a quarter of each head, q/k/v biases or none, and
+        # (qk_layernorm, StableLM 2 12B) a LayerNorm per head on queries and keys
         "stablelm", "StableLmConfig", "StableLmAttention", "StableLmRotaryEmbedding", biases=("", "qkv"), groups=True,
         partial_rope=True, layer="StableLmDecoderLayer", lm="StableLmForCausalLM", mlp="swiglu", ffn_ratio=8 / 3,
+        other_qk_norm="layer",
     ),
     "qwen3": HFType(
         "qwen3", "Qwen3Config", "Qwen3Attention", "Qwen3RotaryEmbedding", biases=("", "qkvo"), groups=True,
@@ -250,6 +277,23 @@ HF_TYPES: dict[str, HFType] = {
         groups=True, head_dim=True, qk_norm="head", layer="Qwen3MoeDecoderLayer", lm="Qwen3MoeForCausalLM",
         norm="rms", mlp="swiglu", ffn_ratio=8 / 3, router="softmax",
     ),
+    "llama4": HFType(  # Llama 4's text model: L2 QK-norm in its RoPE layers, NoPE layers with a query temperature,
+        # complex (interleaved-pair) rotary, one expert of a sigmoid router beside a shared expert
+        "llama4", "Llama4TextConfig", "Llama4TextAttention", "Llama4TextRotaryEmbedding", biases=("", "qkvo"),
+        groups=True, head_dim=True, qk_norm="l2", other_qk_norm="", nope_layers=True, nope_qk_norm=False,
+        layer="Llama4TextDecoderLayer", lm="Llama4ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
+        router="sigmoid", shared_expert=True,
+    ),
+    "qwen3_next": HFType(  # Qwen3-Next's softmax attention layers: gated heads, (1 + w) QK-norm, a quarter rotated
+        "qwen3_next", "Qwen3NextConfig", "Qwen3NextAttention", "Qwen3NextRotaryEmbedding", biases=("", "qkvo"),
+        groups=True, head_dim=True, partial_rope=True, qk_norm="head", output_gate=True, norm="rms", mlp="swiglu",
+    ),
+    "cohere": HFType(  # Command R: one LayerNorm without a shift before attention and MLP side by side, interleaved
+        # rotary pairs, and (use_qk_norm, Command R+) a LayerNorm per head on queries and keys
+        "cohere", "CohereConfig", "CohereAttention", "CohereRotaryEmbedding", biases=("", "qkvo"), groups=True,
+        other_qk_norm="layer", layer="CohereDecoderLayer", lm="CohereForCausalLM", norm="layer_noshift",
+        mlp="swiglu", ffn_ratio=8 / 3, residual="shared_norm", tied=True,
+    ),
 }  # fmt: skip
 
 
@@ -267,14 +311,17 @@ def equivalent_config(
     bias: str | None = None,
     norm_eps: float = 0.0,
     nope: bool = False,
+    qk_norm: str | None = None,
 ) -> AttentionConfig:
     """The :class:`AttentionConfig` of a ``hf_type`` attention layer (causal self-attention), its QK-norm at
-    ``ε = norm_eps``; with ``nope``, one of its layers without RoPE (a type with ``nope_layers``: SmolLM3). A
-    setting the model type cannot express raises ``ValueError`` naming it."""
+    ``ε = norm_eps``; with ``nope``, one of its layers without RoPE (a type with ``nope_layers``: SmolLM3, Llama 4);
+    ``qk_norm`` one of the type's QK-norms (:meth:`HFType.qk_norms`; None: its default). A setting the model type
+    cannot express raises ``ValueError`` naming it."""
     if hf_type not in HF_TYPES:
         raise ValueError(f"hf: unknown model type {hf_type!r}; choose one of {', '.join(HF_TYPES)}")
     t = HF_TYPES[hf_type]
     _check_nope(hf_type, nope, rope_dims)
+    norm = _qk_norm_choice(hf_type, qk_norm, nope)
     if groups is not None and groups != heads and not t.groups:
         raise ValueError(f"groups: {hf_type} has no grouped-query attention (groups must equal heads)")
     if head_dim is not None and not t.head_dim and head_dim * heads != embed:
@@ -286,8 +333,8 @@ def equivalent_config(
     if t.rotary is None and rope_dims is not None:
         raise ValueError(f"rope/rope_dims: {hf_type} has no rotary embeddings (drop --rope and --rope-dims)")
     cfg = AttentionConfig(
-        embed, heads, groups=groups, head_dim=head_dim, bias=b, causal=True, qk_norm=t.qk_norm,
-        qk_norm_eps=norm_eps if t.qk_norm else 0.0, logit_softcap=t.softcap, sinks=t.sinks,
+        embed, heads, groups=groups, head_dim=head_dim, bias=b, causal=True, qk_norm=norm,
+        qk_norm_eps=norm_eps if norm else 0.0, logit_softcap=t.softcap, sinks=t.sinks, output_gate=t.output_gate,
     )  # fmt: skip
     if t.rotary is None:
         return cfg
@@ -300,6 +347,17 @@ def equivalent_config(
     if rope_dims is None:
         rope_dims = max(2, (cfg.D // 2) // 2 * 2)
     return cfg.with_(rope=True, rope_dims=rope_dims)
+
+
+def _qk_norm_choice(hf_type: str, qk_norm: str | None, nope: bool) -> str:
+    """The QK-norm of a ``hf_type`` layer: ``qk_norm`` (None: the type's), refused unless the type can have it; none in
+    a NoPE layer of a type that normalises in its RoPE layers only (Llama 4)."""
+    t = HF_TYPES[hf_type]
+    norm = t.qk_norm if qk_norm is None else qk_norm
+    if norm not in t.qk_norms():
+        named = " or ".join(repr(q or "none") for q in t.qk_norms())
+        raise ValueError(f"qk_norm: {hf_type} can have QK-norm {named}, not {norm or 'none'!r}")
+    return "" if nope and not t.nope_qk_norm else norm
 
 
 def _check_nope(hf_type: str, nope: bool, rope_dims: int | None) -> None:
@@ -320,7 +378,8 @@ def block_config(
 ) -> BlockConfig:
     """The :class:`~attnid.counting.BlockConfig` of one ``hf_type`` decoder layer around ``cfg``, its norms at
     ``ε = 0`` if ``norm_eps_zero`` (released models have ``ε > 0``), with a mixture of ``experts`` experts of inner
-    size ``ffn`` for a mixture-of-experts type (a softmax router)."""
+    size ``ffn`` for a mixture-of-experts type (its router, and a shared expert of inner size ``ffn`` where the type
+    has one)."""
     t = HF_TYPES[hf_type]
     if bool(experts) != t.moe:
         raise ValueError(f"experts: {hf_type} " + ("has a mixture of experts: give their number (2 or more)"
@@ -328,14 +387,18 @@ def block_config(
     return BlockConfig(
         cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual,
         norm_position=t.norm_position, norm_eps_zero=norm_eps_zero, experts=experts,
-        router=t.router or "sigmoid",
+        shared_ffn=ffn if t.shared_expert and experts else 0, router=t.router or "sigmoid",
     )  # fmt: skip
 
 
 def default_vocab(hf_type: str, embed: int, ffn: int) -> int:
     """A vocabulary for a tiny whole-model audit. In a parallel block the first layer's MLP reads the token
-    embedding alone, so it is seen at ``V`` points only: ``V = 3F`` keeps it identified; ``3E`` elsewhere."""
-    return 3 * ffn if HF_TYPES[hf_type].residual != "sequential" else max(16, 3 * embed)
+    embedding alone, so it is seen at ``V`` points only: ``V = 3F`` keeps it identified, ``4F`` for a gated MLP
+    (three maps: Command R's model at 3F leaves its count to the data); ``3E`` elsewhere."""
+    t = HF_TYPES[hf_type]
+    if t.residual == "sequential":
+        return max(16, 3 * embed)
+    return (4 if t.mlp in GATED_MLPS else 3) * ffn
 
 
 def model_config(

@@ -80,6 +80,11 @@ def layer_invariants(cfg: AttentionConfig, p: AttentionParams) -> Invariants:
     missing = sorted(set(cfg.shapes()) - set(p))
     if missing:
         raise ValueError(f"params: {missing} missing for this config (bias={cfg.bias or 'none'!r})")
+    if cfg.qk_norm in ("l2", "layer") or cfg.output_gate:
+        raise ValueError(
+            "cfg: the invariants of a QK-norm without a weight, a LayerNorm per head or an output gate are not written "
+            "yet (their counts are: attnid.counting.count)"
+        )
     E = cfg.E
     p = {k: v.to(torch.float64) for k, v in p.items()}  # differentiable: the tests take its Jacobian
     Qa, Ka = _augmented(p, "W_Q", "b_Q"), _per_head(_augmented(p, "W_K", "b_K"), cfg)  # (H, D, E+1)

@@ -12,7 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .attention import AttentionConfig
-from .counting import SCOPES, BlockConfig, Count, MLAConfig, ModelConfig, count, count_block, count_mla, count_model
+from .counting import (
+    SCOPES,
+    BlockConfig,
+    Count,
+    MLAConfig,
+    ModelConfig,
+    count,
+    count_block,
+    count_mla,
+    count_model,
+    nope_attention,
+)
 from .families import HF_TYPES, block_config
 
 
@@ -34,7 +45,9 @@ class Model:
     shared_ffn: int = 0
     dense_layers: int = 0
     dense_ffn: int = 0
-    nope_layers: int = 0  # layers without RoPE (SmolLM3)
+    nope_layers: int = 0  # layers without RoPE (SmolLM3, Llama 4)
+    nope_qk_norm: bool = True  # its NoPE layers keep the QK-norm (False: Llama 4)
+    nope_dense_layers: int = 0  # NoPE layers among the dense ones
     final_softcap: float | None = None  # the logits capped to c tanh(z / c) (Gemma 2)
 
 
@@ -45,6 +58,7 @@ class Preset:
     hf_type: str | None = None  # transformers model type of its code
     model: Model | None = None  # the whole model (None: its block is not one attnid counts)
     reading: dict | None = None  # a config file's fields as read (attnid.configs.config_reading)
+    attention_only: str = ""  # why only its attention is counted (Qwen3-Next's linear attention), where it says
 
 
 PRESETS: dict[str, Preset] = {
@@ -239,6 +253,25 @@ PRESETS: dict[str, Preset] = {
         "gpt_oss",
         Model(24, 2880, 201088, False, "https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json", experts=32),
     ),
+    "llama-4-scout": Preset(
+        "Llama-4-Scout-17B-16E, its text model (GQA, L2 QK-norm, every fourth layer NoPE, 16 experts, 1 chosen, "
+        "a shared expert)",
+        AttentionConfig(
+            5120, 40, groups=8, head_dim=128, rope=True, causal=True, rope_base=500000.0, qk_norm="l2", qk_norm_eps=1e-5
+        ),
+        "llama4",
+        Model(
+            48,
+            8192,
+            202048,
+            False,
+            "https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E/blob/main/config.json",
+            experts=16,
+            shared_ffn=8192,
+            nope_layers=12,
+            nope_qk_norm=False,
+        ),
+    ),
     "falcon-7b": Preset("Falcon-7B (multi-query, G = 1)", AttentionConfig(4544, 71, groups=1, rope=True, causal=True)),
     "gemma-7b": Preset("Gemma-7B (D = 256 > E/H)", AttentionConfig(3072, 16, head_dim=256, rope=True, causal=True)),
 }
@@ -330,9 +363,8 @@ def block_of(p: Preset, name: str) -> BlockConfig:
     """The decoder layer of ``p`` (a preset, or a config read by :func:`attnid.configs.config_preset`, called
     ``name`` in errors)."""
     if p.model is None or p.hf_type is None:
-        raise ValueError(
-            f"scope: {name} has no block structure attnid counts (only its attention); use scope attention"
-        )
+        why = f": {p.attention_only}" if p.attention_only else " (only its attention)"
+        raise ValueError(f"scope: {name} has no block structure attnid counts{why}; use scope attention")
     if isinstance(p.config, MLAConfig):
         m = p.model
         return BlockConfig(
@@ -366,7 +398,7 @@ def scope_count(p: Preset, scope: str, name: str) -> Count:
             block, m.layers, m.vocab, tied=m.tied, positions=t.positions if t else "rope", context=m.context,
             unused_positions=t.unused_positions if t else 0, head_bias=t.head_bias if t else False,
             dense_layers=m.dense_layers, dense_ffn=m.dense_ffn, nope_layers=m.nope_layers,
-            final_softcap=m.final_softcap,
+            nope_qk_norm=m.nope_qk_norm, nope_dense_layers=m.nope_dense_layers, final_softcap=m.final_softcap,
         )
     )  # fmt: skip
 
@@ -376,4 +408,4 @@ def layer_type_counts(p: Preset) -> dict[str, Count]:
     (SmolLM3's NoPE layers); empty where every layer is :func:`scope_count` at scope attention."""
     if p.model is None or not p.model.nope_layers or not isinstance(p.config, AttentionConfig):
         return {}
-    return {"rope": count(p.config), "nope": count(p.config.with_(rope=False))}
+    return {"rope": count(p.config), "nope": count(nope_attention(p.config, p.model.nope_qk_norm))}

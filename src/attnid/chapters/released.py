@@ -138,3 +138,127 @@ def released_facts(mechanisms: pd.DataFrame, released: pd.DataFrame) -> dict:
     out["n_checks"] = len(pairs)
     out["n_agree"] = sum(int(a) == int(b) for a, b in pairs)
     return out
+
+
+# ------------------------------------------------------------- the norms and gates of 2025-2026 (chapter 9)
+# each mechanism at a small shape, beside the plant that takes it out: (label, the layer, the layer without it, the
+# real module's type and the audit_hf keywords with and without it; None where the module cannot drop it)
+L2 = AttentionConfig(16, 4, groups=2, rope=True, causal=True, qk_norm="l2")
+LAYER_HEAD = AttentionConfig(16, 4, groups=2, rope_dims=2, causal=True, qk_norm="layer")
+GATED = AttentionConfig(16, 4, groups=2, head_dim=4, rope_dims=2, causal=True, qk_norm="head", output_gate=True)
+NORMS_AND_GATES: list[tuple[str, AttentionConfig, AttentionConfig, str, dict, dict | None]] = [
+    ("L2 QK-norm, no weight (Llama 4)", L2, L2.with_(qk_norm=""), "llama4", {}, {"qk_norm": ""}),
+    ("NoPE layer, query temperature (Llama 4)", L2.with_(rope=False, qk_norm=""), L2, "llama4", {"nope": True}, {}),
+    ("LayerNorm per head (StableLM 2 12B)", LAYER_HEAD, LAYER_HEAD.with_(qk_norm=""), "stablelm",
+     {"qk_norm": "layer", "rope_dims": 2}, {"rope_dims": 2}),
+    ("output gate per head and channel (Qwen3-Next)", GATED, GATED.with_(output_gate=False), "qwen3_next",
+     {"head_dim": 4, "rope_dims": 2}, None),
+]  # fmt: skip
+
+
+def norms_and_gates_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
+    """One row per mechanism of Llama 4, StableLM 2 and Qwen3-Next at a small shape: the closed form with it and with
+    its plant taken out, our layer's Jacobian count of each, and (with ``real``) the real module's; then, with
+    ``real``, the decoder layers of Llama 4 (one expert of a sigmoid router beside a shared one) and Command R (a
+    LayerNorm without a shift before attention and MLP side by side), audited whole."""
+    rows = []
+    for label, cfg, without, hf_type, kw, kw_without in NORMS_AND_GATES:
+        row: dict[str, Any] = {
+            "mechanism": label,
+            "closed form": count(cfg).unidentified,
+            "closed form without": count(without).unidentified,
+            "our layer": audit(cfg, method="dense", seed=seed).unidentified,
+            "our layer without": audit(without, method="dense", seed=seed).unidentified,
+        }
+        if real:
+            from ..hf import audit_hf
+
+            shape = dict(embed=cfg.E, heads=cfg.H, groups=cfg.G, seed=seed)
+            row["real module"] = audit_hf(hf_type, **shape, **kw).unidentified
+            row["real module without"] = (
+                None if kw_without is None else audit_hf(hf_type, **shape, **kw_without).unidentified
+            )
+        rows.append(row)
+    if real:
+        rows += _whole_layers(seed)
+    return pd.DataFrame(rows)
+
+
+WHOLE_LAYERS: tuple[
+    tuple[str, str, dict], ...
+] = (  # (label, type, audit_hf keywords): decoder layers audited whole at E = SMALL_E
+    ("sigmoid router, one expert, shared expert (a Llama 4 layer)", "llama4", {"ffn": 4}),
+    ("LayerNorm without a shift, parallel block (a Command R layer)", "cohere", {}),
+)
+
+
+def _whole_layers(seed: int) -> list[dict]:
+    """Rows of :func:`norms_and_gates_table` for the decoder layers of :data:`WHOLE_LAYERS`."""
+    from ..hf import audit_hf
+
+    rows = []
+    for label, hf_type, kw in WHOLE_LAYERS:
+        r = audit_hf(hf_type, scope="block", embed=SMALL_E, heads=2, groups=2, seed=seed, **kw)
+        rows.append({"mechanism": label, "closed form": r.details["theory_unidentified"],
+                     "real module": r.unidentified, "norm_mean": r.details["terms"]["norm_mean"]})  # fmt: skip
+    return rows
+
+
+# released models with these mechanisms: the architecture of one attention layer as their files give it
+NORMS_AND_GATES_MODELS: dict[str, tuple[str, AttentionConfig]] = {
+    "Llama-4-Scout-17B-16E (RoPE layers)": ("L2 QK-norm", AttentionConfig(
+        5120, 40, groups=8, head_dim=128, rope=True, causal=True, rope_base=500000.0, qk_norm="l2", qk_norm_eps=1e-5)),
+    "Llama-4-Scout-17B-16E (NoPE layers)": ("no RoPE, no QK-norm", AttentionConfig(
+        5120, 40, groups=8, head_dim=128, causal=True)),
+    "StableLM 2 12B": ("LayerNorm per head", AttentionConfig(
+        5120, 32, groups=8, rope_dims=40, causal=True, qk_norm="layer", qk_norm_eps=1e-5)),
+    "Command R+": ("LayerNorm per head", AttentionConfig(
+        12288, 96, groups=8, rope=True, causal=True, qk_norm="layer", qk_norm_eps=1e-5)),
+    "Qwen3-Next-80B-A3B (full-attention layers)": ("output gate", AttentionConfig(
+        2048, 16, groups=2, head_dim=256, rope_dims=64, causal=True, qk_norm="head", qk_norm_eps=1e-6,
+        output_gate=True)),
+}  # fmt: skip
+
+
+def norms_and_gates_models() -> pd.DataFrame:
+    """One attention layer of each released model in :data:`NORMS_AND_GATES_MODELS`: its parameters and unidentified
+    directions, and those of the same layer without its mechanism (plain softmax attention with its RoPE)."""
+    rows = []
+    for model, (mechanism, cfg) in NORMS_AND_GATES_MODELS.items():
+        plain = cfg.with_(qk_norm="", qk_norm_eps=0.0, output_gate=False)
+        c, p = count(cfg), count(plain)
+        rows.append({"model": model, "mechanism": mechanism, "params": c.total_params, "unidentified": c.unidentified,
+                     "without the mechanism": p.unidentified, "query-key": c.unidentified_by_block["qk"],
+                     "value-output": c.unidentified_by_block["vo"],
+                     "value-output without": p.unidentified_by_block["vo"]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def norms_and_gates_facts(table: pd.DataFrame, models: pd.DataFrame) -> dict:
+    """The numbers the section's prose glues: agreements of the table's Jacobian counts with their closed forms, and
+    the released layers' counts."""
+    checks = [(f, j) for f, j in (("closed form", "our layer"), ("closed form without", "our layer without"),
+                                   ("closed form", "real module"), ("closed form without", "real module without"))
+              if j in table]  # fmt: skip
+    pairs = [(a, b) for f, j in checks for a, b in zip(table[f], table[j]) if pd.notna(a) and pd.notna(b)]
+    by = models.set_index("model")
+    scout, nope = by.loc["Llama-4-Scout-17B-16E (RoPE layers)"], by.loc["Llama-4-Scout-17B-16E (NoPE layers)"]
+    gated = by.loc["Qwen3-Next-80B-A3B (full-attention layers)"]
+    stablelm = by.loc["StableLM 2 12B"]
+    return {
+        "ng_checks": len(pairs),
+        "ng_agree": sum(int(a) == int(b) for a, b in pairs),
+        "scout_rope": int(scout["unidentified"]),
+        "scout_nope": int(nope["unidentified"]),
+        "qwen_next_vo": int(gated["value-output"]),
+        "qwen_next_vo_without": int(gated["value-output without"]),
+        "stablelm_qk": int(stablelm["query-key"]),
+        "stablelm_centring": _centring(NORMS_AND_GATES_MODELS["StableLM 2 12B"][1]),
+        "stablelm_share": float(stablelm["unidentified"] / stablelm["params"]),
+    }
+
+
+def _centring(cfg: AttentionConfig) -> int:
+    """The directions a LayerNorm per head frees by its centring alone: ``E`` per query head and per key head, one
+    more per biased query head (:func:`attnid.counting.count`)."""
+    return cfg.H * (cfg.E + ("q" in cfg.bias)) + cfg.G * cfg.E

@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from ..attention import QK_NORM_NAMES
 from ..audit import METHODS as AUDIT_METHODS
 from ..counting import MLAConfig, count
 from ..families import HF_TYPES, MLA_TYPES
@@ -60,12 +61,14 @@ def _audit_hf(a) -> int:
     if len(scope_flags) > 1:
         raise ValueError("scope: give --block or --model, not both")
     scope = "model" if a.model else "block" if a.block else "attention"
-    if a.qk_norm is not None and a.hf in HF_TYPES and a.qk_norm != HF_TYPES[a.hf].qk_norm:
-        has = HF_TYPES[a.hf].qk_norm
-        with_norm = ", ".join(t for t, f in HF_TYPES.items() if f.qk_norm == a.qk_norm)
-        per = "head" if has == "head" else "projection"
-        what = f"normalises queries and keys per {per}" if has else "has no QK-norm"
-        raise ValueError(f"qk-norm: {a.hf}'s attention {what}; --qk-norm {a.qk_norm} is the module of {with_norm}")
+    qk_norm = None if a.qk_norm is None else ("" if a.qk_norm == "none" else a.qk_norm)
+    if qk_norm is not None and a.hf in HF_TYPES and qk_norm not in HF_TYPES[a.hf].qk_norms():
+        can = " or ".join(QK_NORM_NAMES[q] for q in HF_TYPES[a.hf].qk_norms())
+        with_norm = ", ".join(t for t, f in HF_TYPES.items() if qk_norm in f.qk_norms()) or "no type attnid builds"
+        raise ValueError(f"qk-norm: {a.hf}'s attention has {can}; --qk-norm {a.qk_norm} is the module of {with_norm}")
+    if a.output_gate and a.hf in HF_TYPES and not HF_TYPES[a.hf].output_gate:
+        gated = ", ".join(t for t, f in HF_TYPES.items() if f.output_gate)
+        raise ValueError(f"output-gate: {a.hf}'s attention has no output gate; it is the module of {gated}")
     E, H = (
         (HF_DEFAULTS[scope]["embed"] if a.embed is None else a.embed),
         (HF_DEFAULTS[scope]["heads"] if a.heads is None else a.heads),
@@ -80,6 +83,7 @@ def _audit_hf(a) -> int:
         a.hf, embed=E, heads=H, groups=a.groups, head_dim=a.head_dim, rope_dims=rope_dims, bias=a.bias,
         seed=a.seed, check=False, max_memory=None if a.max_memory is None else a.max_memory * 2**30,
         scope=scope, ffn=a.ffn, norm_eps=a.norm_eps, progress=True, layers=a.layers, vocab=a.vocab, tied=a.tied,
+        qk_norm=qk_norm,
     )  # fmt: skip
     return _report_hf_audit(r, a.json)
 
@@ -111,6 +115,7 @@ def _audit_mla(a) -> int:
                               ("--batch", a.batch), ("--seq-len", a.seq_len), ("--qk-norm", a.qk_norm),
                               ("--max-memory", a.max_memory)) if v is not None]  # fmt: skip
     refused += [f for f, v in (("--model", a.model), ("--rope", a.rope), ("--causal", a.causal),
+                               ("--output-gate", a.output_gate),
                                ("--method", a.method != "auto")) if v]  # fmt: skip
     if refused:
         raise ValueError(f"{', '.join(refused)}: {a.hf} is audited as one attention layer or one decoder layer "
@@ -262,7 +267,7 @@ def _audit_layer(a) -> int:
     cfg = attention_config(a, causal=a.causal)
     if a.norm_eps != 0:
         if not cfg.qk_norm:
-            raise ValueError("norm-eps: this attention has no norm; add --qk-norm head|proj")
+            raise ValueError("norm-eps: this attention has no norm; add --qk-norm head|proj|l2|layer")
         cfg = cfg.with_(qk_norm_eps=a.norm_eps)
     r = audit(
         cfg,

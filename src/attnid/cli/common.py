@@ -53,8 +53,15 @@ def arch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rope-dims", "-R", type=int, help="partial RoPE: rotate the first R dimensions of each head")
     p.add_argument(
         "--qk-norm",
-        choices=("head", "proj"),
-        help="RMSNorm on queries and keys: per head, one shared weight (Qwen3, Gemma 3), or per projection (OLMo 2)",
+        choices=("none", "head", "proj", "l2", "layer"),
+        help="a norm on queries and keys: RMSNorm per head with one shared weight (Qwen3, Gemma 3), per projection "
+        "(OLMo 2), per head without a weight (l2: Llama 4), LayerNorm per head without a shift (layer: StableLM 2, "
+        "Command R+), or none (with --hf: a type whose config can switch its norm off, as Llama 4 Maverick)",
+    )
+    p.add_argument(
+        "--output-gate",
+        action="store_true",
+        help="a sigmoid gate per head and channel on each head's output before W_O (Qwen3-Next)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -67,7 +74,7 @@ def refuse_preset_flags(a: argparse.Namespace) -> None:
         f"--{k.replace('_', '-')}"
         for k in ("embed", "heads", "groups", "head_dim", "value_dim", "rope_dims", "bias", "qk_norm")
         if getattr(a, k) is not None
-    ] + (["--rope"] if a.rope else [])
+    ] + [f for f, on in (("--rope", a.rope), ("--output-gate", a.output_gate)) if on]
     if flags:
         raise ValueError(f"{given[2:]}: {', '.join(flags)} cannot be combined with {given} (it fixes them)")
 
@@ -104,7 +111,8 @@ def attention_config(a: argparse.Namespace, causal: bool = False) -> AttentionCo
         rope=a.rope,
         rope_dims=a.rope_dims,
         causal=causal,
-        qk_norm="" if a.qk_norm is None else a.qk_norm,
+        qk_norm="" if a.qk_norm in (None, "none") else a.qk_norm,
+        output_gate=a.output_gate,
     )
 
 
@@ -117,6 +125,7 @@ def arch_dict(cfg: AttentionConfig) -> dict:
         "value_dim": cfg.C,
         "bias": cfg.bias or "none",
         "qk_norm": cfg.qk_norm or "none",
+        "output_gate": cfg.output_gate,
         "rope": cfg.rope,
         "rope_dims": cfg.R,
         "causal": cfg.causal,

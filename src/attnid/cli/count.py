@@ -22,10 +22,14 @@ def cmd_count(a) -> int:
     if kinds:  # a model whose layers differ: each kind of attention layer (this count is the "rope" one)
         out["layer_types"] = {k: {**v.as_dict(), "layers": n} for (k, v), n in zip(kinds.items(), _kind_layers(chosen))}
     _add_reading(out, chosen)
+    if chosen is not None and chosen[1].attention_only:  # which layers this count is (Qwen3-Next's softmax ones)
+        out["attention_only"] = chosen[1].attention_only
     if a.json:
         print(strict_json(out))
         return 0
     _print_reading(out)
+    if "attention_only" in out:
+        print(f"(counted: one attention layer; {out['attention_only']})")
     arch = ", ".join(f"{k}={v}" for k, v in out["architecture"].items())
     print(f"architecture: {arch}")
     rows = [[b, c.params_by_block[b], c.unidentified_by_block[b]] for b in BLOCKS]
@@ -62,6 +66,8 @@ def _print_reading(out: dict) -> None:
         print(f"accepted {k}: {why}")
     for k, v in r["fixed"].items():
         print(f"accepted {k} = {printable(repr(v))}: the one value transformers' code implements")
+    for k, how in r["truth_values"].items():
+        print(f"{k}: {how}")
     if r["defaults"]:
         print(
             "library defaults taken: " + ", ".join(f"{k} = {printable(repr(v), 60)}" for k, v in r["defaults"].items())

@@ -36,6 +36,7 @@ from .models import (
     count_model,
     effective_attention,
     layer_gauge_dims,
+    nope_attention,
 )
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "equivalent_single_head_width",
     "layer_gauge_dims",
     "multi_head_params",
+    "nope_attention",
     "orthonormal_qk_dof",
     "param_counts",
     "qk_identified_fraction",

@@ -22,6 +22,21 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
   coordinate, ``R/2 + (D − R)``, once for weights shared by all heads, ``G`` times for per-coordinate
   weights (the key weight of a group is shared by its query heads). The key bias sits inside the norm:
   identified.
+* QK-norm without a weight (``"l2"``, Llama 4's RoPE layers): a scale of each head's projection (``H + G`` at
+  ``ε = 0``) and every orthogonal map that commutes with the rotations, applied to the queries and keys of a group:
+  a rotation per rotated pair and ``O(D − R)`` on the unrotated coordinates, ``R/2 + (D − R)(D − R − 1)/2`` per
+  group. The key bias sits inside the norm: identified.
+* LayerNorm per head without a shift (``"layer"``, StableLM 2, Command R+): the centring removes each projection's
+  component along the all-ones vector ``1`` of its head, so ``W ← W + 1 aᵀ`` (``E`` per query head and per key
+  head) and ``b ← b + c 1`` (one per biased head; the key bias's in block ``key_bias``) change nothing; at ``ε = 0``
+  a scale of each head's projection (``H + G``); and the trade of query-norm against key-norm weights per rotated
+  pair and per unrotated coordinate, ``G (R/2 + D − R)`` (the weights are per head, a group's key weight shared by
+  its query heads). Without RoPE one more per group when ``n = 1`` or ``D = 3``: a head's scores are bilinear forms
+  ``n_qᵀ diag(g_Q ⊙ g_K) n_k`` on the centred hyperplanes (dimension ``D − 1``), kept by orthogonal maps of those
+  hyperplanes that move the weight products at the same time; ``(n + 1)(D − 1)(D − 2)/2 + nD`` unknowns against
+  ``n (D − 1)²`` conditions leave exactly one free direction in those two cases and none otherwise (for ``n = 1``:
+  the ``D`` products fix only the ``D − 1`` singular values of the form). Orthogonal maps keep the norms: exact at
+  every ``ε``.
 * Logit soft-capping (Gemma 2): ``c tanh(a / c)`` is one-to-one, so every map that keeps the raw scores
   still keeps the capped ones (the QK block is unchanged), but a per-query shift of the raw scores is no
   longer a shift of the capped ones: the key bias is identified.
@@ -32,7 +47,10 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
   identified with or without an output bias. The QK and VO gauges keep the scores and ``V P`` and are unchanged;
   each sink logit is identified.
 * VO block: ``W_O^h [W_V^g]`` products, ``r = min(C, E)``: ``n E C + C E − r (n E + E − r)``
-  per group, ``C²`` when ``C ≤ E``.
+  per group, ``C²`` when ``C ≤ E``. With an output gate (Qwen3-Next: ``σ(W_G^h x + b_G^h) ⊙ Z_h`` before ``W_O^h``)
+  a map ``S`` of the value channels survives only if ``S⁻¹ diag(σ) S = diag(σ)`` for every gate value: ``S``
+  diagonal, ``C`` per group (``C ≤ E``). The gate's own weights are identified (σ is not homogeneous), and the value
+  bias reaches the output as ``Σ_h W_O^h (σ_h ⊙ b_V^g)``, which varies with the query: identified.
 * Value bias: ``Σ_h W_O^h b_V^g`` is a constant output; with an output bias it is absorbed
   (``G C`` unidentified), without one ``max(0, G C − E)``.
 """
@@ -111,17 +129,15 @@ def count(cfg: AttentionConfig) -> Count:
         raise ValueError(f"head_dim: counting with RoPE assumes D <= E (D={D}, E={E})")
     q_cols = E + (1 if "q" in cfg.bias else 0)
     R = cfg.R  # rotated dimensions (0 without RoPE)
-    if cfg.qk_norm:
-        if D > E:
-            raise ValueError(f"head_dim: counting with QK-norm assumes D <= E (D={D}, E={E})")
-        scales = 0 if cfg.qk_norm_eps > 0 else (H + G if cfg.qk_norm == "head" else 2)  # ε > 0: near-null
-        qk = scales + (1 if cfg.qk_norm == "head" else G) * (R // 2 + D - R)
-    else:
-        qk = G * (R + (_product_fiber(n, D - R, q_cols, E) if D > R else 0))
-    vo = G * _product_fiber(n, C, E, E)
+    qk = _qk_norm_fiber(cfg, q_cols) if cfg.qk_norm else G * (R + (_product_fiber(n, D - R, q_cols, E) if D > R else 0))
+    if cfg.output_gate and C > E:
+        raise ValueError(f"value_dim: counting with an output gate assumes C <= E (C={C}, E={E})")
+    vo = G * C if cfg.output_gate else G * _product_fiber(n, C, E, E)
     shift_blind = not cfg.qk_norm and cfg.logit_softcap is None and not cfg.sinks  # the softmax ignores a shift
     key_bias = G * (D - R) if "k" in cfg.bias and shift_blind else 0
-    if "v" not in cfg.bias or cfg.sinks:  # with sinks the weights sum to 1 − π, which varies: b_V is seen
+    if "k" in cfg.bias and cfg.qk_norm == "layer":  # the centring removes each key bias's component along 1
+        key_bias = G
+    if "v" not in cfg.bias or cfg.sinks or cfg.output_gate:  # b_V seen: the weights sum to 1 − π, or a gate varies
         value_bias = 0
     elif "o" in cfg.bias:
         value_bias = G * C
@@ -129,13 +145,37 @@ def count(cfg: AttentionConfig) -> Count:
         value_bias = max(0, G * C - E)
     params_by_block = {
         "qk": pc["W_Q"] + pc["W_K"] + pc.get("b_Q", 0) + pc.get("g_Q", 0) + pc.get("g_K", 0) + pc.get("sink", 0),
-        "vo": pc["W_V"] + pc["W_O"],
+        "vo": pc["W_V"] + pc["W_O"] + pc.get("W_G", 0) + pc.get("b_G", 0),
         "key_bias": pc.get("b_K", 0),
         "value_bias": pc.get("b_V", 0) + pc.get("b_O", 0),
     }
     return Count(
         total_params(cfg), params_by_block, {"qk": qk, "vo": vo, "key_bias": key_bias, "value_bias": value_bias}
     )
+
+
+def _qk_norm_fiber(cfg: AttentionConfig, q_cols: int) -> int:
+    """The QK block's unidentified dimensions under QK-norm (module docstring): scales at ``ε = 0`` (``ε > 0``: a
+    near-null direction, not counted), orthogonal maps for a norm without a weight, weight trades for one with."""
+    E, H, G, D, R = cfg.E, cfg.H, cfg.G, cfg.D, cfg.R
+    if D > E:
+        raise ValueError(f"head_dim: counting with QK-norm assumes D <= E (D={D}, E={E})")
+    if cfg.qk_norm == "layer" and D < 3:  # a centred pair is ±(1, −1) up to scale: the norm keeps only a sign
+        raise ValueError(f"head_dim: counting a LayerNorm per head assumes D >= 3 (D={D})")
+    exact = cfg.qk_norm_eps == 0
+    if cfg.qk_norm == "proj":
+        return (2 if exact else 0) + G * (R // 2 + D - R)
+    scales = H + G if exact else 0
+    if cfg.qk_norm == "head":
+        return scales + R // 2 + D - R
+    if cfg.qk_norm == "l2":
+        return scales + G * (R // 2 + (D - R) * (D - R - 1) // 2)
+    centring = H * q_cols + G * E  # "layer": W + 1 aᵀ per head, b_Q + c 1 per query head
+    n = H // G
+    # without RoPE, orthogonal maps of the centred hyperplanes against the weight products: free unknowns beyond
+    # the conditions (one exactly when n = 1 or D = 3, none otherwise)
+    turn = max(0, (n + 1) * (D - 1) * (D - 2) // 2 + n * D - n * (D - 1) ** 2) if R == 0 else 0
+    return centring + scales + G * (R // 2 + D - R + turn)
 
 
 # ------------------------------------------------------------- multi-head latent attention (chapter 9)

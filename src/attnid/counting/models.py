@@ -19,7 +19,7 @@ def layer_gauge_dims(cfg: AttentionConfig) -> int:
     return count(cfg.with_(bias="")).unidentified
 
 
-NORMS = ("layer", "rms")  # LayerNorm with a shift; RMSNorm (a scale only)
+NORMS = ("layer", "rms", "layer_noshift")  # LayerNorm with a shift; RMSNorm (a scale only); LayerNorm, no shift
 # GELU-like (no continuous symmetry), ReLU, gated (SiLU or GELU gate), and gpt-oss's gated unit with biases,
 # (up x + b + 1) * g(gate x + b') with g(z) = z σ(α z), its inputs clamped (a clamp inactive at generic points)
 MLPS = ("gelu", "relu", "swiglu", "geglu", "swiglu_biased")
@@ -47,9 +47,10 @@ class BlockConfig:
     (``h = x + N₂(attn(N₁ x))``, ``y = h + N₄(mlp(N₃ h))``: Gemma 2 and 3). ``norm_eps_zero``: the norms' ε
     is 0 (a norm after a sub-layer then ignores that sub-layer's scale). ``experts``: 0 for one MLP; ``k ≥ 2``
     for a mixture of ``k`` routed gated experts of inner size ``ffn`` with a linear router (``k x E``), plus
-    shared experts of total inner size ``shared_ffn`` (DeepSeek-V3). The count takes at least two experts
-    chosen per token, their sigmoid scores normalised (DeepSeek-V3 chooses eight): with one, the router's
-    weight would be 1 whatever its scores, and its weights unidentified. ``router``: ``"sigmoid"`` (DeepSeek-V3) or
+    shared experts of total inner size ``shared_ffn`` (DeepSeek-V3, Llama 4). A sigmoid router is identified when
+    its scores are normalised over two or more chosen experts (DeepSeek-V3 chooses eight: with one, the normalised
+    weight would be 1 whatever its scores), or when the score itself scales the chosen expert (Llama 4: one expert,
+    its input times ``σ(logit)``). ``router``: ``"sigmoid"`` (DeepSeek-V3, Llama 4) or
     ``"softmax"`` (Mixtral, Qwen3-MoE: a softmax over all ``k`` logits, the top ones kept, renormalised or not),
     whose weights ignore a shift of every logit: the same vector added to each router row is free (``E``), or
     ``"softmax_biased"`` (gpt-oss: a router with a bias, a softmax over the chosen logits): ``E + 1``.
@@ -91,6 +92,8 @@ class BlockConfig:
                 f"norm_position: a {self.norm_position}-norm block is counted with RMSNorm and a sequential "
                 "residual only"
             )
+        if self.norm == "layer_noshift" and (self.residual != "shared_norm" or self.experts):
+            raise ValueError("norm: a LayerNorm without a shift is counted in a shared-norm parallel block (Command R)")
         if (self.experts or self.shared_ffn) and (self.mlp not in GATED_MLPS or self.norm_position != "pre"):
             raise ValueError("experts: a mixture of experts is counted with gated experts in a pre-norm block only")
         if self.experts == 1:
@@ -126,7 +129,7 @@ class BlockConfig:
         return (1 if self.residual == "shared_norm" else 2), 0
 
     def norm_params(self) -> int:
-        per_norm = 2 * self.E if self.norm == "layer" else self.E
+        per_norm = 2 * self.E if self.norm == "layer" else self.E  # a shift-free LayerNorm: its weight only
         return per_norm * sum(self.norms())
 
 
@@ -136,13 +139,15 @@ def effective_attention(block: BlockConfig) -> AttentionConfig:
     Behind a LayerNorm ``N(x) = γ ⊙ x̂ + β`` every reader ``W`` sees ``W diag(γ) x̂ + (W β + b)``: a free
     effective bias whether or not the reader has one, so the query, key and value maps count as biased.
     A constant added to the attention output is absorbed by the output bias, or, in a parallel block, by
-    the MLP's output bias on the same stream: the value bias then counts as absorbed."""
+    the MLP's output bias on the same stream: the value bias then counts as absorbed. Behind a LayerNorm per head on
+    queries and keys (``qk_norm = "layer"``) the effective query and key biases ``W β`` only add to the directions the
+    centring already frees (``W + 1 aᵀ``): they count as biased only where the maps have biases of their own."""
     cfg = block.attention
     if not isinstance(cfg, AttentionConfig):
         raise TypeError("effective_attention: latent attention has no biases and sits behind RMSNorm: use it as is")
     letters = set(cfg.bias)
-    if block.norm == "layer":
-        letters |= set("qkv")
+    if block.norm == "layer":  # a LayerNorm per head on queries and keys centres their effective biases away
+        letters |= set("v" if cfg.qk_norm == "layer" else "qkv")
     if block.residual != "sequential" and block.mlp_bias:
         letters.add("o")
     return cfg.with_(bias="".join(c for c in "qkvo" if c in letters))
@@ -165,11 +170,15 @@ def _attention_terms(block: BlockConfig) -> tuple[dict[str, int], dict[str, int]
 def biased_reader_rows(cfg: AttentionConfig) -> int:
     """Rows of the query, key and value maps of ``cfg`` that carry a bias: behind a LayerNorm (inputs on the
     hyperplane ``Σ (x_i − β_i)/γ_i = 0``) each is one more unidentified direction, ``W + a (1/γ)ᵀ`` with the
-    bias taking back the constant (``norm_mean`` of :func:`count_block`; chapter 10 at trained points)."""
+    bias taking back the constant (``norm_mean`` of :func:`count_block`; chapter 10 at trained points). Behind a
+    LayerNorm per head on queries and keys, one of a head's directions (``a ∝ 1``) is the centring's ``W + 1 aᵀ``,
+    which :func:`count` has: one less per biased query and key head."""
+    centred = (cfg.H * ("q" in cfg.bias) + cfg.G * ("k" in cfg.bias)) if cfg.qk_norm == "layer" else 0
     return (
         (cfg.H * cfg.D if "q" in cfg.bias else 0)
         + (cfg.G * cfg.D if "k" in cfg.bias else 0)
         + (cfg.G * cfg.C if "v" in cfg.bias else 0)
+        - centred
     )
 
 
@@ -202,7 +211,9 @@ def count_block(block: BlockConfig) -> Count:
       every map that reads it;
     * ``norm_shift``: ``E`` per LayerNorm, its shift ``β`` against the readers' (effective) biases;
     * ``norm_mean``: per LayerNorm, one direction per row of a reader *with* a bias: ``x̂`` has zero mean,
-      so ``W + a (1/γ)ᵀ`` only moves ``W x̂ + b`` by the constant ``a Σ β_i/γ_i``, which the bias takes back;
+      so ``W + a (1/γ)ᵀ`` only moves ``W x̂ + b`` by the constant ``a Σ β_i/γ_i``, which the bias takes back; behind
+      a LayerNorm without a shift (Command R) the constant is 0, so every reader row has one, with or without a bias
+      (a gated MLP's gate and up rows: ``2F``);
     * ``mlp_rescaling``: ``F`` for ReLU (``relu(c z) = c relu(z)``, ``c > 0``) and gated MLPs (up-projection
       row ``j`` against down-projection column ``j``), for each expert of a mixture; none for GELU. A
       mixture's sigmoid router is identified (its scores have no shift or scale to give);
@@ -225,12 +236,6 @@ def count_block(block: BlockConfig) -> Count:
     layer = block.norm == "layer"
     terms, params = _attention_terms(block)
     bias = "" if isinstance(cfg, MLAConfig) else cfg.bias
-    # rows of the maps reading each norm that carry their own bias (LayerNorm only)
-    qkv_rows = 0
-    if layer:
-        assert isinstance(cfg, AttentionConfig)
-        qkv_rows = biased_reader_rows(cfg)
-    mlp_rows = F if block.mlp_bias else 0
     out_biases = ("o" in bias) + block.mlp_bias
     if out_biases < 2:
         output_bias = 0
@@ -243,7 +248,7 @@ def count_block(block: BlockConfig) -> Count:
     terms.update(
         norm_scale=before * E,
         norm_shift=before * E if layer else 0,
-        norm_mean=(qkv_rows + mlp_rows) if layer else 0,
+        norm_mean=_norm_mean_rows(block),
         mlp_rescaling=units if gated_or_relu else 0,
         output_bias=output_bias,
     )
@@ -253,6 +258,18 @@ def count_block(block: BlockConfig) -> Count:
         terms["router_shift"] = E + (1 if block.router == "softmax_biased" else 0)
     params.update(norms=block.norm_params(), mlp=block.mlp_params())
     return Count(sum(params.values()), params, terms)
+
+
+def _norm_mean_rows(block: BlockConfig) -> int:
+    """``norm_mean`` of :func:`count_block`: the rows of the maps reading a LayerNorm that carry their own bias, or
+    every reader row behind a LayerNorm without a shift; none behind RMSNorm."""
+    if block.norm == "rms":
+        return 0
+    cfg, F = block.attention, block.ffn
+    assert isinstance(cfg, AttentionConfig)
+    if block.norm == "layer_noshift":
+        return biased_reader_rows(cfg.with_(bias="qkv")) + (2 if block.mlp in GATED_MLPS else 1) * F
+    return biased_reader_rows(cfg) + (F if block.mlp_bias else 0)
 
 
 POSITIONS = ("rope", "learned")
@@ -267,7 +284,9 @@ class ModelConfig:
     (exact scale invariance). ``dense_layers``: of the ``layers``, the first ``dense_layers`` have one MLP of
     inner size ``dense_ffn`` in place of ``block``'s mixture of experts (DeepSeek-V3's first three).
     ``nope_layers``: of the ``layers``, this many have no RoPE (SmolLM3's every fourth, Llama 4's NoPE layers): their
-    attention keeps the whole ``GL(D)`` query/key gauge of the paper. ``final_softcap`` c: the logits capped to
+    attention keeps the whole ``GL(D)`` query/key gauge of the paper; with ``nope_qk_norm`` False they also have no
+    QK-norm (Llama 4 normalises queries and keys in its RoPE layers only); ``nope_dense_layers`` of them are dense
+    layers (the rest of the NoPE layers hold the mixture). ``final_softcap`` c: the logits capped to
     ``c tanh(z / c)`` before ``log_softmax`` (Gemma 2), which breaks the logit shift of an untied head."""
 
     block: BlockConfig
@@ -282,6 +301,8 @@ class ModelConfig:
     dense_layers: int = 0
     dense_ffn: int = 0
     nope_layers: int = 0
+    nope_qk_norm: bool = True
+    nope_dense_layers: int = 0
     final_softcap: float | None = None
 
     def __post_init__(self) -> None:
@@ -302,34 +323,50 @@ class ModelConfig:
             raise ValueError(f"dense_layers must be an integer in [0, layers], got {d!r}")
         if d and (not self.block.experts or self.dense_ffn < 1):
             raise ValueError("dense_layers: dense layers replace a mixture of experts, with dense_ffn >= 1")
-        k = self.nope_layers
-        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= self.layers:
-            raise ValueError(f"nope_layers must be an integer in [0, layers], got {k!r}")
-        if k and (d or not isinstance(self.block.attention, AttentionConfig) or not self.block.attention.rope):
-            raise ValueError("nope_layers: NoPE layers are counted beside RoPE layers of a model without dense layers")
+        self._check_nope()
         cap = self.final_softcap
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf):
             raise ValueError(f"final_softcap must be a positive finite number or None, got {cap!r}")
 
+    def _check_nope(self) -> None:
+        """Refuse NoPE layer counts that do not fit the model's layers (dense and mixture)."""
+        k, d = self.nope_layers, self.dense_layers
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= self.layers:
+            raise ValueError(f"nope_layers must be an integer in [0, layers], got {k!r}")
+        if k and (not isinstance(self.block.attention, AttentionConfig) or not self.block.attention.rope):
+            raise ValueError("nope_layers: NoPE layers are counted beside RoPE layers")
+        nd = self.nope_dense_layers
+        if not isinstance(nd, int) or isinstance(nd, bool) or not 0 <= nd <= min(d, k):
+            raise ValueError(f"nope_dense_layers must be an integer in [0, min(dense_layers, nope_layers)], got {nd!r}")
+        if self.layers - d < k - nd:
+            raise ValueError("nope_layers: more NoPE mixture layers than mixture layers")
+
     def blocks(self) -> list[tuple[BlockConfig, int]]:
         """``(block, how many)`` for each kind of layer the model stacks."""
         dense = replace(self.block, ffn=self.dense_ffn, experts=0, shared_ffn=0) if self.dense_layers else None
-        nope = None
+        nope = nope_dense = None
         if self.nope_layers:
             assert isinstance(self.block.attention, AttentionConfig)
-            nope = replace(self.block, attention=self.block.attention.with_(rope=False))
-        kinds = [(dense, self.dense_layers), (nope, self.nope_layers),
-                 (self.block, self.layers - self.dense_layers - self.nope_layers)]  # fmt: skip
+            nope = replace(self.block, attention=nope_attention(self.block.attention, self.nope_qk_norm))
+            nope_dense = replace(nope, ffn=self.dense_ffn, experts=0, shared_ffn=0) if self.dense_layers else None
+        nd = self.nope_dense_layers
+        kinds = [(dense, self.dense_layers - nd), (nope_dense, nd), (nope, self.nope_layers - nd),
+                 (self.block, self.layers - self.dense_layers - self.nope_layers + nd)]  # fmt: skip
         return [(b, n) for b, n in kinds if b is not None and n]
 
     def total_params(self) -> int:
         E = self.block.E
-        final_norm = 2 * E if self.block.norm == "layer" else E
+        final_norm = 2 * E if self.block.norm == "layer" else E  # the blocks' kind of norm
         n = sum(k * count_block(b).total_params for b, k in self.blocks()) + self.vocab * E + final_norm
         n += 0 if self.tied else self.vocab * E + (self.vocab if self.head_bias else 0)
         if self.positions == "learned":
             n += (self.context + self.unused_positions) * E
         return n
+
+
+def nope_attention(cfg: AttentionConfig, keeps_qk_norm: bool) -> AttentionConfig:
+    """A model's NoPE layer beside its RoPE layers ``cfg``: no rotation, and no QK-norm unless ``keeps_qk_norm``."""
+    return cfg.with_(rope=False) if keeps_qk_norm else cfg.with_(rope=False, qk_norm="", qk_norm_eps=0.0)
 
 
 def _layer_norm_terms(model: ModelConfig) -> dict[str, int]:
@@ -350,6 +387,8 @@ def _layer_norm_terms(model: ModelConfig) -> dict[str, int]:
     # a value head as wide as the stream (C >= E) already moves its constant through the value/output gauge and
     # the writers' mean: no direction of its own (tests/test_blocks.py, one-head OPT and StableLM models)
     terms["value_mean"] = 0 if absorbed or cfg.G * cfg.C < E or cfg.C >= E else model.layers
+    if b.norm == "layer_noshift":  # no shift: no effective value bias to send a constant along 1
+        terms["value_mean"] = 0
     return terms
 
 
@@ -379,26 +418,32 @@ def count_model(model: ModelConfig) -> Count:
       that the norm gives still adds ``Σ_h W_O^h b_h`` to every token, and the one direction whose sum is
       along ``1`` is removed by every later norm: 1 per layer (when ``G·C ≥ E``, so that ``1`` is in reach, and
       ``C < E``: a value head as wide as the stream reaches the same direction through its gauge and the writers'
-      mean).
+      mean);
+    * LayerNorm without a shift (Command R): the LayerNorm terms above but ``value_mean`` (no shift, no effective
+      value bias), the stream rotation that keeps ``1``, and, untied, ``final_norm`` ``E + V`` (each head row
+      ``+ a (1/γ)ᵀ`` reads ``1ᵀ x̂ = 0``) with a logit shift of ``E − 1`` (its direction along ``1/γ`` is one of those).
     """
     if not isinstance(model, ModelConfig):
         raise TypeError(f"model: expected a ModelConfig, got {type(model).__name__}")
     b = model.block
     E, V = b.E, model.vocab
-    layer = b.norm == "layer"
+    layer, shiftless = b.norm == "layer", b.norm == "layer_noshift"
     blocks = [(count_block(kind), k) for kind, k in model.blocks()]
     terms = {"blocks": sum(c.unidentified * k for c, k in blocks)}
-    if layer:
+    if layer or shiftless:
         terms.update(_layer_norm_terms(model))
     if model.tied:
         terms["stream_rotation"] = 0
         terms["final_norm"] = 0
         terms["logit_shift"] = 0
     else:
-        rotation = (E - 1) * (E - 2) // 2 if layer else E * (E - 1) // 2
+        rotation = (E - 1) * (E - 2) // 2 if layer or shiftless else E * (E - 1) // 2
         terms["stream_rotation"] = rotation if b.norm_position == "pre" else 0
         terms["final_norm"] = (2 * E + (V if model.head_bias else 0)) if layer else E
         terms["logit_shift"] = 0 if model.final_softcap is not None else E
+        if shiftless:  # each head row + a (1/γ)ᵀ reads 1ᵀ x̂ = 0: V more, one of them the logit shift along 1/γ
+            terms["final_norm"] = E + V
+            terms["logit_shift"] -= 1 if model.final_softcap is None else 0
     terms["stream_scale"] = 1 if model.norm_eps_zero else 0
     in_blocks = sum(c.total_params * k for c, k in blocks)
     params = {"blocks": in_blocks, "embeddings": model.total_params() - in_blocks}

@@ -60,7 +60,10 @@ def _modeling(hf_type: str):
 
 
 def _is_norm(m: torch.nn.Module) -> bool:
-    return isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith("RMSNorm")
+    return isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith(("RMSNorm", "LayerNorm"))
+
+
+ZERO_CENTRED_NORMS = ("Gemma", "Qwen3Next")  # RMSNorms that scale by (1 + weight) and keep ε in `eps`
 
 
 def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
@@ -71,6 +74,17 @@ def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
 def _gemma_rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
     # Gemma's RMSNorm scales by (1 + weight), keeps ε in `eps`, and also computes in float32
     return (1.0 + self.weight) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _l2_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
+    # Llama 4's QK-norm: RMSNorm without a weight, also computed in float32
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+def _shiftless_layer_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
+    # Cohere's LayerNorm (a weight, no shift; over the last axis, per head for its QK-norm), also in float32
+    centred = x - x.mean(-1, keepdim=True)
+    return self.weight * centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
 
 
 def _prepare(
@@ -96,12 +110,19 @@ def set_norms(module: torch.nn.Module, *, exact: bool = True, norm_eps: float | 
     """Every norm of ``module``: with ``exact``, RMSNorm computes in the input's float64 (transformers' float32
     cast patched out); ``ε = norm_eps`` when given. Returns ``module``, changed in place."""
     for m in module.modules():
-        if type(m).__name__.endswith("RMSNorm"):
-            gemma = type(m).__name__.startswith("Gemma")
+        name = type(m).__name__
+        if name.endswith("RMSNorm"):
+            gemma = name.startswith(ZERO_CENTRED_NORMS)
             if exact:
                 m.forward = types.MethodType(_gemma_rms_norm_float64 if gemma else _rms_norm_float64, m)
             if norm_eps is not None:
                 setattr(m, "eps" if gemma else "variance_epsilon", norm_eps)
+        elif name.endswith("L2Norm") or name == "CohereLayerNorm":
+            if exact:
+                m.forward = types.MethodType(_l2_norm_float64 if name.endswith("L2Norm") else
+                                             _shiftless_layer_norm_float64, m)  # fmt: skip
+            if norm_eps is not None:
+                setattr(m, "eps" if name.endswith("L2Norm") else "variance_epsilon", norm_eps)
         elif isinstance(m, torch.nn.LayerNorm) and norm_eps is not None:
             m.eps = norm_eps
     return module
@@ -123,26 +144,67 @@ def _float64_softmax():
         torch.nn.functional.softmax = softmax
 
 
-def _hidden_forward(rotary, eager: bool = False):
+def _hidden_forward(rotary, eager: bool = False, module=None):
     """``forward(call, x)``: a module on hidden states ``x`` ``(B, L, E)`` through sdpa's math kernel (exact
     float64 and differentiable in forward mode; the fused CPU kernel is not), with the rotary tables. With
     ``eager`` (a module that runs its own attention: soft-capping), a causal mask is passed and its softmax
-    kept in float64 (:func:`_float64_softmax`)."""
+    kept in float64 (:func:`_float64_softmax`). The rotation of a modeling ``module`` that computes it in float32 is
+    kept in float64 (:func:`_exact_rotary`: Llama 4's complex ``freqs_cis``, Cohere's interleaved pairs)."""
 
     def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
         L = x.shape[1]
         mask = torch.full((L, L), float("-inf"), dtype=x.dtype).triu(1)[None, None] if eager else None
         with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
             if rotary is None:
-                out = call(x)
+                return _first(call(x))
+            pos = torch.arange(L)[None].expand(x.shape[0], -1)
+            # Gemma 3 keeps a table per layer type; the audited layer is a global (full) one
+            table = rotary(x, pos, "full_attention") if hasattr(rotary, "layer_types") else rotary(x, pos)
+            if torch.is_tensor(table) and table.is_complex():
+                table = table.to(torch.complex128)
             else:
-                pos = torch.arange(L)[None].expand(x.shape[0], -1)
-                # Gemma 3 keeps a table per layer type; the audited layer is a global (full) one
-                cos, sin = rotary(x, pos, "full_attention") if hasattr(rotary, "layer_types") else rotary(x, pos)
-                out = call(x, attention_mask=mask, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)))
-        return out[0] if isinstance(out, tuple) else out
+                table = (table[0].to(x.dtype), table[1].to(x.dtype))
+            with _exact_rotary(module):
+                return _first(call(x, attention_mask=mask, position_embeddings=table))
 
     return forward
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+# the modeling modules whose rotation computes in float32 whatever the input, and the function that does it
+FLOAT32_ROTARY = {"llama4": "apply_rotary_emb", "cohere": "apply_rotary_pos_emb"}
+
+
+@contextmanager
+def _exact_rotary(module):
+    """Llama 4 rotates queries and keys as complex numbers in complex64, and Cohere its interleaved pairs in float32,
+    whatever the input; inside this block the modeling ``module``'s rotation keeps a float64 input in float64 (the
+    library's own pairing). Other modules rotate in the input's dtype already: nothing is changed."""
+    name = FLOAT32_ROTARY.get(module.__name__.rsplit("_", 1)[-1]) if module is not None else None
+    if name is None:
+        yield
+        return
+    original = getattr(module, name)
+
+    def complex_pairs(xq, xk, freqs_cis):  # Llama 4: pairs (2i, 2i + 1) as complex numbers
+        def turn(x):
+            z = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+            return torch.view_as_real(z * freqs_cis[:, :, None, :]).flatten(3)
+
+        return turn(xq), turn(xk)
+
+    def interleaved(q, k, cos, sin, unsqueeze_dim=1):  # Cohere: its rotate_half pairs (2i, 2i + 1)
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        return q * cos + module.rotate_half(q) * sin, k * cos + module.rotate_half(k) * sin
+
+    setattr(module, name, complex_pairs if name == "apply_rotary_emb" else interleaved)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
 
 
 def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_implementation: str = "sdpa"):
@@ -160,13 +222,13 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
         attn_implementation = "eager"
     config = _hf_config(hf_type, cfg, attn_implementation)
     attn = _prepare(
-        getattr(mod, t.attention)(config, layer_idx=0), cfg.E, seed, norm_eps=cfg.qk_norm_eps if t.qk_norm else None
+        getattr(mod, t.attention)(config, layer_idx=0), cfg.E, seed, norm_eps=cfg.qk_norm_eps if cfg.qk_norm else None
     )
     rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the module was built with {built} rotary dims, not the {cfg.R} asked for")
-    return attn, _hidden_forward(rotary, eager=t.eager)
+    return attn, _hidden_forward(rotary, eager=t.eager, module=mod)
 
 
 def build_block(
@@ -184,12 +246,14 @@ def build_block(
     for m in layer.modules():
         if _is_router(m) and t.router == "softmax":  # gpt-oss's router computes in the input's dtype already
             m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
+        if type(m).__name__ == "Llama4Router":
+            m.forward = types.MethodType(_llama4_router_float64, m)
     attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the layer was built with {built} rotary dims, not the {cfg.R} asked for")
     rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
-    return layer, _hidden_forward(rotary, eager=t.eager)
+    return layer, _hidden_forward(rotary, eager=t.eager, module=mod)
 
 
 def build_model(
@@ -220,16 +284,27 @@ def build_model(
         warnings.simplefilter("ignore")
         model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps, exact_norms=exact_norms)
 
+    modeling = _modeling(hf_type)
+
     def forward(call: Callable, ids: torch.Tensor) -> torch.Tensor:
-        with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
+        with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext(), _exact_rotary(modeling):
             return torch.log_softmax(call(input_ids=ids, use_cache=False).logits, dim=-1)
 
     return model, forward
 
 
 def _is_router(m: torch.nn.Module) -> bool:
-    """A mixture's router (DeepSeek-V3's ``TopkRouter``, Mixtral's and Qwen3-MoE's ``TopKRouter``)."""
-    return type(m).__name__.lower().endswith("topkrouter")
+    """A mixture's router (DeepSeek-V3's ``TopkRouter``, Mixtral's and Qwen3-MoE's ``TopKRouter``, Llama 4's
+    ``Llama4Router``)."""
+    return type(m).__name__.lower().endswith(("topkrouter", "llama4router"))
+
+
+def _llama4_router_float64(self, hidden_states: torch.Tensor):
+    """Llama 4's router with its sigmoid in the input's float64 (transformers computes it in float32): the top
+    logits kept, every other score ``σ(−∞) = 0``."""
+    logits = torch.nn.functional.linear(hidden_states, self.weight)
+    top, chosen = torch.topk(logits, self.top_k, dim=1)
+    return torch.full_like(logits, float("-inf")).scatter_(1, chosen, top).sigmoid(), logits
 
 
 def _softmax_router_float64(original: Callable):

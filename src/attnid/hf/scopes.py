@@ -148,19 +148,24 @@ def _block_batch(E: int, L: int, n: int) -> int:
     return max(2, -(-BLOCK_DATA_RATIO * n // (E * L)))
 
 
-def _block_size(cfg: AttentionConfig, n: int) -> tuple[int, int]:
-    """Batch and length of a block's or a model's data (:func:`_block_batch` at the audit's sequence length)."""
+def _block_size(cfg: AttentionConfig, n: int, words: int = 0) -> tuple[int, int]:
+    """Batch and length of a block's or a model's data (:func:`_block_batch` at the audit's sequence length), with
+    :data:`TOKENS_PER_WORD` tokens for each of a model's ``words``."""
     L = default_seq_len(cfg)
-    return _block_batch(cfg.E, L, n), L
+    return max(_block_batch(cfg.E, L, n), -(-TOKENS_PER_WORD * words // L)), L
 
 
 def _check_layer_norm_width(hf_type: str, cfg: AttentionConfig) -> None:
-    if HF_TYPES[hf_type].norm == "layer" and cfg.E < 4:
+    if HF_TYPES[hf_type].norm in ("layer", "layer_noshift") and cfg.E < 4:
         raise ValueError(
             f"embed: a LayerNorm over {cfg.E} feature(s) leaves too little to tell directions apart (E = 1 is "
             "constant, E = 2 a sign, E = 3 gives no clear gap); use --embed 4 or more"
         )
 
+
+# a model audit's data holds at least this many tokens per word of its vocabulary: with fewer, a word's embedding row
+# (seen only where the word occurs) can be under-excited and the count describe the data (Command R at seed 1)
+TOKENS_PER_WORD = 8
 
 AUDIT_EXPERTS = 4  # a mixture-of-experts layer is audited with four experts, two chosen per token
 
@@ -220,7 +225,7 @@ def _model_scope(
         raise ValueError(
             f"vocab: in a {hf_type} model the first layer's MLP reads the token embedding alone, so a vocabulary of "
             f"{V} leaves it under-determined and the count would describe the data; use at least {least} "
-            "(3 x ffn, the default)"
+            "(the default)"
         )
     tie = t.tied if tied is None else tied
     layers = 1 if layers is None else layers
@@ -228,7 +233,7 @@ def _model_scope(
     shape: dict[str, Any] = dict(ffn=F, layers=layers, vocab=V, tied=tie, seq_len=seq_len, norm_eps=norm_eps)
     shape["final_softcap"] = final_softcap
     theory = count_model(model_config(hf_type, cfg, **shape))
-    B, L = _block_size(cfg, theory.total_params)
+    B, L = _block_size(cfg, theory.total_params, words=V)
     return ScopeAudit(
         theory,
         f"transformers.{t.lm}",
@@ -260,7 +265,7 @@ FLOAT64_NORMS = "float64 (transformers' RMSNorm float32 cast patched out)"
 
 
 def _check_hf_arguments(
-    hf_type: str, scope: str, *, seed, ffn, layers, vocab, tied, norm_eps, attn_implementation
+    hf_type: str, scope: str, *, seed, ffn, layers, vocab, tied, norm_eps, attn_implementation, normed: bool
 ) -> None:
     """Refuse, naming it, an argument that is out of range or that the asked scope does not have."""
     check_seed(seed)
@@ -275,12 +280,14 @@ def _check_hf_arguments(
         raise ValueError(f"{'/'.join(given)}: only a whole-model audit (scope 'model', --model) has them")
     if scope == "attention" and ffn is not None:
         raise ValueError("ffn: the attention module has no MLP; audit a block or a model (--block, --model)")
-    if scope == "attention" and norm_eps != 0 and not HF_TYPES[hf_type].qk_norm:
+    if scope == "attention" and norm_eps != 0 and not normed:
         raise ValueError(f"norm_eps: {hf_type}'s attention has no norm; audit a block or a model (--block, --model)")
     if scope != "attention" and attn_implementation != "sdpa":
         raise ValueError("attn_implementation: blocks and models are audited through sdpa only")
     if scope != "attention" and not HF_TYPES[hf_type].layer:
         raise ValueError(f"scope: attnid has no closed form for {hf_type}'s decoder layer; audit its attention")
+    if scope == "model" and not HF_TYPES[hf_type].lm:
+        raise ValueError(f"scope: attnid has no closed form for a whole {hf_type} model; audit a layer (--block)")
     if scope == "model" and HF_TYPES[hf_type].moe:
         raise ValueError(f"scope: a {hf_type} model is audited layer by layer (--block: its mixture of experts); its "
                          "model count adds the terms of chapter 8")  # fmt: skip
@@ -303,6 +310,7 @@ def audit_hf(
     attn_implementation: str = "sdpa", max_memory: float | None = None, scope: str = "attention",
     ffn: int | None = None, layers: int | None = None, vocab: int | None = None, tied: bool | None = None,
     norm_eps: float = 0.0, progress: bool = False, nope: bool = False, final_softcap: float | None = None,
+    qk_norm: str | None = None,
 ) -> AuditResult:  # fmt: skip
     """Audit a real ``hf_type`` module at a small width: ``unidentified`` from the Jacobian rank,
     ``details["theory_unidentified"]`` from the closed form.
@@ -321,14 +329,16 @@ def audit_hf(
     its Jacobian; with ``check``, :func:`check_hf_audit` (a difference or a gap under ``MIN_GAP`` raises
     :class:`HFAuditError`). ``progress``: a large audit says on stderr what it is doing (stdout stays free for JSON).
     ``nope``: the audited layer is one without RoPE (SmolLM3's NoPE layers). ``final_softcap``: a model audit's
-    logits capped at that value (Gemma 2's ``final_logit_softcapping``).
+    logits capped at that value (Gemma 2's ``final_logit_softcapping``). ``qk_norm``: a QK-norm the type's config can
+    switch on (StableLM 2's ``qk_layernorm``, Cohere's ``use_qk_norm``: ``"layer"``); None: the type's default.
     """
     cfg = equivalent_config(  # refuses an unknown type and a shape the type cannot express
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias,
-        norm_eps=norm_eps, nope=nope,
+        norm_eps=norm_eps, nope=nope, qk_norm=qk_norm,
     )  # fmt: skip
     sizes = dict(ffn=ffn, layers=layers, vocab=vocab, tied=tied, norm_eps=norm_eps)
-    _check_hf_arguments(hf_type, scope, seed=seed, attn_implementation=attn_implementation, **sizes)
+    _check_hf_arguments(hf_type, scope, seed=seed, attn_implementation=attn_implementation, normed=bool(cfg.qk_norm),
+                        **sizes)  # fmt: skip
     extra = _scope_extras(scope, nope, final_softcap)
     plan = SCOPE_AUDITS[scope](hf_type, cfg, seed=seed, attn_implementation=attn_implementation, **sizes, **extra)
     n = plan.theory.total_params
@@ -395,7 +405,10 @@ def _check_experts(layer: torch.nn.Module, forward: Callable, x: torch.Tensor, e
     then describe the data, not the layer): the router's choices are read off one forward pass of the layer."""
     router = next(m for m in layer.modules() if _is_router(m))
     seen: list[torch.Tensor] = []
-    hook = router.register_forward_hook(lambda module, args, out: seen.append(out[2]))
+    # the chosen experts: returned by most routers; Llama 4's returns its logits, of which it takes the top ones
+    hook = router.register_forward_hook(
+        lambda module, args, out: seen.append(out[2] if len(out) > 2 else out[1].topk(module.top_k, dim=1).indices)
+    )
     try:
         with torch.no_grad():
             forward(layer, x)

@@ -45,7 +45,8 @@ def small_block_structure(p: Preset) -> dict:
     """The structure of preset ``p`` as a whole decoder layer at ``E = 8``, where a dense audit of the
     layer takes about a second: the same sharing (2 heads for MHA, 4 heads in 1 or 2 groups for MQA/GQA),
     the same biases, RoPE on all, part (one head of 8 dims) or none of each head, and the preset's MLP
-    ratio ``F/E``. Returns :func:`audit_hf` keyword arguments."""
+    ratio ``F/E``; heads of 4 dims at least under a QK-norm without a weight or a LayerNorm per head (a normalised
+    pair keeps only its angle). Returns :func:`audit_hf` keyword arguments."""
     cfg = p.config
     assert isinstance(cfg, AttentionConfig)  # latent attention: small_mla
     kw = small_structure(cfg)
@@ -55,8 +56,14 @@ def small_block_structure(p: Preset) -> dict:
         kw.update(embed=8, heads=2, groups=2)
     else:
         kw.update(embed=8)
+    if cfg.qk_norm in ("l2", "layer") and kw["embed"] // kw["heads"] < 4:  # a normalised pair is a mere angle
+        assert p.hf_type is not None
+        if HF_TYPES[p.hf_type].head_dim:
+            kw["head_dim"] = 4
+        else:
+            kw["embed"] = 4 * kw["heads"]
     if cfg.rope and cfg.R == cfg.D:
-        kw["rope_dims"] = kw["embed"] // kw["heads"]
+        kw["rope_dims"] = kw.get("head_dim", kw["embed"] // kw["heads"])
     assert p.model is not None
     kw["ffn"] = max(1, round(p.model.ffn / cfg.E * kw["embed"]))
     if p.model.experts:  # each of the four audited experts half as wide as the stream: seconds, not minutes
@@ -87,6 +94,7 @@ def structure_audit(p: Preset, scope: str, name: str) -> tuple[tuple, Callable[[
             small, seed=seed, scope=scope, experts=experts
         )
     kw = small_structure(p.config) if scope == "attention" else small_block_structure(p)
+    kw["qk_norm"] = p.config.qk_norm  # where the family's config can switch its QK-norm (StableLM 2, Llama 4)
     if not HF_TYPES[p.hf_type].groups and kw["groups"] != kw["heads"]:
         raise ValueError(f"preset: {name} shares keys across heads, which {p.hf_type} cannot express")
     return (p.hf_type, scope, tuple(sorted(kw.items()))), lambda seed: audit_hf(p.hf_type, seed=seed, scope=scope, **kw)
