@@ -165,3 +165,31 @@ def test_chapter_table_of_a_checkpoint(tmp_path):
     generic = count(cfg).unidentified + biased_reader_rows(cfg)
     assert list(t["layer"]) == [1, 2] and list(t["unidentified"]) == [generic, generic]
     assert t["at_generic"].all() and t["hyperplane"].all() and "weakest" in t.attrs["formats"]
+
+
+@pytest.mark.parametrize("hf_type", ["smollm3", "llama4"])
+def test_a_checkpoints_nope_layer_is_audited_against_its_own_count(tmp_path, hf_type):
+    """A 2-layer checkpoint whose second layer has no RoPE (SmolLM3; Llama 4, whose NoPE layer also has no QK-norm
+    and whose RoPE layer rotates in complex numbers): each layer is at the generic count of its own kind, and the
+    two kinds differ, so a NoPE layer read against the RoPE count would be called off it."""
+    tf = pytest.importorskip("transformers")
+    common = dict(hidden_size=E, num_attention_heads=H, num_key_value_heads=1, num_hidden_layers=2, vocab_size=64,
+                  intermediate_size=24, no_rope_layers=[1, 0], pad_token_id=None, bos_token_id=None,
+                  eos_token_id=None, tie_word_embeddings=False)  # fmt: skip
+    if hf_type == "llama4":
+        config = tf.Llama4TextConfig(**common, head_dim=D, moe_layers=[], intermediate_size_mlp=24, floor_scale=2)
+        model = tf.Llama4ForCausalLM(config)
+    else:
+        model = tf.SmolLM3ForCausalLM(tf.SmolLM3Config(**common))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1.0 + 0.3 * torch.randn_like(p) if "norm" in name else torch.randn_like(p) / E**0.5)
+    rows = audit_checkpoint(save(model.to(torch.float64), tmp_path))
+    cfg = equivalent_config(
+        hf_type, embed=E, heads=H, groups=1, head_dim=D, norm_eps=1e-6 if hf_type == "llama4" else 0
+    )
+    nope = equivalent_config(hf_type, embed=E, heads=H, groups=1, head_dim=D, nope=True)
+    assert [(r["generic"], r["at_generic"]) for r in rows] == [(count(cfg).unidentified, True),
+                                                               (count(nope).unidentified, True)]  # fmt: skip
+    assert count(cfg).unidentified != count(nope).unidentified and all(r["gap"] > 1e6 for r in rows)

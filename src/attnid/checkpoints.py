@@ -27,9 +27,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .attention import AttentionConfig
 from .audit import RTOL, audit_module, check_seed, default_data_size
 from .configs import ConfigError, config_preset
-from .counting import biased_reader_rows, count
+from .counting import biased_reader_rows, count, nope_attention
 from .families import HF_TYPES
-from .hf.build import HFAuditError, _float64_softmax, _transformers, set_norms
+from .hf.build import HFAuditError, _exact_rotary, _float64_softmax, _modeling, _transformers, set_norms
 from .hf.scopes import _check_memory
 from .inputs import check_layers, printable
 
@@ -186,6 +186,17 @@ def generic_count_on(cfg: AttentionConfig, x: torch.Tensor) -> tuple[int, bool]:
     )
 
 
+def layer_config(cfg: AttentionConfig, hf_type: str, config: Any, k: int) -> AttentionConfig:
+    """The attention of layer ``k`` (from 0) of a checkpoint whose layers are ``cfg``'s: a NoPE layer of a type with
+    them (SmolLM3, Llama 4: ``no_rope_layers``, 0 marks one) has no rotation, and no QK-norm where the type
+    normalises in its RoPE layers only."""
+    t = HF_TYPES[hf_type]
+    flags = getattr(config, "no_rope_layers", None)
+    if t.nope_layers and flags and not flags[k]:
+        return nope_attention(cfg, t.nope_qk_norm)
+    return cfg
+
+
 INPUT_NORMS = ("ln_1", "input_layernorm", "self_attn_layer_norm")  # the norm in front of a layer's attention
 
 
@@ -236,18 +247,22 @@ def audit_checkpoint(
     vocab = config.vocab_size
     ids = torch.randint(0, vocab, (B, L), generator=torch.Generator().manual_seed(20_000 + seed))
     calls = layer_calls(model, hf_type, ids)
-    eager = HF_TYPES[hf_type].eager
+    eager, modeling = HF_TYPES[hf_type].eager, _modeling(hf_type)
     rows = []
     for k in tqdm(chosen, desc="layers", disable=not progress):
         x, args, kw = calls[k]
         t0 = time.perf_counter()
         try:
-            generic, hyperplane = generic_count_on(cfg, x)
+            generic, hyperplane = generic_count_on(layer_config(cfg, hf_type, config, k), x)
         except HFAuditError as e:
             raise HFAuditError(f"{e}{_zero_shift_note(model, k)}") from None
 
-        def forward(call, h, args=args, kw=kw):
-            with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
+        def forward(call, h, args=args, kw=kw):  # the rotation in float64 where the library's runs in float32
+            with (
+                sdpa_kernel([SDPBackend.MATH]),
+                _float64_softmax() if eager else nullcontext(),
+                _exact_rotary(modeling),
+            ):
                 return call(h, *args, **kw)
 
         r = audit_module(attns[k], (x,), forward=forward, rtol=rtol)

@@ -67,8 +67,13 @@ ZERO_CENTRED_NORMS = ("Gemma", "Qwen3Next")  # RMSNorms that scale by (1 + weigh
 
 
 def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
-    # transformers' RMSNorm computes in float32 whatever the input; the audit needs the float64 function
-    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+    # transformers' RMSNorm computes in float32 whatever the input; the audit needs the float64 function (its ε is
+    # `variance_epsilon`, or `eps` in Llama 4's)
+    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + _eps_of(self)))
+
+
+def _eps_of(norm: torch.nn.Module) -> float:
+    return norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
 
 
 def _gemma_rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
@@ -116,7 +121,7 @@ def set_norms(module: torch.nn.Module, *, exact: bool = True, norm_eps: float | 
             if exact:
                 m.forward = types.MethodType(_gemma_rms_norm_float64 if gemma else _rms_norm_float64, m)
             if norm_eps is not None:
-                setattr(m, "eps" if gemma else "variance_epsilon", norm_eps)
+                setattr(m, "eps" if gemma or not hasattr(m, "variance_epsilon") else "variance_epsilon", norm_eps)
         elif name.endswith("L2Norm") or name == "CohereLayerNorm":
             if exact:
                 m.forward = types.MethodType(_l2_norm_float64 if name.endswith("L2Norm") else
