@@ -184,9 +184,8 @@ def norms_and_gates_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-WHOLE_LAYERS: tuple[
-    tuple[str, str, dict], ...
-] = (  # (label, type, audit_hf keywords): decoder layers audited whole at E = SMALL_E
+# (label, type, audit_hf keywords): the decoder layers audited whole at E = SMALL_E
+WHOLE_LAYERS: tuple[tuple[str, str, dict], ...] = (
     ("sigmoid router, one expert, shared expert (a Llama 4 layer)", "llama4", {"ffn": 4}),
     ("LayerNorm without a shift, parallel block (a Command R layer)", "cohere", {}),
 )
