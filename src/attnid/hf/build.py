@@ -9,6 +9,7 @@ import types
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -73,7 +74,8 @@ def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _eps_of(norm: torch.nn.Module) -> float:
-    return norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
+    eps: Any = norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
+    return float(eps)
 
 
 def _gemma_rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
