@@ -3,8 +3,8 @@ model (:class:`attnid.presets.Preset`), through ``transformers``' own config cla
 file leaves out takes the library's default, not ours (``attnid count --config``, ``audit --config``).
 
 Every field of the config is accounted for: attnid reads it (:func:`config_preset`), or it cannot change
-the count (:data:`NEUTRAL`, each with its reason), or it holds the value the family's audits were verified
-at (the config class's default). Any other value is refused by name, never ignored. The presets' released
+the count (:data:`attnid.config_fields.NEUTRAL`, each with its reason), or it holds the value the family's audits
+were verified at (the config class's default). Any other value is refused by name, never ignored. The presets' released
 configs ship under ``data/configs/`` (:data:`CONFIG_DIR`); ``tests/test_configs.py`` checks that each one
 reads to its preset.
 """
@@ -18,6 +18,26 @@ from dataclasses import replace
 from pathlib import Path
 
 from .attention import AttentionConfig
+from .config_fields import (
+    ACTIVATION_FIELDS,
+    ACTIVATIONS,
+    ATTENTION_ONLY_NEUTRAL,
+    BIAS_FIELDS,
+    DISTINCT_FREQUENCY_ROPE,
+    FAMILY_BIAS,
+    FIXED_BY_CODE,
+    GRANITE_MULTIPLIERS,
+    LINEAR_ATTENTION_FIELDS,
+    MIN_WINDOW,
+    MULTIMODAL_FIELDS,
+    NEUTRAL,
+    POSITIVE,
+    QK_NORM_FIELDS,
+    REMOTE_CODE,
+    REMOTE_CODE_NOTE,
+    ROPE_FIELDS,
+    TRUTH_FIELDS,
+)
 from .counting import MLAConfig
 from .families import HF_TYPES, MLA_TYPES, equivalent_config
 from .inputs import printable
@@ -25,55 +45,6 @@ from .presets import Model, Preset
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "data" / "configs"
 SOURCE_KEY = "_attnid"  # in a shipped file: {"source": the released file, "note": what was transcribed}
-
-# fields whose value cannot change the count of any family, and why
-NEUTRAL: dict[str, str] = {
-    **dict.fromkeys(("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
-                     "model_type", "quantization_config", "_attn_implementation", "attn_implementation"),
-                    "bookkeeping: a name, a version, a storage type or a kernel"),
-    **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "use_cache", "pretraining_tp",
-                     "initializer_range", "init_std", "id2label", "label2id", "output_router_logits",
-                     "router_aux_loss_coef", "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size",
-                     "prefix", "task_specific_params", "gradient_checkpointing"),
-                    "tokens, caching, initialisation or a training loss: not the function of the weights"),
-    **dict.fromkeys(("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
-                     "residual_dropout", "embedding_dropout",
-                     "summary_first_dropout", "classifier_dropout", "layerdrop", "activation_dropout"),
-                    "dropout: off when the function is evaluated"),
-    **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels"),
-                    "a classification head outside the language model"),
-    **dict.fromkeys(("sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
-                     "_sliding_window_pattern", "sliding_window_pattern", "rope_local_base_freq"),
-                    "a banded mask of at least two tokens (the count of full causal attention holds: "
-                    "tests/test_trust.py) or a second RoPE base on some layers (checked like the first)"),
-    **dict.fromkeys(("query_pre_attn_scalar", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
-                     "reorder_and_upcast_attn", "routed_scaling_factor"),
-                    "a fixed factor (or its numerics): absorbed by the weights it multiplies, no new symmetry"),
-    "n_ctx": "GPT-2's old name for n_positions, which transformers reads instead",
-    "rms_norm_eps": "a norm's ε; refused if not positive (released norms have ε > 0)",
-    "layer_norm_eps": "a norm's ε; refused if not positive",
-    "layer_norm_epsilon": "a norm's ε; refused if not positive",
-    "norm_epsilon": "a norm's ε; refused if not positive",
-    "max_position_embeddings": "the longest input; a RoPE model has no position rows (read where it has)",
-    **dict.fromkeys(("_commit_hash", "cache_implementation", "initial_context_length", "output_attentions",
-                     "output_hidden_states", "return_dict", "torchscript", "use_return_dict"),
-                    "bookkeeping of the hub or of generation (a revision, a cache's kind, a context the model was "
-                    "first trained at, what a call returns): not the function of the weights"),
-    "router_jitter_noise": "noise on the router's input while training only: off when the function is evaluated",
-    "for_llm_compressor": "a flag for a quantisation tool: not read by transformers' model code",
-    "sliding_window_size": "an older copy of sliding_window that transformers' code does not read (it reads "
-                           "sliding_window, checked as such)",
-    **dict.fromkeys(("n_group", "topk_group"),
-                    "group-limited routing: which experts a token may choose among; each chosen expert and the "
-                    "router are counted as with full routing (two or more chosen per token)"),
-}  # fmt: skip
-
-# the fields a multimodal Gemma 3 file (transformers' Gemma3Config) holds beside its text_config: the vision tower
-# and its image tokens (not counted), and bookkeeping; a text model's field there is not read by transformers either
-MULTIMODAL_FIELDS = ("text_config", "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
-                     "image_token_index", "tie_word_embeddings", "model_type", "architectures", "_name_or_path",
-                     "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id",
-                     "initializer_range", "_commit_hash", "use_cache", "quantization_config")  # fmt: skip
 
 
 # multimodal releases whose text model attnid counts: its model type, and its config class's tie_word_embeddings
@@ -101,47 +72,6 @@ def _text_fields(fields: dict, model_type: str) -> dict:
     return {**text, "model_type": text_type}
 
 
-# a field naming remote code: data here (attnid never imports model code), accepted for a family transformers ships
-REMOTE_CODE = "auto_map"
-REMOTE_CODE_NOTE = ("names Python classes in the model's own repository; attnid reads the file as the transformers "
-                    "family its model_type names and never imports or reads that code")  # fmt: skip
-
-# neutral fields that must be positive to mean what NEUTRAL says of them: refused by name otherwise
-POSITIVE: dict[str, str] = {
-    "query_pre_attn_scalar": "the scores are divided by its square root",
-    "final_logit_softcapping": "c tanh(z / c) needs c > 0 (0 divides by zero)",
-    "routed_scaling_factor": "a factor of 0 zeroes every routed expert's output",
-}
-
-MIN_WINDOW = 2  # the shortest sliding window whose attention has the count of full causal attention
-
-# fields that transformers' code does not read but fixes to one value: accepted at that value only
-FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
-                                    "position_embedding_type": "absolute", "use_mrope": False,
-                                    "apply_residual_connection_post_layernorm": False}  # fmt: skip
-
-# fields read by families attnid counts at scope attention only (their blocks are not modelled)
-ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "ffn_hidden_size", "num_hidden_layers", "vocab_size", "type_vocab_size",
-                          "hidden_act", "hidden_activation", "activation", "tie_word_embeddings", "parallel_attn",
-                          "num_ln_in_parallel_attn")  # fmt: skip
-
-# the older RoPE fields, which transformers gathers into rope_parameters (read where that is)
-ROPE_FIELDS = ("rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base")
-
-# RoPE variants whose frequencies stay distinct (each rescales base^(-2i/D) by a factor that is monotone in
-# i, or uniformly): the count of plain RoPE holds
-DISTINCT_FREQUENCY_ROPE = ("default", "linear", "dynamic", "llama3", "yarn")
-
-# activations each MLP kind of attnid.counting stands for
-ACTIVATIONS: dict[str, tuple[str, ...]] = {
-    "gelu": ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python"),
-    "relu": ("relu",),
-    "swiglu": ("silu", "swish"),
-    "swiglu_biased": ("silu",),  # gpt-oss's experts fix their gate z σ(α z) in code; its file says silu
-    "geglu": ("gelu_pytorch_tanh", "gelu", "gelu_new"),
-}
-ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation")
-
 ATTENTION_ONLY_TYPES = ("bert", "falcon", "gemma")  # counted at scope attention (no block attnid models)
 
 CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES)
@@ -149,18 +79,6 @@ CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES)
 # families transformers ships whose layers hold what attnid does not model yet, and what that is (none at present:
 # Llama 4, Qwen3-Next and Command R, once here, are read below)
 UNMODELLED: dict[str, str] = {}
-
-# the fields of a config that switch a family's QK-norm on or off, and the norm they switch on
-QK_NORM_FIELDS = {"llama4": ("use_qk_norm", "l2"), "stablelm": ("qk_layernorm", "layer"),
-                  "cohere": ("use_qk_norm", "layer")}  # fmt: skip
-
-# Qwen3-Next: the layers attnid does not count (linear attention, and the blocks around them); read, so that a value
-# is never refused as unknown, and named in the refusal of a block or a model
-LINEAR_ATTENTION_FIELDS = ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
-                           "linear_num_value_heads", "linear_value_head_dim", "num_experts", "num_experts_per_tok",
-                           "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step",
-                           "mlp_only_layers", "norm_topk_prob", "intermediate_size", "num_hidden_layers", "vocab_size",
-                           "tie_word_embeddings", "hidden_act", "layer_types")  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -236,11 +154,6 @@ def _attention_only_reason(hf_type: str, c) -> str:
     return (f"{linear} of its {len(c.layer_types)} layers are linear attention (Gated DeltaNet), which is not softmax "
             "attention and has no closed form here, and its mixture has a gated shared expert; attnid counts the "
             "attention of its full-attention layers")  # fmt: skip
-
-
-# flags a released file writes as numbers that transformers' config class now types as booleans; the model code reads
-# their truth value (Llama 4 Scout's file has attn_temperature_tuning = 4)
-TRUTH_FIELDS = ("attn_temperature_tuning",)
 
 
 def _truth_values(fields: dict) -> tuple[dict, dict]:
@@ -359,13 +272,6 @@ def _activations(c, hf_type: str) -> set[str]:
             raise ConfigError(f"{name}: {getattr(c, name)!r} is not modelled for {hf_type} (its {mlp} MLP has "
                               f"{', '.join(ACTIVATIONS[mlp])})")  # fmt: skip
     return names
-
-
-# the field that switches a family's attention biases on, and the biases it switches (default: attention_bias, all)
-BIAS_FIELDS = {"opt": ("enable_bias", "qkvo"), "glm4": ("attention_bias", "qkv"), "stablelm": ("use_qkv_bias", "qkv"),
-               "starcoder2": ("use_bias", "qkvo")}  # fmt: skip
-GRANITE_MULTIPLIERS = ("embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling")
-FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": "", "phi3": ""}  # by its code
 
 
 def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[str]]:

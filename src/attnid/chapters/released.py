@@ -32,13 +32,7 @@ def mechanism_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
     ]
     for label, cfg, without, hf_type in cases:
         kw: dict[str, Any] = dict(embed=cfg.E, heads=cfg.H, groups=cfg.G)
-        row = {
-            "mechanism": label,
-            "closed form": count(cfg).unidentified,
-            "closed form without": count(without).unidentified,
-            "our layer": audit(cfg, method="dense", seed=seed).unidentified,
-            "our layer without": audit(without, method="dense", seed=seed).unidentified,
-        }
+        row = _our_layer_row(label, cfg, without, seed)
         if real:
             from ..hf import audit_hf
 
@@ -131,13 +125,30 @@ def released_facts(mechanisms: pd.DataFrame, released: pd.DataFrame) -> dict:
     out["gpt_oss_share"] = float(
         files.loc["gpt-oss-20b", "model unidentified"] / files.loc["gpt-oss-20b", "model params"]
     )
+    out["n_checks"], out["n_agree"] = _agreements(mechanisms)
+    return out
+
+
+def _our_layer_row(label: str, cfg: AttentionConfig, without: AttentionConfig, seed: int) -> dict[str, Any]:
+    """A mechanism's row: the closed form of ``cfg`` and of ``without`` (the mechanism taken out), and our layer's
+    Jacobian count of each."""
+    return {
+        "mechanism": label,
+        "closed form": count(cfg).unidentified,
+        "closed form without": count(without).unidentified,
+        "our layer": audit(cfg, method="dense", seed=seed).unidentified,
+        "our layer without": audit(without, method="dense", seed=seed).unidentified,
+    }
+
+
+def _agreements(table: pd.DataFrame) -> tuple[int, int]:
+    """``(checks, agreements)``: each Jacobian count of ``table`` (our layer's, the real module's) beside its closed
+    form, with the mechanism and without it, and how many are equal."""
     checks = [(f, j) for f, j in (("closed form", "our layer"), ("closed form without", "our layer without"),
                                    ("closed form", "real module"), ("closed form without", "real module without"))
-              if j in mechanisms]  # fmt: skip
-    pairs = [(a, b) for f, j in checks for a, b in zip(mechanisms[f], mechanisms[j]) if pd.notna(a) and pd.notna(b)]
-    out["n_checks"] = len(pairs)
-    out["n_agree"] = sum(int(a) == int(b) for a, b in pairs)
-    return out
+              if j in table]  # fmt: skip
+    pairs = [(a, b) for f, j in checks for a, b in zip(table[f], table[j]) if pd.notna(a) and pd.notna(b)]
+    return len(pairs), sum(int(a) == int(b) for a, b in pairs)
 
 
 # ------------------------------------------------------------- the norms and gates of 2025-2026 (chapter 9)
@@ -163,13 +174,7 @@ def norms_and_gates_table(seed: int = 0, real: bool = True) -> pd.DataFrame:
     LayerNorm without a shift before attention and MLP side by side), audited whole."""
     rows = []
     for label, cfg, without, hf_type, kw, kw_without in NORMS_AND_GATES:
-        row: dict[str, Any] = {
-            "mechanism": label,
-            "closed form": count(cfg).unidentified,
-            "closed form without": count(without).unidentified,
-            "our layer": audit(cfg, method="dense", seed=seed).unidentified,
-            "our layer without": audit(without, method="dense", seed=seed).unidentified,
-        }
+        row = _our_layer_row(label, cfg, without, seed)
         if real:
             from ..hf import audit_hf
 
@@ -236,17 +241,14 @@ def norms_and_gates_models() -> pd.DataFrame:
 def norms_and_gates_facts(table: pd.DataFrame, models: pd.DataFrame) -> dict:
     """The numbers the section's prose glues: agreements of the table's Jacobian counts with their closed forms, and
     the released layers' counts."""
-    checks = [(f, j) for f, j in (("closed form", "our layer"), ("closed form without", "our layer without"),
-                                   ("closed form", "real module"), ("closed form without", "real module without"))
-              if j in table]  # fmt: skip
-    pairs = [(a, b) for f, j in checks for a, b in zip(table[f], table[j]) if pd.notna(a) and pd.notna(b)]
+    n_checks, n_agree = _agreements(table)
     by = models.set_index("model")
     scout, nope = by.loc["Llama-4-Scout-17B-16E (RoPE layers)"], by.loc["Llama-4-Scout-17B-16E (NoPE layers)"]
     gated = by.loc["Qwen3-Next-80B-A3B (full-attention layers)"]
     stablelm = by.loc["StableLM 2 12B"]
     return {
-        "ng_checks": len(pairs),
-        "ng_agree": sum(int(a) == int(b) for a, b in pairs),
+        "ng_checks": n_checks,
+        "ng_agree": n_agree,
         "scout_rope": int(scout["unidentified"]),
         "scout_nope": int(nope["unidentified"]),
         "qwen_next_vo": int(gated["value-output"]),
