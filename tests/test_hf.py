@@ -131,7 +131,7 @@ def test_without_transformers_the_message_says_how_to_install():
         "try:\n    audit_hf('llama')\nexcept ImportError as e:\n    print(e)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert 'pip install -e ".[hf]"' in r.stdout
+    assert "pip install 'attnid[audit]'" in r.stdout
 
 
 @pytest.mark.parametrize("hf_type", ["gpt_neox", "phi"])

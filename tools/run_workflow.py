@@ -35,7 +35,8 @@ def context(clone: Path, inputs: dict[str, str]) -> dict[str, str]:
     origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=ROOT, capture_output=True, text=True)
     repo = re.sub(r"^.*github\.com[:/]|\.git$", "", origin.stdout.strip()) if "github.com" in origin.stdout else ""
     return {
-        "github.sha": sha, "github.ref": "refs/heads/local", "github.event_name": "workflow_dispatch",
+        "github.sha": sha, "github.ref": "refs/heads/local", "github.ref_name": "local", "github.ref_type": "branch",
+        "github.event_name": "workflow_dispatch",
         "github.repository": repo or "attnid/attnid", "github.server_url": "https://github.com",
         "github.token": "", "github.run_number": "0", "runner.os": "Linux",
         **{f"inputs.{k}": v for k, v in inputs.items()},

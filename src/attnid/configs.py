@@ -1,6 +1,7 @@
 """A model's ``config.json`` read into what attnid counts: the attention config, the family and the whole
-model (:class:`attnid.presets.Preset`), through ``transformers``' own config classes so that every field a
-file leaves out takes the library's default, not ours (``attnid count --config``, ``audit --config``).
+model (:class:`attnid.presets.Preset`), as ``transformers``' own config classes read it
+(:mod:`attnid.library_configs`, without the library) so that every field a file leaves out takes the library's
+default, not ours (``attnid count --config``, ``audit --config``).
 
 Every field of the config is accounted for: attnid reads it (:func:`config_preset`), or it cannot change
 the count (:data:`attnid.config_fields.NEUTRAL`, each with its reason), or it holds the value the family's audits
@@ -17,7 +18,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from .attention import AttentionConfig
+from .attention_config import AttentionConfig
 from .config_fields import (
     ACTIVATION_FIELDS,
     ACTIVATIONS,
@@ -38,10 +39,12 @@ from .config_fields import (
     ROPE_FIELDS,
     TRUTH_FIELDS,
 )
-from .counting import MLAConfig
+from .counting import Count, MLAConfig
 from .families import HF_TYPES, MLA_TYPES, equivalent_config
+from .hub import ConfigSource, locate_config
 from .inputs import printable
-from .presets import Model, Preset
+from .library_configs import LibraryConfig, LibraryConfigError, default_dict, library_config, supported_version
+from .presets import Model, Preset, scope_count
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "data" / "configs"
 SOURCE_KEY = "_attnid"  # in a shipped file: {"source": the released file, "note": what was transcribed}
@@ -106,11 +109,29 @@ def read_config(path: str | Path) -> tuple[dict, str]:
     return fields, printable(source, 200)  # a string from the file: shown escaped and cut
 
 
-def config_preset(path: str | Path) -> Preset:
-    """The :class:`~attnid.presets.Preset` of the model a ``config.json`` describes (counted like a preset by
+def load_config(source: str | Path, revision: str | None = None) -> Preset:
+    """The :class:`~attnid.presets.Preset` of a model's config: a local ``config.json`` (or a folder holding one), or
+    a model on the Hub by its name ``ORG/NAME[@REVISION]`` (:func:`attnid.hub.locate_config`; only its
+    ``config.json`` is fetched). :class:`ConfigError` naming the field for anything attnid cannot count,
+    :class:`attnid.hub.HubError` for a model that cannot be had."""
+    origin = locate_config(source, revision)
+    return config_preset(origin.path, origin=origin)
+
+
+def count_config(source: str | Path, scope: str = "attention", revision: str | None = None) -> Count:
+    """The closed-form count of a model's config (:func:`load_config`) at ``scope``: ``"attention"`` (one attention
+    layer, §4), ``"block"`` (one decoder layer) or ``"model"`` (the whole model; chapters 8–9)."""
+    p = load_config(source, revision)
+    return scope_count(p, scope, p.description)
+
+
+def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Preset:
+    """The :class:`~attnid.presets.Preset` of the model a local ``config.json`` describes (counted like a preset by
     :func:`attnid.presets.scope_count`); :class:`ConfigError` naming the field for anything attnid cannot
-    count."""
+    count. ``origin``: where the file came from (a model on the Hub), named in the description."""
     fields, source = read_config(path)
+    if origin is not None and origin.repo is not None:
+        source = origin.describe()
     model_type = fields.get("model_type")
     if not isinstance(model_type, str):
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
@@ -136,14 +157,15 @@ def config_preset(path: str | Path) -> Preset:
     else:
         got = _read_family(hf_type, c)
     config, model, read = got
-    default = type(c)().to_dict()  # the config class's defaults: the values the family's audits were verified at
+    default = default_dict(model_type)  # the config class's defaults: the values the family's audits were verified at
     _refuse_unmodelled(c, read, hf_type, default)
     if model is not None:
         model = replace(model, source=source)
     reading = config_reading(fields, c, read, remote is not None, default)
     reading["truth_values"] = truths
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
-                  model, reading=reading, attention_only=_attention_only_reason(hf_type, c))  # fmt: skip
+                  model, reading=reading, attention_only=_attention_only_reason(hf_type, c),
+                  origin=origin or ConfigSource(Path(path)))  # fmt: skip
 
 
 def _attention_only_reason(hf_type: str, c) -> str:
@@ -191,21 +213,15 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: 
     }
 
 
-def _library_config(model_type: str, fields: dict):
-    """transformers' config object for ``fields``: the library's defaults for every field left out."""
-    import logging
-    import warnings
-
-    with warnings.catch_warnings():  # its import warns about the environment (tqdm without ipywidgets), not the file
-        warnings.simplefilter("ignore")
-        import transformers
-
-    logging.getLogger("transformers").setLevel(logging.ERROR)  # its notes on unusual values are ours to judge
+def _library_config(model_type: str, fields: dict) -> LibraryConfig:
+    """transformers' config for ``fields`` (:func:`attnid.library_configs.library_config`, without the library):
+    the library's defaults for every field left out."""
     try:
-        return transformers.AutoConfig.for_model(model_type, **{k: v for k, v in fields.items() if k != "model_type"})
-    except Exception as e:
-        why = e.__cause__ or e
-        raise ConfigError(f"config: transformers refuses this {model_type} config: {printable(why, 200)}") from None
+        return library_config(model_type, fields)
+    except (LibraryConfigError, TypeError, ZeroDivisionError) as e:  # a kind, or arithmetic on a value of none
+        raise ConfigError(
+            f"config: transformers {supported_version()} refuses this {model_type} config: {printable(e, 200)}"
+        ) from None
 
 
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Gemma 3's rope_parameters, one entry per layer type

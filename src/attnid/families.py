@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention import AttentionConfig, parse_bias
+from .attention_config import AttentionConfig, parse_bias
 from .counting import BIASED_GATED_MLPS, GATED_MLPS, BlockConfig, ModelConfig
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention import AttentionConfig
+from .attention_config import AttentionConfig
 from .counting import (
     SCOPES,
     BlockConfig,
@@ -25,6 +25,7 @@ from .counting import (
     nope_attention,
 )
 from .families import HF_TYPES, block_config
+from .hub import ConfigSource
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Preset:
     model: Model | None = None  # the whole model (None: its block is not one attnid counts)
     reading: dict | None = None  # a config file's fields as read (attnid.configs.config_reading)
     attention_only: str = ""  # why only its attention is counted (Qwen3-Next's linear attention), where it says
+    origin: ConfigSource | None = None  # the config file it was read from (a path, or a model on the Hub)
 
 
 PRESETS: dict[str, Preset] = {

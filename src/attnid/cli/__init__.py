@@ -13,7 +13,33 @@ import textwrap
 from typing import Any
 
 from .. import __version__
+from ..extras import MissingExtra, require
+from ..interrupts import sigterm_as_interrupt
 from .commands import COMMANDS, EXIT_CODES
+
+CORE_OF_EXTRAS = ("torch", "numpy", "scipy")  # what every command of an extra imports (the rest where it is used)
+
+# the exceptions a command's failure may raise, by exit code, as "module:Class" of attnid: a module that was never
+# imported raised none of its own, so only the loaded ones are looked up (and `count` loads no torch to catch them)
+BAD_INPUT = ("lm.data:DataError", "lm.records:Refused")
+FAILED_CHECK = (
+    "lm.records:RecordError",
+    "certify.linalg:CertificateError",
+    "lm.launch:LaunchError",
+    "hf.build:HFAuditError",
+)
+
+
+def _loaded(names: tuple[str, ...], *also: type[Exception]) -> tuple[type[Exception], ...]:
+    """The exception classes ``names`` of the attnid modules imported so far, after ``also``."""
+    out = list(also)
+    for name in names:
+        module, cls = name.split(":")
+        m = sys.modules.get(f"attnid.{module}")
+        if m is not None:
+            out.append(getattr(m, cls))
+    return tuple(out)
+
 
 __all__ = ["build_parser", "main", "strict_json"]
 
@@ -45,6 +71,8 @@ def build_parser(full: bool = True, only: str | None = None) -> argparse.Argumen
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, c in COMMANDS.items():
         if full and only in (None, name):
+            if c.extra:  # before its module's import, which needs the extra
+                require(c.extra, f"attnid {name}", CORE_OF_EXTRAS)
             getattr(importlib.import_module(c.module, __name__), f"{name}_parser")(sub)
         else:
             sub.add_parser(name, help=c.help, add_help=False)
@@ -57,27 +85,24 @@ def main(argv: list[str] | None = None) -> int:
     named is imported (``--help`` and ``--version`` import no torch)."""
     args = sys.argv[1:] if argv is None else argv
     named = args[0] if args and args[0] in COMMANDS else None
-    a = build_parser(full=named is not None, only=named).parse_args(args)
-    from ..audit import CertificateError
-    from ..hf import HFAuditError
-    from ..lm.data import DataError
-    from ..lm.launch import LaunchError, Stopped, sigterm_as_interrupt
-    from ..lm.lifecycle import Interrupted
-    from ..lm.records import RecordError, Refused
-
+    try:
+        a = build_parser(full=named is not None, only=named).parse_args(args)
+    except MissingExtra as e:  # the subcommand's extra is not installed
+        print(f"attnid: error: {e}", file=sys.stderr)
+        return 2
     try:
         with sigterm_as_interrupt():  # SIGTERM stops a command as Ctrl-C does, with its one line
             return a.func(a)
-    except (ValueError, DataError, Refused) as e:
+    except _loaded(BAD_INPUT, ValueError, MissingExtra) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
     except MemoryError as e:  # an allocation the machine refused (the guards estimate; they can be overridden)
         print(f"attnid: error: {e or 'out of memory'}", file=sys.stderr)
         return 1
-    except Stopped as e:  # a local suite stopped, its jobs with it
+    except _loaded(("lm.launch:Stopped",)) as e:  # a local suite stopped, its jobs with it
         print(f"attnid: {e}", file=sys.stderr)
-        return 143 if e.signame == "SIGTERM" else 130
-    except (RecordError, CertificateError, LaunchError, HFAuditError) as e:
+        return 143 if getattr(e, "signame", "") == "SIGTERM" else 130
+    except _loaded(FAILED_CHECK) as e:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader of stdout went away (`| head`): what it read is what it wanted
@@ -87,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
         print(f"attnid: error: {e.strerror or e}{where}; a run that stopped resumes when rerun", file=sys.stderr)
         return 1
-    except Interrupted as e:
+    except _loaded(("lm.lifecycle:Interrupted",)) as e:
         print(f"attnid: {e}", file=sys.stderr)
-        return 143 if e.signame == "SIGTERM" else 130
+        return 143 if getattr(e, "signame", "") == "SIGTERM" else 130
     except KeyboardInterrupt as e:  # outside a training loop (a loop reports its step itself)
         signame = getattr(e, "signame", "SIGINT")
         print(

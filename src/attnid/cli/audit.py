@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..attention import QK_NORM_NAMES
+from ..attention_config import QK_NORM_NAMES
 from ..audit import METHODS as AUDIT_METHODS
 from ..counting import MLAConfig, count
 from ..families import HF_TYPES, MLA_TYPES
@@ -317,7 +317,7 @@ def audit_parser(sub) -> None:
         help=f"audit the attention module of a Hugging Face transformers model type ({', '.join(HF_TYPE_NAMES)}) "
         "at --embed and --heads (defaults: "
         + "; ".join(f"{k} {v['embed']} and {v['heads']}" for k, v in HF_DEFAULTS.items())
-        + "); needs the [hf] extra",
+        + "); needs the audit extra",
     )
     g = p.add_argument_group("whole blocks and models (with --hf; chapter 8)")
     g.add_argument("--block", action="store_true", help="audit one whole decoder layer: norms, attention, MLP")

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Command:
     """One subcommand: the module of :mod:`attnid.cli` that holds its parser and its work, its one-line ``help``,
-    its ``description`` and its ``examples`` (one command a line)."""
+    its ``description``, its ``examples`` (one command a line) and the ``extra`` it needs ("": none, the core)."""
 
     module: str
     help: str
     description: str
     examples: tuple[str, ...]
+    extra: str = ""  # the extra it needs (attnid.extras.EXTRAS); "": the core
 
 
 COMMANDS: dict[str, Command] = {
@@ -42,6 +43,7 @@ COMMANDS: dict[str, Command] = {
          "attnid audit --hf llama --embed 32 --heads 4 --groups 2 --json",
          "attnid audit --config path/to/config.json --block",
          "attnid audit --run data/runs/cpu/adamw"),
+        extra="audit",
     ),
     "presets": Command(
         ".presets",
@@ -57,6 +59,7 @@ COMMANDS: dict[str, Command] = {
         "Train one case of chapter 6 (nanoGPT on tiny Shakespeare, probed every few steps) into its run record; an "
         "interrupted run resumes from its checkpoint and a finished one is reused (--force: start over).",
         ("attnid train --profile cpu --case adamw", "attnid train --profile smoke --case sgd --seed 1 --json"),
+        extra="train",
     ),
     "data": Command(
         ".runs",
@@ -64,6 +67,7 @@ COMMANDS: dict[str, Command] = {
         "Find the corpus ($ATTNID_DATA, or the project's data folder), download it if it is missing and internet is "
         "available, and verify its sha256.",
         ("attnid data", "attnid data --path ~/input.txt --json"),
+        extra="train",
     ),
     "experiments": Command(
         ".runs",
@@ -72,6 +76,7 @@ COMMANDS: dict[str, Command] = {
         "one GPU (--stacked), or one submitit job per run (--launcher local or slurm). Finished runs are reused.",
         ("attnid experiments --profile cpu", "attnid experiments --profile cpu --suite heads",
          "attnid experiments --profile paper --device cuda --stacked"),
+        extra="train",
     ),
     "claims": Command(
         ".claims",
@@ -80,6 +85,7 @@ COMMANDS: dict[str, Command] = {
         "its threshold and control, and a verdict (yes, no, inconclusive, pending).",
         ("attnid claims --profile mid", "attnid claims --profile cpu --seed-set 0,1,2 --json",
          "attnid claims --profile paper --runs my_runs --with-committed"),
+        extra="train",
     ),
 }  # fmt: skip
 

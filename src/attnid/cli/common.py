@@ -8,13 +8,11 @@ import json
 import math
 import os
 
-from ..attention import AttentionConfig
+from ..attention_config import AttentionConfig
 from ..counting import MLAConfig
 from ..families import HF_TYPES, MLA_TYPES
-from ..lm.launch import SlurmOptions
 from ..presets import Preset, lookup
 
-SLURM = SlurmOptions()  # the defaults of the slurm options
 HF_TYPE_NAMES = (*HF_TYPES, *MLA_TYPES)
 
 HF_DEFAULTS = {  # the size `attnid audit --hf TYPE [--block | --model]` builds the module at
@@ -42,7 +40,9 @@ def strict_json(obj) -> str:
 
 def arch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help="a published architecture (see `attnid presets`)")
-    p.add_argument("--config", help="your model: a transformers config.json, or a folder holding one (read offline)")
+    p.add_argument("--config", metavar="PATH|ORG/NAME[@REV]",
+                   help="your model: a transformers config.json, a folder holding one, or a model's name on the "
+                   "Hugging Face Hub (only its config.json is fetched; the hub extra)")  # fmt: skip
     p.add_argument("--embed", "-E", type=int, help="embedding dimension E")
     p.add_argument("--heads", "-H", type=int, help="number of query heads H")
     p.add_argument("--groups", "-G", type=int, help="key/value groups G (default H; 1 = MQA)")
@@ -86,9 +86,9 @@ def chosen_model(a: argparse.Namespace) -> tuple[str, Preset] | None:
         return None
     refuse_preset_flags(a)
     if a.config is not None:
-        from ..configs import config_preset
+        from ..configs import load_config
 
-        return a.config, config_preset(a.config)
+        return a.config, load_config(a.config)
     return lookup(a.preset)
 
 
@@ -151,15 +151,20 @@ def threads_arg(p: argparse.ArgumentParser) -> None:
 AUDIT_DEFAULTS = {"method": "auto", "norm_eps": 0.0, "seed": 0}  # `attnid audit`'s flags that have a default
 
 
+def check_threads(a) -> None:
+    """Refuse a ``--threads`` outside 1 to the machine's cores (without importing torch)."""
+    cores = os.cpu_count() or 1
+    if a.threads is not None and not 1 <= a.threads <= cores:
+        raise ValueError(f"threads must be from 1 to the {cores} cores of this machine, got {a.threads}")
+
+
 def set_threads(a) -> None:
     """``--threads``, else a default that leaves room for what else the machine is running."""
+    check_threads(a)
     import torch
 
     from ..lm.profiles import default_threads
 
-    cores = os.cpu_count() or 1
-    if a.threads is not None and not 1 <= a.threads <= cores:
-        raise ValueError(f"threads must be from 1 to the {cores} cores of this machine, got {a.threads}")
     torch.set_num_threads(default_threads() if a.threads is None else a.threads)
 
 

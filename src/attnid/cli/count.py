@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict
 
 from ..counting import BLOCKS, SCOPES, MLAConfig, count
@@ -27,11 +28,6 @@ def cmd_count(a) -> int:
     if a.json:
         print(strict_json(out))
         return 0
-    _print_reading(out)
-    if "attention_only" in out:
-        print(f"(counted: one attention layer; {out['attention_only']})")
-    arch = ", ".join(f"{k}={v}" for k, v in out["architecture"].items())
-    print(f"architecture: {arch}")
     rows = [[b, c.params_by_block[b], c.unidentified_by_block[b]] for b in BLOCKS]
     print(
         "\n".join(table_lines(["block", "params", "unidentified"], [*rows, ["total", c.total_params, c.unidentified]]))
@@ -40,6 +36,11 @@ def cmd_count(a) -> int:
     for kind, row in out.get("layer_types", {}).items():
         print(f"{kind} layers ({row['layers']} of the model's): {row['unidentified']:,} of {row['total_params']:,} "
               "unidentified")  # fmt: skip
+    if "attention_only" in out:
+        print(f"(counted: one attention layer; {out['attention_only']})")
+    arch = ", ".join(f"{k}={v}" for k, v in out["architecture"].items())
+    print(f"\narchitecture: {arch}")
+    _print_reading(out, chosen)
     return 0
 
 
@@ -50,27 +51,40 @@ def _kind_layers(chosen) -> tuple[int, int]:
 
 
 def _add_reading(out: dict, chosen) -> None:
-    """A config file's reading (:func:`attnid.configs.config_reading`) under ``"config_fields"``."""
+    """A config file's reading (:func:`attnid.configs.config_reading`) under ``"config_fields"``, and where the file
+    came from (a path, or a model on the Hub with its revision and commit) under ``"source"``."""
     if chosen is not None and chosen[1].reading is not None:
         out["config_fields"] = chosen[1].reading
+    if chosen is not None and chosen[1].origin is not None:
+        out["source"] = chosen[1].origin.as_dict()
 
 
-def _print_reading(out: dict) -> None:
+def _print_reading(out: dict, chosen) -> None:
+    """What a config file gave, after the count: where it came from, the fields read, the neutral ones grouped by
+    their reason, the defaults taken (``--json`` has each field's reason and value)."""
     r = out.get("config_fields")
     if r is None:
         return
-    print(f"read: {', '.join(r['read']) or 'none'}")
+
+    def line(text: str) -> None:
+        print(textwrap.fill(text, 110, initial_indent="  ", subsequent_indent="      "))
+
+    print(f"read from {chosen[1].origin.describe() if chosen[1].origin else chosen[0]}")
+    line(f"counted: {', '.join(r['read']) or 'none'}")
     if r["at_default"]:
-        print(f"at the library's default (the value audited): {', '.join(r['at_default'])}")
+        line(f"at the library's default (the value audited): {', '.join(r['at_default'])}")
+    by_reason: dict[str, list[str]] = {}
     for k, why in r["neutral"].items():
-        print(f"accepted {k}: {why}")
+        by_reason.setdefault(why, []).append(k)
+    for why, names in by_reason.items():  # the reason's first clause; --json has it whole
+        line(f"accepted {', '.join(names)}: {why.split(':')[0].split(';')[0].split(' (')[0]}")
     for k, v in r["fixed"].items():
-        print(f"accepted {k} = {printable(repr(v))}: the one value transformers' code implements")
+        line(f"accepted {k} = {printable(repr(v))}: the one value transformers' code implements")
     for k, how in r["truth_values"].items():
-        print(f"{k}: {how}")
+        line(f"{k}: {how}")
     if r["defaults"]:
-        print(
-            "library defaults taken: " + ", ".join(f"{k} = {printable(repr(v), 60)}" for k, v in r["defaults"].items())
+        line(
+            "library defaults taken: " + ", ".join(f"{k} = {printable(repr(v), 40)}" for k, v in r["defaults"].items())
         )
 
 
@@ -88,7 +102,6 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
     if a.json:
         print(strict_json(out))
         return 0
-    _print_reading(out)
     source = p.model.source if p.model else ""
     named = f" ({source})" if source and source not in p.description else ""  # a config's description names it
     print(f"{p.description}, scope {a.scope}{named}")
@@ -100,6 +113,9 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
     n = len(c.params_by_block)
     print("\n".join(["params", *lines[:n], "unidentified, by term", *lines[n:-1]]))
     print(f"{lines[-1]} parameters, {c.unidentified:,} unidentified ({c.unidentified / c.total_params:.4%})")
+    if "config_fields" in out:
+        print()
+    _print_reading(out, chosen)
     return 0
 
 

@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+from ..extras import require
 from .commands import add_command
-from .common import set_threads, strict_json, threads_arg
+from .common import check_threads, set_threads, strict_json, threads_arg
 
 
 def cmd_presets(a) -> int:
     from ..presets import ALL_PRESETS, preset_rows
 
     verified = verified_block = None
-    set_threads(a)  # validates --threads with or without --verify
+    check_threads(a)  # with or without --verify
     if a.verify:
+        require("audit", "attnid presets --verify")
+        set_threads(a)
         from ..hf import verify_presets
 
         verified = verify_presets(list(ALL_PRESETS), progress=True)  # raises HFAuditError on any disagreement

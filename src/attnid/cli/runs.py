@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 from ..inputs import printable
-from ..lm.launch import LAUNCHERS
+from ..lm.launch import LAUNCHERS, SlurmOptions
 from ..lm.profiles import CASES, PRECISIONS, PROFILES
 from .commands import add_command
-from .common import SLURM, set_threads, strict_json, threads_arg
+from .common import set_threads, strict_json, threads_arg
+
+SLURM = SlurmOptions()  # the defaults of the slurm options
 
 PROFILE_NAMES = list(PROFILES)
 
@@ -98,7 +100,7 @@ def cmd_data(a) -> int:
 def cmd_experiments(a) -> int:
     """Every run of a suite, through a launcher (:mod:`attnid.lm.launch`); everything is checked before
     the first run."""
-    from ..lm.launch import SlurmOptions, launch
+    from ..lm.launch import launch
     from ..lm.profiles import SUITES, check_profile, make_config
 
     if a.suite not in SUITES:

@@ -60,7 +60,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..attention import AttentionConfig
+from ..attention_config import AttentionConfig
 
 BLOCKS = ("qk", "vo", "key_bias", "value_bias")
 

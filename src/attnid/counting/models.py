@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..attention import AttentionConfig
+from ..attention_config import AttentionConfig
 from .attention import Count, MLAConfig, count, count_mla
 
 

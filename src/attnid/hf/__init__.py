@@ -1,4 +1,4 @@
-"""Auditing the attention layers of Hugging Face ``transformers`` (optional extra: ``pip install -e ".[hf]"``).
+"""Auditing the attention layers of Hugging Face ``transformers`` (optional extra: ``pip install 'attnid[audit]'``).
 
 Each supported model type is built from a *small* config of its real class, with random weights and no
 download, and run through its own attention module and rotary code in float64. The audit is the dense

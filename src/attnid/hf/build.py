@@ -15,6 +15,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..attention import AttentionConfig
+from ..extras import MissingExtra
 from ..families import (
     HF_TYPES,
 )
@@ -32,7 +33,9 @@ def _transformers():
             warnings.simplefilter("ignore")
             import transformers
     except ImportError as e:
-        raise ImportError(f'auditing Hugging Face modules needs transformers ({TESTED}): pip install -e ".[hf]"') from e
+        raise MissingExtra(
+            f"auditing Hugging Face modules needs the audit extra (transformers {TESTED}): pip install 'attnid[audit]'"
+        ) from e
     return transformers
 
 

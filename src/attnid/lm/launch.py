@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..inputs import printable
+from ..interrupts import sigterm_as_interrupt
 from .profiles import RunConfig
 
 LAUNCHERS = ("inline", "local", "slurm", "debug")
@@ -47,26 +48,6 @@ class Stopped(LaunchError):
 
 
 STOP_WAIT_S = 120  # how long a stopped suite waits for its jobs to end before it kills them
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """In the main thread: SIGTERM raises ``KeyboardInterrupt`` (with ``.signame``) like Ctrl-C, so that one handler
-    stops the jobs either way; the previous handler is restored after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        e = KeyboardInterrupt()
-        e.signame = "SIGTERM"
-        raise e
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _children(pid: int) -> list[int]:

@@ -1,0 +1,414 @@
+"""``transformers``' config classes, as attnid reads them, without transformers or torch.
+
+A ``config.json`` leaves most fields out; the model is then built at its config class's defaults, and some fields
+are derived from others (a head's size from the width, the layer kinds from a pattern, the RoPE fields gathered into
+``rope_parameters``). :func:`library_config` does what transformers 5.24's config class of a model type does with a
+file's fields, for the types attnid reads: each declared field's default and JSON kind (from
+``library_configs.json``, which ``tools/snapshot_library_configs.py`` writes from the library), the class's
+``attribute_map``, its ``__post_init__`` (:data:`POST_INIT`) and the RoPE standardisation its base class applies.
+``tests/test_library_configs.py`` checks, on every shipped and released file and on planted variants, that the
+reading equals the one through transformers' own classes.
+
+Not emulated: the classes' architecture validators (``hidden_size`` a multiple of the heads, the layer types' names),
+which attnid's own checks stand in for where the count depends on them (:mod:`attnid.configs`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+SNAPSHOT = Path(__file__).with_name("library_configs.json")
+
+# what transformers' base class pops from the fields before it keeps the rest as attributes: generation parameters,
+# bookkeeping of the Hub and of kernels (all neutral for the count)
+GENERATION_FIELDS = ("max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature", "top_k",
+                     "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+                     "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+                     "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
+                     "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens", "epsilon_cutoff",
+                     "eta_cutoff", "encoder_repetition_penalty", "num_assistant_tokens",
+                     "num_assistant_tokens_schedule", "assistant_confidence_threshold", "assistant_lookbehind",
+                     "target_lookbehind", "num_beam_groups", "diversity_penalty")  # fmt: skip
+POPPED = ("name_or_path", "_commit_hash", "attn_implementation", "experts_implementation", "per_layer_config",
+          "_attn_implementation_internal", "_experts_implementation_internal")  # fmt: skip
+LEGACY_LAYER_TYPES = {"mamba": "linear_attention", "attention": "full_attention",
+                      "deepseek_sparse_attention": "indexed_attention",
+                      "qwen_sparse_attention": "indexed_attention"}  # fmt: skip
+SCALED_ROPE = ("llama3", "yarn", "longrope")  # the RoPE types that keep the pretraining length in their parameters
+
+
+class LibraryConfigError(ValueError):
+    """A value transformers' config class refuses (a field of the wrong JSON kind); the message names the field."""
+
+
+@cache
+def snapshot() -> dict:
+    """The snapshot of transformers' config classes (``library_configs.json``)."""
+    return json.loads(SNAPSHOT.read_text())
+
+
+def supported_version() -> str:
+    """The transformers version whose config classes the snapshot holds."""
+    return snapshot()["transformers"]
+
+
+class LibraryConfig:
+    """A config as transformers' class holds it: attributes (through its ``attribute_map``) and ``to_dict()``."""
+
+    def __init__(self, model_type: str, values: dict[str, Any], attribute_map: dict[str, str]):
+        self.__dict__["_values"] = values
+        self.__dict__["_map"] = attribute_map
+        self.__dict__["model_type"] = model_type
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__["_values"]
+        name = self.__dict__["_map"].get(name, name)
+        if name in values:
+            return values[name]
+        raise AttributeError(f"{self.__dict__['model_type']} config has no field {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__["_values"][self.__dict__["_map"].get(name, name)] = value
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field with its value, as transformers' ``to_dict()`` gives them."""
+        out = copy.deepcopy(self.__dict__["_values"])
+        out["model_type"] = self.__dict__["model_type"]
+        out["transformers_version"] = supported_version()
+        return out
+
+
+def default_dict(model_type: str) -> dict[str, Any]:
+    """``to_dict()`` of the class's default instance (the values the family's audits were verified at)."""
+    out = copy.deepcopy(snapshot()["types"][model_type]["defaults"])
+    out["transformers_version"] = supported_version()
+    out["id2label"] = {int(k): v for k, v in out["id2label"].items()}  # JSON keeps the ids as strings
+    return out
+
+
+KIND_OF = {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict", type(None): "null"}
+
+
+def _check_kind(name: str, value: Any, kinds: list[str]) -> None:
+    """Refuse a value whose JSON kind the field's annotation does not accept (strict: an int is not a float)."""
+    if "any" in kinds:
+        return
+    kind = KIND_OF.get(type(value), "other")
+    if kind not in kinds:
+        raise LibraryConfigError(f"field {name!r} expects {' or '.join(kinds)}, got {kind} ({value!r:.60})")
+
+
+def library_config(model_type: str, fields: dict[str, Any]) -> LibraryConfig:
+    """The config transformers' class for ``model_type`` makes of a file's ``fields``: the declared fields at their
+    defaults unless given (:class:`LibraryConfigError` for a value of the wrong kind), its ``__post_init__``, the RoPE
+    fields gathered into ``rope_parameters``, and every other field kept as it is."""
+    spec = snapshot()["types"][model_type]
+    amap = spec["attribute_map"]
+    kwargs = {amap.get(k, k): copy.deepcopy(v) for k, v in fields.items() if k != "model_type"}
+    values: dict[str, Any] = {}
+    for name, f in spec["fields"].items():  # a declared field stored under the name its attribute_map gives
+        if name in kwargs:
+            _check_kind(name, kwargs[name], f["kinds"])
+            values[amap.get(name, name)] = kwargs.pop(name)
+        else:
+            values[amap.get(name, name)] = copy.deepcopy(f["default"])
+    c = LibraryConfig(model_type, values, amap)
+    POST_INIT.get(model_type, lambda c, kw: None)(c, kwargs)
+    _base_post_init(c, kwargs, spec)
+    _validate(c, spec)
+    return c
+
+
+def _validate(c: LibraryConfig, spec: dict) -> None:
+    """The class's validators that read the architecture: the heads divide the width (where the class requires it),
+    and each layer type is one the library knows, one per layer."""
+    if spec["heads_divide_width"] and c.hidden_size % c.num_attention_heads:
+        raise LibraryConfigError(f"the hidden size ({c.hidden_size}) is not a multiple of the number of attention "
+                                 f"heads ({c.num_attention_heads})")  # fmt: skip
+    kinds = c.__dict__["_values"].get("layer_types")
+    layers = c.__dict__["_values"].get("num_hidden_layers")
+    if kinds is None or layers is None:
+        return
+    if not all(k in snapshot()["layer_types"] for k in kinds):
+        raise LibraryConfigError(f"the layer_types entries must be in {tuple(snapshot()['layer_types'])}")
+    if len(kinds) != layers:
+        raise LibraryConfigError(f"num_hidden_layers ({layers}) must equal the number of layer_types ({len(kinds)})")
+
+
+def _base_post_init(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+    """What transformers' ``PreTrainedConfig.__post_init__`` does with the fields (the parts that reach a count)."""
+    values = c.__dict__["_values"]
+    torch_dtype = kwargs.pop("torch_dtype", None)
+    if torch_dtype is not None and values.get("dtype") is None:
+        values["dtype"] = torch_dtype
+    labels = values.get("id2label")  # a classifier's labels (neutral): two by default, their ids as integers
+    if labels is None:
+        values["id2label"] = {i: f"LABEL_{i}" for i in range(kwargs.get("num_labels", 2))}
+        values["label2id"] = {f"LABEL_{i}": i for i in range(kwargs.get("num_labels", 2))}
+    elif isinstance(labels, dict):
+        values["id2label"] = {int(k): v for k, v in labels.items()}
+    if "rope_parameters" in values:
+        CONVERT_ROPE.get(c.model_type, _convert_rope)(c, kwargs, spec)
+    for k in (*GENERATION_FIELDS, *POPPED):  # name_or_path among them: the folder it was loaded from, none here
+        kwargs.pop(k, None)
+    values["_name_or_path"] = ""  # the folder it was loaded from: none here
+    values["output_attentions"] = kwargs.pop("output_attentions", False)
+    values.update(kwargs)
+    for key in ("layer_types", "mtp_layer_types"):
+        if isinstance(values.get(key), list):
+            values[key] = [LEGACY_LAYER_TYPES.get(t, t) if isinstance(t, str) else t for t in values[key]]
+
+
+# ------------------------------------------------------------------------------------------ RoPE fields
+def _convert_rope(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+    """The base class's ``convert_rope_params_to_dict``: ``rope_scaling`` (or ``rope_parameters``) with the file's
+    ``rope_theta`` and ``partial_rotary_factor`` moved in."""
+    values = c.__dict__["_values"]
+    rope_scaling = kwargs.pop("rope_scaling", None)
+    rp = rope_scaling or values.get("rope_parameters")
+    rp = rp if rp is not None else {}
+    values["rope_parameters"] = rp
+    theta = kwargs.pop("rope_theta", values.get("rope_theta", spec["default_theta"]))
+    partial = kwargs.pop("partial_rotary_factor", values.get("partial_rotary_factor"))
+    nested = _nested_keys(values, rp)
+    for params in [rp[k] for k in nested] or [rp]:
+        if isinstance(params, dict):
+            params.setdefault("rope_theta", theta)
+            if partial is not None:
+                params.setdefault("partial_rotary_factor", partial)
+    _standardize_rope(c, spec, theta_attr=values.get("rope_theta"), partial_attr=values.get("partial_rotary_factor"))
+
+
+def _nested_keys(values: dict, rp: Any) -> list[str]:
+    """The layer types ``rope_parameters`` is nested under (none: one flat dict)."""
+    labels = values.get("_rope_type_labels") or values.get("layer_types") or ()
+    return [k for k in rp if k in labels] if isinstance(rp, dict) else []
+
+
+def _standardize_rope(c: LibraryConfig, spec: dict, theta_attr: Any = None, partial_attr: Any = None) -> None:
+    """The base class's ``standardize_rope_params``: each RoPE dict gets its ``rope_type`` and ``rope_theta``, and a
+    scaled RoPE the pretraining length."""
+    values = c.__dict__["_values"]
+    rp = values.get("rope_parameters") or {}
+    if not (rp or theta_attr):
+        return
+    nested = _nested_keys(values, rp)
+    for params in [rp[k] for k in nested] if nested else [rp]:
+        if not isinstance(params, dict):
+            continue
+        params.setdefault("rope_type", params.get("type", "default"))
+        params.setdefault("rope_theta", theta_attr)
+        if partial_attr is not None:
+            params.setdefault("partial_rotary_factor", partial_attr)
+        if spec["default_rope_type"] != "default" and params["rope_type"] == "default":
+            params["rope_type"] = spec["default_rope_type"]
+        if params["rope_type"] in SCALED_ROPE:
+            if not nested and "original_max_position_embeddings" in values:
+                params["original_max_position_embeddings"] = values["original_max_position_embeddings"]
+            else:
+                params.setdefault("original_max_position_embeddings", values.get("max_position_embeddings"))
+    values["rope_parameters"] = rp
+
+
+def _convert_rope_gpt_neox(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+    values = c.__dict__["_values"]
+    rp = kwargs.pop("rope_scaling", None) or values.get("rope_parameters")
+    rp = rp if rp is not None else {}
+    values["rope_parameters"] = rp
+    rp.setdefault("rope_theta", kwargs.pop("rotary_emb_base", spec["default_theta"]))
+    rp.setdefault("partial_rotary_factor", kwargs.pop("rotary_pct", 0.25))
+    _standardize_rope(c, spec, values.get("rope_theta"), values.get("partial_rotary_factor"))
+
+
+def _convert_rope_phi3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+    values = c.__dict__["_values"]
+    rp = kwargs.pop("rope_scaling", None) or values.get("rope_parameters")
+    rp = rp if rp is not None else {}
+    values["rope_parameters"] = rp
+    rp.setdefault("rope_theta", kwargs.pop("rope_theta", 10_000.0))
+    rp.setdefault("partial_rotary_factor", kwargs.get("partial_rotary_factor", 1.0))  # kept beside it too
+    _standardize_rope(c, spec, values.get("rope_theta"), values.get("partial_rotary_factor"))
+    if rp.get("rope_type") in ("su", "yarn"):
+        rp["rope_type"] = "longrope"
+
+
+def _convert_rope_gemma3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+    values = c.__dict__["_values"]
+    rope_scaling = kwargs.pop("rope_scaling", None)
+    rp = values.get("rope_parameters")
+    if rp is None:
+        rp = {"sliding_attention": {"rope_type": "default"}, "full_attention": {"rope_type": "default"}}
+    values["rope_parameters"] = rp
+    if rope_scaling is not None:
+        rp["full_attention"].update(rope_scaling)
+    if rp.get("full_attention") is None:
+        rp["full_attention"] = {"rope_type": "default"}
+    rp["full_attention"].setdefault("rope_theta", kwargs.pop("rope_theta", spec["default_theta"]["global"]))
+    if rp.get("sliding_attention") is None:
+        rp["sliding_attention"] = {"rope_type": "default"}
+    rp["sliding_attention"].setdefault("rope_theta", kwargs.pop("rope_local_base_freq", spec["default_theta"]["local"]))
+    _standardize_rope(c, spec, values.get("rope_theta"), values.get("partial_rotary_factor"))
+
+
+CONVERT_ROPE: dict[str, Callable[[LibraryConfig, dict, dict], None]] = {
+    "gpt_neox": _convert_rope_gpt_neox,
+    "phi3": _convert_rope_phi3,
+    "gemma3_text": _convert_rope_gemma3,
+}
+
+
+# ------------------------------------------------------------------------------ each class's __post_init__
+def _kv_heads(c: LibraryConfig, kw: dict) -> None:
+    if c.num_key_value_heads is None:
+        c.num_key_value_heads = c.num_attention_heads
+
+
+def _head_dim(c: LibraryConfig, kw: dict) -> None:
+    if c.head_dim is None:
+        c.head_dim = c.hidden_size // c.num_attention_heads
+
+
+def _windows_by_depth(c: LibraryConfig, kw: dict) -> None:
+    """Qwen2 and Qwen3: a window only where ``use_sliding_window``, on the layers from ``max_window_layers`` on."""
+    c.sliding_window = c.sliding_window if c.use_sliding_window else None
+    _kv_heads(c, kw)
+    if c.layer_types is None:
+        c.layer_types = ["sliding_attention" if c.sliding_window is not None and i >= c.max_window_layers
+                         else "full_attention" for i in range(c.num_hidden_layers)]  # fmt: skip
+
+
+def _alternating(every: int) -> Callable[[LibraryConfig, dict], None]:
+    def post_init(c: LibraryConfig, kw: dict) -> None:
+        if c.layer_types is None:
+            c.layer_types = ["sliding_attention" if (i + 1) % every else "full_attention"
+                             for i in range(c.num_hidden_layers)]  # fmt: skip
+
+    return post_init
+
+
+def _gemma3(c: LibraryConfig, kw: dict) -> None:
+    if c.use_bidirectional_attention:
+        c.sliding_window = c.sliding_window // 2 + 1
+    c._sliding_window_pattern = kw.get("sliding_window_pattern", 6)
+    _alternating(c._sliding_window_pattern)(c, kw)
+
+
+def _smollm3(c: LibraryConfig, kw: dict) -> None:
+    _kv_heads(c, kw)
+    if c.no_rope_layers is None:
+        c.no_rope_layers = [int((i + 1) % c.no_rope_layer_interval != 0) for i in range(c.num_hidden_layers)]
+    if c.layer_types is None:
+        c.layer_types = ["sliding_attention" if c.use_sliding_window and c.sliding_window is not None and not rope
+                         else "full_attention" for rope in c.no_rope_layers[: c.num_hidden_layers]]  # fmt: skip
+
+
+def _llama4(c: LibraryConfig, kw: dict) -> None:
+    _kv_heads(c, kw)
+    default = [int((i + 1) % c.no_rope_layer_interval != 0) for i in range(c.num_hidden_layers)]
+    c.no_rope_layers = c.no_rope_layers if c.no_rope_layers else default
+    _head_dim(c, kw)
+    if c.moe_layers is None:
+        step = c.interleave_moe_layer_step
+        c.moe_layers = list(range(step - 1, c.num_hidden_layers, step))
+    if c.layer_types is None:
+        c.layer_types = ["chunked_attention" if no_rope and c.attention_chunk_size is not None else "full_attention"
+                         for no_rope in c.no_rope_layers]  # fmt: skip
+
+
+def _gpt_oss(c: LibraryConfig, kw: dict) -> None:
+    _kv_heads(c, kw)
+    _head_dim(c, kw)
+    _alternating(2)(c, kw)
+    if c.rope_parameters is None:
+        c.rope_parameters = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                             "truncate": False, "original_max_position_embeddings": 4096}  # fmt: skip
+
+
+def _qwen3_next(c: LibraryConfig, kw: dict) -> None:
+    kw.setdefault("partial_rotary_factor", 0.25)
+    c.mlp_only_layers = [] if c.mlp_only_layers is None else c.mlp_only_layers
+    if c.layer_types is None:
+        every = kw.pop("full_attention_interval", 4)
+        c.layer_types = ["linear_attention" if (i + 1) % every else "full_attention"
+                         for i in range(c.num_hidden_layers)]  # fmt: skip
+
+
+def _qwen3_moe(c: LibraryConfig, kw: dict) -> None:
+    c.sliding_window = c.sliding_window if c.use_sliding_window else None
+    c.mlp_only_layers = [] if c.mlp_only_layers is None else c.mlp_only_layers
+
+
+def _deepseek_v3(c: LibraryConfig, kw: dict) -> None:
+    _kv_heads(c, kw)
+    c.qk_head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim
+    c.head_dim = c.qk_rope_head_dim
+
+
+def _falcon(c: LibraryConfig, kw: dict) -> None:
+    n_embed = kw.pop("n_embed", None)
+    c.hidden_size = c.hidden_size if n_embed is None else n_embed
+    c.num_kv_heads = c.num_attention_heads if c.num_kv_heads is None else c.num_kv_heads
+    if c.ffn_hidden_size is None:
+        c.ffn_hidden_size = c.hidden_size * 4
+
+
+def _gemma(c: LibraryConfig, kw: dict) -> None:
+    if c.hidden_act == "gelu":  # the legacy name of the tanh approximation in Gemma's files
+        c.hidden_act = "gelu_pytorch_tanh"
+
+
+def _partial_rope(share: float) -> Callable[[LibraryConfig, dict], None]:
+    def post_init(c: LibraryConfig, kw: dict) -> None:
+        kw.setdefault("partial_rotary_factor", share)
+
+    return post_init
+
+
+def _both(*steps: Callable[[LibraryConfig, dict], None]) -> Callable[[LibraryConfig, dict], None]:
+    def post_init(c: LibraryConfig, kw: dict) -> None:
+        for step in steps:
+            step(c, kw)
+
+    return post_init
+
+
+def _opt(c: LibraryConfig, kw: dict) -> None:
+    c.word_embed_proj_dim = c.word_embed_proj_dim if c.word_embed_proj_dim is not None else c.hidden_size
+
+
+def _glm4(c: LibraryConfig, kw: dict) -> None:
+    kw.setdefault("partial_rotary_factor", 0.5)
+    if c.eos_token_id is None:
+        c.eos_token_id = [151329, 151336, 151338]
+
+
+POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
+    "opt": _opt,
+    "llama": _both(_head_dim, _kv_heads),
+    "mistral": _both(_head_dim, _kv_heads),
+    "qwen2": _windows_by_depth,
+    "qwen3": _windows_by_depth,
+    "phi": _both(_kv_heads, _partial_rope(0.5)),
+    "phi3": _kv_heads,
+    "granite": _kv_heads,
+    "glm4": _glm4,
+    "stablelm": _partial_rope(0.25),
+    "gemma2": _alternating(2),
+    "gemma3_text": _gemma3,
+    "olmo2": _kv_heads,
+    "smollm3": _smollm3,
+    "gpt_oss": _gpt_oss,
+    "mixtral": _kv_heads,
+    "qwen3_moe": _qwen3_moe,
+    "llama4_text": _llama4,
+    "qwen3_next": _qwen3_next,
+    "cohere": _kv_heads,
+    "deepseek_v3": _deepseek_v3,
+    "falcon": _falcon,
+    "gemma": _gemma,
+}

@@ -1,0 +1,94 @@
+"""The counter's speed and size: wall time of ``attnid count`` (a preset, and a released ``config.json`` at scope
+model), median of ``--runs`` after one warm-up run, for each ``attnid`` executable given; with ``--install``, the core
+wheel is built, installed into a fresh virtual environment (its time and size on disk measured) and timed beside the
+others. ``make bench-count`` runs it. Goals (2 cores): each count <= 0.3 s, the core install <= 10 s and <= 20 MB."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RELEASED = ROOT / "data" / "configs" / "released" / "llama-3.1-8b.json"
+COMMANDS = {
+    "count --preset llama-2-7b --scope model": ["count", "--preset", "llama-2-7b", "--scope", "model"],
+    f"count --config {RELEASED.name} --scope model": ["count", "--config", str(RELEASED), "--scope", "model"],
+}
+
+
+def wall_times(attnid: str, args: list[str], runs: int) -> list[float]:
+    """Seconds of ``attnid args`` run ``runs`` times after one warm-up run (its caches warm); a failure raises."""
+    subprocess.run([attnid, *args], check=True, capture_output=True)
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run([attnid, *args], check=True, capture_output=True)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes on disk of the files under ``path`` (links not followed)."""
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def core_install(workdir: Path, uv: str) -> dict:
+    """Build the wheel, install it into a fresh virtual environment (no torch): seconds and bytes of that install,
+    and the path of its ``attnid``."""
+    dist = workdir / "dist"
+    subprocess.run([uv, "build", "--wheel", "--out-dir", str(dist), str(ROOT)], check=True, capture_output=True)
+    wheel = next(dist.glob("attnid-*.whl"))
+    venv = workdir / "venv"
+    subprocess.run([uv, "venv", "--python", sys.executable, str(venv)], check=True, capture_output=True)
+    empty = folder_bytes(venv)
+    t = time.perf_counter()
+    subprocess.run([uv, "pip", "install", "--python", str(venv / "bin" / "python"), str(wheel)], check=True,
+                   capture_output=True)  # fmt: skip
+    seconds = time.perf_counter() - t
+    torch_there = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True)
+    return {"wheel": wheel.name, "install_s": seconds, "install_bytes": folder_bytes(venv) - empty,
+            "torch_installed": torch_there.returncode == 0, "attnid": str(venv / "bin" / "attnid")}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--attnid", action="append", default=None,
+                    help="an attnid executable to time (repeatable; default: .venv/bin/attnid)")  # fmt: skip
+    ap.add_argument("--install", action="store_true", help="also build the wheel, install it fresh, and time it")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per command (the median is reported)")
+    ap.add_argument("--json", help="also write the measurements to this file")
+    a = ap.parse_args(argv)
+    if a.runs < 1:
+        ap.error(f"--runs must be at least 1, got {a.runs}")
+    targets = {p: p for p in (a.attnid if a.attnid is not None else [str(ROOT / ".venv" / "bin" / "attnid")])}
+    result: dict = {"runs": a.runs, "cores": os.cpu_count(), "timings": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        if a.install:
+            uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+            result["install"] = core_install(Path(tmp), uv)
+            inst = result["install"]
+            print(f"core wheel {inst['wheel']}: installed into a fresh venv in {inst['install_s']:.1f} s, "
+                  f"{inst['install_bytes'] / 1e6:.1f} MB on disk (torch installed: "
+                  f"{'yes' if inst['torch_installed'] else 'no'})")  # fmt: skip
+            targets["fresh core venv"] = inst["attnid"]
+        print(f"\nwall time, median of {a.runs} after a warm-up (s)")
+        print(f"{'command':<58}" + "".join(f"{name[-28:]:>30}" for name in targets))
+        for label, args in COMMANDS.items():
+            row = {name: statistics.median(wall_times(exe, args, a.runs)) for name, exe in targets.items()}
+            result["timings"][label] = row
+            print(f"{label:<58}" + "".join(f"{v:>30.3f}" for v in row.values()))
+    if a.json:
+        Path(a.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
