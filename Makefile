@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed
 # test worker and kernel
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help venv test test-fast lint format bench bench-gpu paper-records data book chapter serve clean
+.PHONY: help venv test test-fast lint format bench bench-gpu bench-count paper-records data book chapter serve clean
 
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE), JOBS=$(JOBS) at once) and build the HTML book"
@@ -30,6 +30,7 @@ help:
 	@echo "make serve    serve the built book on http://127.0.0.1:8000"
 	@echo "make bench    audit timing ladder and training throughput (needs the corpus)"
 	@echo "make bench-gpu   the GPU training path: stacked runs, probe, evaluation, projected suite times"
+	@echo "make bench-count the counter: attnid count's wall time here and in a fresh core install, its size"
 	@echo "make paper-records MINUTES=9   on one GPU: the paper-scale records that fit in that time"
 	@echo "make data     locate (or download) and verify the corpus"
 	@echo "make venv     create .venv and install the project (run by every other target)"
@@ -75,6 +76,9 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) tools/bench.py
+
+bench-count: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tools/bench_count.py --install
 
 bench-gpu: $(STAMP)
 	mkdir -p build

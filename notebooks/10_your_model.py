@@ -85,8 +85,9 @@ data = load()
 # %% [markdown]
 # ## How many directions of a released model are unidentified
 #
-# `attnid count --config PATH` reads a `config.json` (or the folder `save_pretrained` writes) through
-# the `transformers` class of its family, so a field the file leaves out takes the library's own
+# `attnid count --config PATH` reads a `config.json` (or the folder `save_pretrained` writes, or a model's
+# name on the Hugging Face Hub, `ORG/NAME[@REVISION]`, of which only `config.json` is fetched) as the
+# `transformers` class of its family reads it, so a field the file leaves out takes the library's own
 # default, and counts the model at the scope asked for: one attention layer (chapters 1–5), one decoder
 # layer with its norms and MLP (chapter 8), or the whole model with its embeddings (chapter 8). A
 # field that would change the count but that attnid does not model (an attention variant, a bias the
@@ -254,7 +255,9 @@ table(ch.table_claims(profile))
 # %% [markdown]
 # ## Doing this for your own model
 #
-# * `attnid count --config path/to/config.json --scope attention|block|model`: the counts, term by term.
+# * `attnid count --config path/to/config.json --scope attention|block|model`: the counts, term by term
+#   (`--config ORG/NAME` for a model on the Hub; `pip install 'attnid[hub]'` is the counter alone, without torch;
+#   in Python, `attnid.count_config`).
 # * `attnid audit --config path/to/config.json [--block]`: the family's real `transformers` module at the
 #   config's structure and a small width, its Jacobian rank against the closed form.
 # * `attnid audit --run DIR [--layer K]`: a trained attnid run at its trained weights (`attnid train`

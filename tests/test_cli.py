@@ -319,7 +319,7 @@ def test_help_and_version_start_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "from attnid.cli import main\n"
-        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    sys.exit(e.code)\n"
+        "try:\n    sys.exit(main(sys.argv[1:]))\nexcept SystemExit as e:\n    sys.exit(e.code)\n"
     )
     r = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -52,6 +52,8 @@ def test_count_config_prints_what_count_preset_prints(scope):
         assert a.returncode == b.returncode == 0, a.stderr
         ja, jb = json.loads(a.stdout), json.loads(b.stdout)
         assert set(ja.pop("config_fields")) == {"read", "at_default", "neutral", "fixed", "defaults", "truth_values"}
+        assert ja.pop("source") == {"path": str(CONFIG_DIR / f"{name}.json"), "repo": None, "revision": None,
+                                    "commit": None}  # fmt: skip
         if ja.get("model"):
             assert ja["model"].pop("source").startswith(jb["model"].pop("source"))
         assert ja == jb

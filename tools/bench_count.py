@@ -8,13 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import check_release  # tools/, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASED = ROOT / "data" / "configs" / "released" / "llama-3.1-8b.json"
@@ -35,27 +36,13 @@ def wall_times(attnid: str, args: list[str], runs: int) -> list[float]:
     return out
 
 
-def folder_bytes(path: Path) -> int:
-    """Bytes on disk of the files under ``path`` (links not followed)."""
-    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
-def core_install(workdir: Path, uv: str) -> dict:
-    """Build the wheel, install it into a fresh virtual environment (no torch): seconds and bytes of that install,
-    and the path of its ``attnid``."""
-    dist = workdir / "dist"
-    subprocess.run([uv, "build", "--wheel", "--out-dir", str(dist), str(ROOT)], check=True, capture_output=True)
-    wheel = next(dist.glob("attnid-*.whl"))
-    venv = workdir / "venv"
-    subprocess.run([uv, "venv", "--python", sys.executable, str(venv)], check=True, capture_output=True)
-    empty = folder_bytes(venv)
-    t = time.perf_counter()
-    subprocess.run([uv, "pip", "install", "--python", str(venv / "bin" / "python"), str(wheel)], check=True,
-                   capture_output=True)  # fmt: skip
-    seconds = time.perf_counter() - t
-    torch_there = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True)
-    return {"wheel": wheel.name, "install_s": seconds, "install_bytes": folder_bytes(venv) - empty,
-            "torch_installed": torch_there.returncode == 0, "attnid": str(venv / "bin" / "attnid")}  # fmt: skip
+def core_install(workdir: Path) -> dict:
+    """The wheel built and installed into a fresh virtual environment (no torch): seconds and bytes of that install
+    (:mod:`check_release`), and the path of its ``attnid``."""
+    wheel, _ = check_release.build(workdir / "dist")
+    got = check_release.install_fresh(wheel, workdir / "venv")
+    torch_there = subprocess.run([str(workdir / "venv" / "bin" / "python"), "-c", "import torch"], capture_output=True)
+    return {**got, "wheel": wheel.name, "torch_installed": torch_there.returncode == 0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"runs": a.runs, "cores": os.cpu_count(), "timings": {}}
     with tempfile.TemporaryDirectory() as tmp:
         if a.install:
-            uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-            result["install"] = core_install(Path(tmp), uv)
+            result["install"] = core_install(Path(tmp))
             inst = result["install"]
             print(f"core wheel {inst['wheel']}: installed into a fresh venv in {inst['install_s']:.1f} s, "
                   f"{inst['install_bytes'] / 1e6:.1f} MB on disk (torch installed: "

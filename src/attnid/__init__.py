@@ -1,8 +1,9 @@
 """attnid: the parameter-identification math of multi-head attention (arXiv 2609.01231).
 
 The names below load their module on first use. The counts (``count``, ``count_config``, ``load_config``, the
-presets) need only the standard library (and ``huggingface_hub`` for a model named on the Hub); ``attention``,
-``audit`` and ``audit_hf`` need torch (``pip install 'attnid[audit]'``).
+presets) need only the standard library (and ``huggingface_hub`` for a model named on the Hub); the layer
+(``attention``) and the audits (``attnid.audit.audit``, ``attnid.hf.audit_hf``) need torch
+(``pip install 'attnid[audit]'``).
 """
 
 from __future__ import annotations
@@ -15,22 +16,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .attention import ColumnAttention, attention, init_params
     from .attention_config import AttentionConfig, parse_bias
-    from .audit import audit
     from .configs import ConfigError, count_config, load_config
     from .counting import count
-    from .hf import audit_hf
     from .hub import HubError
     from .presets import Preset, lookup, scope_count
 
-__all__ = ["AttentionConfig", "ColumnAttention", "ConfigError", "HubError", "Preset", "attention", "audit",
-           "audit_hf", "count", "count_config", "init_params", "load_config", "lookup", "parse_bias",
-           "scope_count"]  # fmt: skip
+__all__ = ["AttentionConfig", "ColumnAttention", "ConfigError", "HubError", "Preset", "attention", "count",
+           "count_config", "init_params", "load_config", "lookup", "parse_bias", "scope_count"]  # fmt: skip
 __version__ = "0.6.0"
 
-# each public name's module: the core ones need no torch; attention, audit and audit_hf need the audit extra
+# each public name's module: the core ones need no torch; the layer (attention, ColumnAttention, init_params) and the
+# audits (attnid.audit.audit, attnid.hf.audit_hf) need the audit extra
 _HOMES = {"count": ".counting", "AttentionConfig": ".attention_config", "parse_bias": ".attention_config",
           **dict.fromkeys(("ConfigError", "count_config", "load_config"), ".configs"), "HubError": ".hub",
-          **dict.fromkeys(("Preset", "lookup", "scope_count"), ".presets"), "audit": ".audit", "audit_hf": ".hf",
+          **dict.fromkeys(("Preset", "lookup", "scope_count"), ".presets"),
           **dict.fromkeys(("ColumnAttention", "attention", "init_params"), ".attention")}  # fmt: skip
 
 

@@ -9,8 +9,9 @@ file's fields, for the types attnid reads: each declared field's default and JSO
 ``tests/test_library_configs.py`` checks, on every shipped and released file and on planted variants, that the
 reading equals the one through transformers' own classes.
 
-Not emulated: the classes' architecture validators (``hidden_size`` a multiple of the heads, the layer types' names),
-which attnid's own checks stand in for where the count depends on them (:mod:`attnid.configs`).
+Emulated too: the validators that read the architecture (the heads dividing the width where the class requires it,
+the layer types' names and number). Not emulated: the range checks of fields that cannot change a count (an
+initialiser's scale in ``[0, 1]``), and the library's warnings.
 """
 
 from __future__ import annotations

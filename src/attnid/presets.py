@@ -54,6 +54,10 @@ class Model:
 
 @dataclass(frozen=True)
 class Preset:
+    """A published architecture, or a model read from its ``config.json``: its attention layer (``config``), the
+    ``transformers`` family of its code, the whole model (layers, MLP, vocabulary; ``None`` where only the
+    attention is counted) and, for a config file, what was read (``reading``) and from where (``origin``)."""
+
     description: str
     config: AttentionConfig | MLAConfig
     hf_type: str | None = None  # transformers model type of its code
@@ -384,7 +388,9 @@ def preset_count(name: str, scope: str = "attention") -> Count:
 
 
 def scope_count(p: Preset, scope: str, name: str) -> Count:
-    """:func:`preset_count` of ``p``: a preset, or a config read by :func:`attnid.configs.config_preset`."""
+    """The closed-form count of ``p`` (a preset, or a model read from its config) at ``scope``: ``"attention"`` (one
+    attention layer, §4), ``"block"`` (one decoder layer) or ``"model"`` (the whole model; chapters 8–9); ``name``
+    is the model's name in messages."""
     if scope not in SCOPES:
         raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
     if scope == "attention":

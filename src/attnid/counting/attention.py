@@ -119,7 +119,8 @@ def _product_fiber(n: int, inner: int, left: int, right: int) -> int:
 
 
 def count(cfg: AttentionConfig) -> Count:
-    """Unidentified dimensions by block for the architecture ``cfg``."""
+    """The parameters and unidentified directions of one attention layer ``cfg`` (paper §4), in total and by block:
+    the query–key product, the value–output product, the key and value biases."""
     if not isinstance(cfg, AttentionConfig):
         raise TypeError(f"cfg: expected an AttentionConfig, got {type(cfg).__name__}")
     E, H, G, D, C = cfg.E, cfg.H, cfg.G, cfg.D, cfg.C
