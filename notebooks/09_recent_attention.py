@@ -265,10 +265,11 @@ table(mechanisms)
 #
 # ## Released files, as downloaded
 #
-# `attnid count --config` reads a model's `config.json` through its `transformers` config class. Every
+# `attnid count --config` reads a model's `config.json` as its `transformers` config class reads it. Every
 # field of a released file is read, or accepted because it cannot change the count (each with its
-# reason, which the command prints: a hub revision, a generation cache, `auto_map`, whose remote code is
-# never read), or holds the one value the library's code implements, or is refused by name. The
+# reason, which the command prints: a generation cache, a dropout, `auto_map`, whose remote code is
+# never read, or a field no code of the family reads at all), or holds the one value the library's code
+# implements, or is refused by name. The
 # copies under `data/configs/released` are released files as public sources hold them (beside them,
 # each one's source and how faithful the copy is: byte for byte, or field for field).
 # Of these {glue:text}`n_released` files, {glue:text}`n_counted_model` are counted at every scope, and

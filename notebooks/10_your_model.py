@@ -90,10 +90,13 @@ data = load()
 # `transformers` class of its family reads it, so a field the file leaves out takes the library's own
 # default, and counts the model at the scope asked for: one attention layer (chapters 1–5), one decoder
 # layer with its norms and MLP (chapter 8), or the whole model with its embeddings (chapter 8). A
-# field that would change the count but that attnid does not model (an attention variant, a bias the
-# family's code adds, a norm placement) is refused by name rather than ignored; a field that cannot
-# change it (a hub revision, a generation cache, `auto_map`, whose remote code is never read) is
-# accepted with its reason, which the command prints with the fields it read and the defaults it took.
+# field that the family's `transformers` code reads but attnid does not model (an attention variant, a
+# bias the family's code adds, a norm placement) is refused by name rather than ignored (one that shapes
+# only the decoder layer around the attention refuses the block and the model, not the attention); a
+# field that no code of the family reads cannot change the function and is accepted, and so is a field
+# that is read but cannot change the count (a generation cache, a dropout, `auto_map`, whose remote code
+# is never read), each with its reason, which the command prints with the fields it read and the
+# defaults it took.
 # The book ships the architecture fields of each preset's released config in `data/configs/`; each
 # reads back to its preset exactly (a test), so a preset and a reader's file take one path. Released
 # files as published, read as they come, are in chapter 9.

@@ -360,3 +360,32 @@ def test_a_refusal_reads_the_same_from_the_library_and_the_cli(kwargs, argv, cap
         audit_hf(kwargs.pop("hf_type"), **kwargs)
     assert main(["audit", "--embed", "8", "--heads", "2", *argv]) == 2
     assert capsys.readouterr().err.strip() == f"attnid: error: {e.value}"
+
+
+ONE_EXPERT_SHAPES = [dict(heads=2, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
+                     dict(heads=2, groups=2, nope=True, ffn=4), dict(heads=1, ffn=6)]  # fmt: skip
+
+
+@pytest.mark.parametrize("kw", ONE_EXPERT_SHAPES, ids=range(len(ONE_EXPERT_SHAPES)))
+def test_a_llama4_block_with_one_expert_equals_the_closed_form(monkeypatch, kw):
+    """One expert under Llama 4's sigmoid router (its σ scales the expert's input), beside the shared expert: the
+    router stays identified, and the real layer's Jacobian equals the terms (0.3-5 s each at E = 8)."""
+    from attnid.hf import scopes
+
+    monkeypatch.setattr(scopes, "AUDIT_EXPERTS", 1)
+    r = audit_hf("llama4", scope="block", embed=8, **kw)
+    assert r.details["experts"] == 1 and r.unidentified == r.details["theory_unidentified"] and r.sv_gap > 1e6
+
+
+def test_one_expert_under_a_softmax_router_is_refused_with_a_true_sentence():
+    from attnid.counting import BlockConfig
+
+    attn = AttentionConfig(8, 2, rope=True, causal=True)
+    assert (
+        count_block(
+            BlockConfig(attn, 4, norm="rms", mlp="swiglu", mlp_bias=False, experts=1, shared_ffn=4)
+        ).unidentified
+        > 0
+    )
+    with pytest.raises(ValueError, match="a softmax router over one expert gives it weight 1"):
+        BlockConfig(attn, 4, norm="rms", mlp="swiglu", mlp_bias=False, experts=1, router="softmax")

@@ -357,3 +357,20 @@ def test_data_speaks_json(corpus):
     r = run("data", "--path", str(corpus_path()), "--json")
     got = json.loads(r.stdout)
     assert r.returncode == 0 and got["verified"] is True and len(got["sha256"]) == 64 and got["bytes"] > 1_000_000
+
+
+def test_count_from_flags_says_the_qk_norms_epsilon_and_takes_norm_eps():
+    """At ε = 0 (the default) the count has each norm's scale free, and says so with how many; --norm-eps counts a
+    released model's ε > 0; it is refused without a norm and beside a preset, which fixes its own."""
+    at_zero = run("count", "-E", "16", "-H", "4", "-G", "2", "--rope", "--qk-norm", "head", "--json")
+    released = run("count", "-E", "16", "-H", "4", "-G", "2", "--rope", "--qk-norm", "head", "--norm-eps", "1e-6",
+                   "--json")  # fmt: skip
+    a, b = json.loads(at_zero.stdout), json.loads(released.stdout)
+    assert a["architecture"]["qk_norm_eps"] == 0.0 and b["architecture"]["qk_norm_eps"] == 1e-6
+    assert a["unidentified"] - b["unidentified"] == 4 + 2  # H + G per-head scales
+    text = run("count", "-E", "16", "-H", "4", "-G", "2", "--rope", "--qk-norm", "head").stdout
+    assert "QK-norm at ε = 0, the exact symmetric point: 6 directions more" in text
+    for args, says in ((["-E", "16", "-H", "4", "--norm-eps", "1e-6"], "this attention has no norm"),
+                       (["--preset", "qwen3-8b", "--norm-eps", "1e-6"], "--preset fixes the norms' ε")):  # fmt: skip
+        r = run("count", *args)
+        assert r.returncode == 2 and says in r.stderr

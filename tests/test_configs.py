@@ -75,10 +75,8 @@ def test_a_field_left_out_takes_the_librarys_default(tmp_path):
 @pytest.mark.parametrize(
     "base, fields, named",
     [
-        ("llama-2-7b", {"mlp_bias": True}, "mlp_bias = True"),
         ("llama-2-7b", {"hidden_act": "relu"}, "hidden_act"),
         ("llama-2-7b", {"rms_norm_eps": 0.0}, "rms_norm_eps = 0.0"),
-        ("llama-2-7b", {"my_attention": "linear"}, "my_attention = 'linear' (a field unknown here)"),
         (
             "llama-2-7b",
             {"rope_scaling": {"rope_type": "su", "factor": 2.0, "original_max_position_embeddings": 2048}},
@@ -98,11 +96,8 @@ def test_a_field_left_out_takes_the_librarys_default(tmp_path):
             "long_factor of longrope RoPE makes two pairs rotate at one frequency",
         ),
         ("llama-2-7b", {"num_attention_heads": 33}, "not a multiple"),
-        ("pythia-6.9b", {"use_parallel_residual": False}, "use_parallel_residual = False"),
         ("phi-2", {"qk_layernorm": True}, "qk_layernorm = True"),
-        ("opt-6.7b", {"do_layer_norm_before": False}, "do_layer_norm_before = False"),
         ("opt-6.7b", {"word_embed_proj_dim": 512}, "word_embed_proj_dim"),
-        ("qwen2-7b", {"attention_bias": True}, "attention_bias = True (a field unknown here)"),
         ("falcon-7b", {"alibi": True}, "alibi"),
         ("deepseek-v3", {"scoring_func": "softmax"}, "scoring_func = 'softmax'"),
         ("deepseek-v3", {"num_experts_per_tok": 1}, "num_experts_per_tok"),
@@ -149,3 +144,75 @@ def test_audit_config_is_the_audit_of_its_presets_structure():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["hf_type"] == "qwen3" and out["unidentified"] == out["details"]["theory_unidentified"]
+
+
+@pytest.mark.parametrize(
+    ("base", "fields"),
+    [
+        ("llama-3-8b", {"unsloth_fixed": True}),  # an unsloth re-upload's mark
+        ("llama-3-8b", {"is_llama_config": True, "rope_interleaved": False}),  # SmolLM2
+        ("llama-3-8b", {"transformers.js_config": {"dtype": "q4"}}),  # SmolLM2 1.7B
+        (
+            "phi-4-mini",
+            {
+                "attention_bias": False,
+                "mlp_bias": False,
+                "lm_head_bias": False,
+                "full_attn_mod": 1,
+                "interpolate_factor": 1,
+            },
+        ),  # Phi-4-mini, as served
+        ("qwen2-7b", {"attention_bias": True}),  # Qwen2's code gives q, k, v biases whatever this says
+    ],
+)
+def test_a_field_no_code_of_the_family_reads_is_accepted_and_said_so(tmp_path, base, fields):
+    from attnid.configs import unread_reason
+
+    p = config_preset(edited(tmp_path, base, **fields))
+    q = config_preset(CONFIG_DIR / f"{base}.json")
+    assert (p.config, p.model.layers, p.model.ffn) == (q.config, q.model.layers, q.model.ffn)
+    for k in fields:
+        assert p.reading["neutral"][k] == unread_reason(p.hf_type), k
+
+
+def test_the_rule_reads_the_familys_code_a_plant_flips_it(tmp_path, monkeypatch):
+    """mlp_bias is read by Llama's code (its MLP gets biases): refused. The same field planted as unread (the
+    snapshot's list of fields the code reads without it) is accepted; a made-up field planted as read is refused."""
+    from attnid import configs
+    from attnid.library_configs import code_reads
+
+    with pytest.raises(ValueError, match="mlp_bias = True"):
+        scope_count(config_preset(edited(tmp_path, "llama-2-7b", mlp_bias=True)), "block", "llama")
+    reads = code_reads("llama")
+    assert "mlp_bias" in reads and "unsloth_fixed" not in reads
+    monkeypatch.setattr(configs, "code_reads", lambda t: reads - {"mlp_bias"} | {"unsloth_fixed"})
+    p = config_preset(edited(tmp_path, "llama-2-7b", mlp_bias=True))
+    assert p.reading["neutral"]["mlp_bias"] and scope_count(p, "block", "llama").total_params > 0
+    with pytest.raises(ConfigError, match="unsloth_fixed = True"):
+        config_preset(edited(tmp_path, "llama-2-7b", unsloth_fixed=True))
+
+
+def test_the_neutral_list_holds_only_fields_some_familys_code_reads():
+    """A field no code reads needs no entry (it is accepted as unread); each entry is one the code reads."""
+    from attnid.library_configs import snapshot
+
+    read_somewhere = set().union(*(set(t["code_reads"]) for t in snapshot()["types"].values()))
+    assert sorted(k for k in NEUTRAL if k not in read_somewhere) == []
+
+
+@pytest.mark.parametrize(
+    ("base", "fields", "named"),
+    [
+        ("llama-2-7b", {"mlp_bias": True}, "mlp_bias = True"),
+        ("opt-6.7b", {"do_layer_norm_before": False}, "do_layer_norm_before = False"),
+        ("gpt-neox-20b", {"use_parallel_residual": False}, "use_parallel_residual = False"),
+    ],
+)
+def test_a_field_of_the_block_alone_refuses_the_block_and_the_model_not_the_attention(tmp_path, base, fields, named):
+    p = config_preset(edited(tmp_path, base, **fields))
+    assert scope_count(p, "attention", base) == scope_count(ALL_PRESETS[base], "attention", base)
+    for scope in ("block", "model"):
+        with pytest.raises(ValueError, match=named):
+            scope_count(p, scope, base)
+    r = run("count", "--config", edited(tmp_path, base, **fields), "--scope", "block")
+    assert r.returncode == 2 and named in r.stderr and r.stderr.count("\n") == 1

@@ -442,11 +442,17 @@ def test_strings_from_a_users_file_are_printed_escaped_and_cut(tmp_path, capsys)
     assert main(["count", "--config", str(tmp_path), "--scope", "model"]) == 0  # its header names the source
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\\x1b[31mred" in out
-    cfg["mystery"] = "x" * 1_000_000 + "\x1b[2J"
+    cfg["mlp_bias"] = "\x1b[2J" + "x" * 1_000_000  # a field Llama's code reads, of the wrong kind
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert main(["count", "--config", str(tmp_path)]) == 2
     line = _one_error_line(capsys)
-    assert "mystery" in line and len(line) < 2000 and "\x1b" not in line
+    assert "mlp_bias" in line and len(line) < 2000 and "\x1b" not in line
+    del cfg["mlp_bias"]
+    cfg["\x1b[2J" + "y" * 1_000_000] = 1  # a field no code reads, named by an escape and a megabyte
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["count", "--config", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and len(out) < 10_000 and "not read" in out, out
 
 
 def test_deeply_nested_json_is_one_line(tmp_path, capsys):

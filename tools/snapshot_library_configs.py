@@ -2,7 +2,8 @@
 reading a ``config.json`` (:mod:`attnid.library_configs`) needs neither transformers nor torch. For each model type
 attnid reads: the class's name, each declared field's default and the JSON kinds its annotation accepts, its
 ``attribute_map``, its default RoPE base, whether it requires the heads to divide the width, the layer types the
-library allows, and the ``to_dict()`` of its default instance (the values the family's
+library allows, the fields its code reads (its modeling module, its config class and the shared modules it calls,
+:data:`SHARED_MODULES`), and the ``to_dict()`` of its default instance (the values the family's
 audits were verified at). Run it when the supported transformers version changes; ``tests/test_library_configs.py``
 checks that the file equals what the installed transformers gives.
 
@@ -13,6 +14,7 @@ checks that the file equals what the installed transformers gives.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import logging
@@ -64,6 +66,41 @@ def kinds(annotation) -> list[str]:
     return sorted(out)
 
 
+# the library's modules beside a family's own that read its config: the base model class, the layers' base, the
+# rotary initialisers, the attention masks (the attention kernels read no config field)
+SHARED_MODULES = ("modeling_utils", "modeling_layers", "modeling_rope_utils", "masking_utils")
+
+
+def _names_config(node) -> bool:
+    """Whether an expression is a config object by its name (``config``, ``self.config``, ``text_config``)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "config" in name.lower()
+
+
+def code_reads(source: str, config_module: bool = False) -> set[str]:
+    """The config fields a module's source reads: ``config.X`` (on any object named like a config), ``getattr`` and
+    ``hasattr`` of a config with a literal name, ``config.get("X")``; in a config class's own module also
+    ``self.X`` and the ``kwargs`` it takes by name."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and _names_config(node.value):
+            out.add(node.attr)
+        elif isinstance(node, ast.Attribute) and config_module and isinstance(node.value, ast.Name):
+            if node.value.id == "self":
+                out.add(node.attr)
+        elif isinstance(node, ast.Call) and node.args:
+            f, args = node.func, node.args
+            literal = [a.value for a in args[1:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if isinstance(f, ast.Name) and f.id in ("getattr", "hasattr") and literal and _names_config(args[0]):
+                out.add(literal[0])
+            first = args[0].value if isinstance(args[0], ast.Constant) and isinstance(args[0].value, str) else None
+            own_kwargs = config_module and isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "kwargs"
+            taken = isinstance(f, ast.Attribute) and f.attr in ("get", "pop", "setdefault")
+            if first and taken and (_names_config(f.value) or own_kwargs):
+                out.add(first)
+    return out
+
+
 def jsonable(v):
     """A default as JSON holds it (tuples as lists; a dtype object as its name)."""
     if isinstance(v, (list, tuple)):
@@ -89,6 +126,8 @@ def snapshot() -> dict:
     from attnid.configs import CONFIG_TYPES, TEXT_MODELS
 
     types = sorted({TEXT_MODELS[t][0] if t in TEXT_MODELS else t for t in CONFIG_TYPES} | {"gemma3_text"})
+    lib = Path(transformers.__file__).parent
+    shared = set().union(*(code_reads((lib / f"{m}.py").read_text()) for m in SHARED_MODULES))
     out: dict = {"transformers": transformers.__version__, "layer_types": list(ALLOWED_ATTN_LAYER_TYPES), "types": {}}
     for model_type in types:
         cls = CONFIG_MAPPING[model_type]
@@ -114,7 +153,20 @@ def snapshot() -> dict:
             "default_rope_type": cls.default_rope_type,
             "defaults": jsonable(default_instance),
             "heads_divide_width": check,  # its validate_architecture: hidden_size a multiple of the heads
+            # every field its modeling module, its config class and the shared modules read
+            "code_reads": sorted(shared | _family_reads(lib, cls)),
         }
+    return out
+
+
+def _family_reads(lib: Path, cls) -> set[str]:
+    """The fields a family's own modules read: its modeling module and its config class's module."""
+    folder = lib / "models" / cls.__module__.split(".")[-2]
+    out = set()
+    for f in sorted(folder.glob("modeling_*.py")):
+        out |= code_reads(f.read_text())
+    for f in sorted(folder.glob("configuration_*.py")):
+        out |= code_reads(f.read_text(), config_module=True)
     return out
 
 

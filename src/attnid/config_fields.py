@@ -4,19 +4,18 @@ RoPE variants and activations each family's count stands for. :mod:`attnid.confi
 
 from __future__ import annotations
 
-# fields whose value cannot change the count of any family, and why
+# fields that transformers' code reads (some family's modeling module, config class or the shared modules) but whose
+# value cannot change the count, and why; a field no code of a family reads is accepted for that family without a
+# list (attnid.configs.unread_reason), so this list holds read fields only (tests/test_configs.py checks)
 NEUTRAL: dict[str, str] = {
-    **dict.fromkeys(("architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
-                     "model_type", "quantization_config", "_attn_implementation", "attn_implementation"),
+    **dict.fromkeys(("architectures", "_name_or_path", "dtype", "model_type", "_attn_implementation"),
                     "bookkeeping: a name, a version, a storage type or a kernel"),
-    **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "use_cache", "pretraining_tp",
-                     "initializer_range", "init_std", "id2label", "label2id", "output_router_logits",
-                     "router_aux_loss_coef", "num_nextn_predict_layers", "aux_loss_alpha", "seq_aux", "ep_size",
-                     "prefix", "task_specific_params", "gradient_checkpointing"),
+    **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "use_cache", "initializer_range",
+                     "init_std", "output_router_logits", "router_aux_loss_coef", "gradient_checkpointing"),
                     "tokens, caching, initialisation or a training loss: not the function of the weights"),
     **dict.fromkeys(("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
-                     "residual_dropout", "embedding_dropout",
-                     "summary_first_dropout", "classifier_dropout", "layerdrop", "activation_dropout"),
+                     "residual_dropout", "embedding_dropout", "summary_first_dropout", "classifier_dropout",
+                     "layerdrop"),
                     "dropout: off when the function is evaluated"),
     **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels"),
                     "a classification head outside the language model"),
@@ -27,20 +26,14 @@ NEUTRAL: dict[str, str] = {
     **dict.fromkeys(("query_pre_attn_scalar", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
                      "reorder_and_upcast_attn", "routed_scaling_factor"),
                     "a fixed factor (or its numerics): absorbed by the weights it multiplies, no new symmetry"),
-    "n_ctx": "GPT-2's old name for n_positions, which transformers reads instead",
     "rms_norm_eps": "a norm's ε; refused if not positive (released norms have ε > 0)",
     "layer_norm_eps": "a norm's ε; refused if not positive",
     "layer_norm_epsilon": "a norm's ε; refused if not positive",
     "norm_epsilon": "a norm's ε; refused if not positive",
     "max_position_embeddings": "the longest input; a RoPE model has no position rows (read where it has)",
-    **dict.fromkeys(("_commit_hash", "cache_implementation", "initial_context_length", "output_attentions",
-                     "output_hidden_states", "return_dict", "torchscript", "use_return_dict"),
-                    "bookkeeping of the hub or of generation (a revision, a cache's kind, a context the model was "
-                    "first trained at, what a call returns): not the function of the weights"),
+    **dict.fromkeys(("output_attentions", "output_hidden_states", "return_dict"),
+                    "what a call returns: not the function of the weights"),
     "router_jitter_noise": "noise on the router's input while training only: off when the function is evaluated",
-    "for_llm_compressor": "a flag for a quantisation tool: not read by transformers' model code",
-    "sliding_window_size": "an older copy of sliding_window that transformers' code does not read (it reads "
-                           "sliding_window, checked as such)",
     **dict.fromkeys(("n_group", "topk_group"),
                     "group-limited routing: which experts a token may choose among; each chosen expert and the "
                     "router are counted as with full routing (two or more chosen per token)"),
@@ -78,8 +71,20 @@ ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "ffn_hidden_size", "num_hidden_la
                           "hidden_act", "hidden_activation", "activation", "tie_word_embeddings", "parallel_attn",
                           "num_ln_in_parallel_attn")  # fmt: skip
 
+# fields that shape the decoder layer around the attention but not the attention layer: at a value attnid does not
+# model, the block and the model are refused (naming the field) and the attention is still counted
+BLOCK_ONLY_FIELDS = ("use_parallel_residual", "parallel_attn", "num_ln_in_parallel_attn", "mlp_bias",
+                     "do_layer_norm_before", "intermediate_size_mlp")  # fmt: skip
+
 # the older RoPE fields, which transformers gathers into rope_parameters (read where that is)
-ROPE_FIELDS = ("rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base")
+ROPE_FIELDS = (
+    "rope_theta",
+    "rope_scaling",
+    "partial_rotary_factor",
+    "rotary_pct",
+    "rotary_emb_base",
+    "original_max_position_embeddings",
+)  # the last moved in by scaled RoPE only (LongRoPE, YaRN, Llama 3)
 
 # RoPE variants whose frequencies stay distinct (each rescales base^(-2i/D) by a factor that is monotone in
 # i, or uniformly): the count of plain RoPE holds

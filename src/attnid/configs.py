@@ -24,6 +24,7 @@ from .config_fields import (
     ACTIVATIONS,
     ATTENTION_ONLY_NEUTRAL,
     BIAS_FIELDS,
+    BLOCK_ONLY_FIELDS,
     DISTINCT_FREQUENCY_ROPE,
     FAMILY_BIAS,
     FIXED_BY_CODE,
@@ -43,7 +44,14 @@ from .counting import Count, MLAConfig
 from .families import HF_TYPES, MLA_TYPES, equivalent_config
 from .hub import ConfigSource, locate_config
 from .inputs import printable
-from .library_configs import LibraryConfig, LibraryConfigError, default_dict, library_config, supported_version
+from .library_configs import (
+    LibraryConfig,
+    LibraryConfigError,
+    code_reads,
+    default_dict,
+    library_config,
+    supported_version,
+)
 from .presets import Model, Preset, scope_count
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "data" / "configs"
@@ -158,14 +166,17 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         got = _read_family(hf_type, c)
     config, model, read = got
     default = default_dict(model_type)  # the config class's defaults: the values the family's audits were verified at
-    _refuse_unmodelled(c, read, hf_type, default)
+    beyond = _refuse_unmodelled(c, read, hf_type, default, code_reads(model_type))
+    only = _attention_only_reason(hf_type, c)
+    if beyond:  # fields of the block that attnid does not model: its attention is still counted
+        model, only = None, (f"{'; '.join(beyond)}: not modelled for {hf_type}'s decoder layer (they do not reach "
+                             "its attention layer)")  # fmt: skip
     if model is not None:
         model = replace(model, source=source)
-    reading = config_reading(fields, c, read, remote is not None, default)
+    reading = config_reading(fields, c, read, remote is not None, default, code_reads(model_type), hf_type)
     reading["truth_values"] = truths
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
-                  model, reading=reading, attention_only=_attention_only_reason(hf_type, c),
-                  origin=origin or ConfigSource(Path(path)))  # fmt: skip
+                  model, reading=reading, attention_only=only, origin=origin or ConfigSource(Path(path)))  # fmt: skip
 
 
 def _attention_only_reason(hf_type: str, c) -> str:
@@ -189,17 +200,21 @@ def _truth_values(fields: dict) -> tuple[dict, dict]:
     return fields, truths
 
 
-def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: dict) -> dict:
+def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: dict, by_code: frozenset[str],
+                   family: str) -> dict:  # fmt: skip
     """What attnid made of a config file (``count --config`` prints it, ``--json`` carries it): ``read``, the
     file's fields that the count reads; ``neutral``, those accepted because they cannot change the count, each with
-    its reason (``auto_map`` among them: the remote code it names is not read); ``at_default``, those at the config
-    class's default (the value the family's audits were verified at); ``fixed``, those at the one value
-    transformers' code implements; ``defaults``, the fields the count reads that the file left out, at the
-    library's defaults."""
+    its reason (``auto_map`` among them: the remote code it names is not read; a field that no code of the family
+    reads, ``by_code`` being the fields it reads); ``at_default``, those at the config class's default (the value
+    the family's audits were verified at); ``fixed``, those at the one value transformers' code implements;
+    ``defaults``, the fields the count reads that the file left out, at the library's defaults."""
     lib = c.to_dict()
     if "rope_parameters" in read:
         read = read | set(ROPE_FIELDS)
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
+    unread = unread_reason(family)
+    neutral.update({k: unread for k in sorted(fields) if k not in read and k not in NEUTRAL and k not in by_code
+                    and k not in FIXED_BY_CODE and k != REMOTE_CODE})  # fmt: skip
     if remote_code:
         neutral[REMOTE_CODE] = REMOTE_CODE_NOTE
     listed = set(read) | set(neutral) | set(FIXED_BY_CODE)
@@ -322,13 +337,14 @@ def _read_attention(hf_type: str, c) -> tuple[AttentionConfig, set[str]]:
     E, H = c.hidden_size, c.num_attention_heads
     G = _positive(c, "num_key_value_heads", default=H)  # a field left out (None) takes its default; 0 is refused
     D = _positive(c, "head_dim", default=E // H)
+    bias_fields: tuple[str, ...] = ()  # the field that switches the family's biases (none: its code fixes them)
     if hf_type in FAMILY_BIAS:
         bias = FAMILY_BIAS[hf_type]
     else:
         field, letters = BIAS_FIELDS.get(hf_type, ("attention_bias", "qkvo"))
-        bias = letters if getattr(c, field) else ""
-    read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "attention_bias", "enable_bias",
-            "use_bias", "use_qkv_bias", *_multipliers(c, hf_type),
+        bias, bias_fields = (letters if getattr(c, field) else ""), (field,)
+    read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", *bias_fields,
+            *_multipliers(c, hf_type),
             "num_hidden_layers", "vocab_size", "tie_word_embeddings", "rope_parameters", "attn_logit_softcapping",
             "n_embd", "n_head", "n_layer", "n_inner", "intermediate_size", "ffn_dim", "word_embed_proj_dim",
             *_activations(c, hf_type)}  # fmt: skip
@@ -538,9 +554,18 @@ def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[st
         raise ConfigError(f"config: {e}") from None
 
 
-def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict) -> None:
-    """Refuse, naming them, the fields attnid neither reads nor knows to be neutral that differ from the
-    config class's ``default`` (the value the family's audits were verified at); and a norm's ε ≤ 0."""
+def unread_reason(family: str) -> str:
+    """The reason a field no code of ``family`` reads is accepted."""
+    return f"not read by transformers {supported_version()}'s {family} code (its modeling and config modules)"
+
+
+def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict, by_code: frozenset[str]) -> list[str]:
+    """Refuse, naming them, the fields attnid neither reads nor knows to be neutral that the family's code reads
+    (``by_code``: :func:`attnid.library_configs.code_reads`) and that differ from the config class's ``default``
+    (the value the family's audits were verified at); and a norm's ε ≤ 0. A field no code of the family reads cannot
+    change its function: it is accepted (:func:`config_reading` says so). Returns the refused fields that shape only
+    the decoder layer around the attention (:data:`BLOCK_ONLY_FIELDS`), when no other field is refused: the
+    attention is still counted."""
     # a field the class does not know is read by no code (activations aside, which are checked): never "read"
     # also head_dim where the family's code reads it with getattr (Qwen3-MoE's class does not declare it), and
     # gpt-oss's experts_per_token, checked against num_experts_per_tok
@@ -561,9 +586,11 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict) -> None:
         elif k in FIXED_BY_CODE:
             if v != FIXED_BY_CODE[k]:
                 bad.append(f"{k} = {v!r} (transformers' code implements {FIXED_BY_CODE[k]!r} only)")
-        elif k not in read and k not in NEUTRAL and (k not in default or default[k] != v):
+        elif k not in read and k not in NEUTRAL and k in by_code and (k not in default or default[k] != v):
             bad.append(printable(f"{k} = {v!r}", 120) + (f" (default {printable(repr(default[k]))})" if k in default
                                                          else " (a field unknown here)"))  # fmt: skip
-    if bad:
+    beyond = [b for b in bad if b.split(" = ", 1)[0] in BLOCK_ONLY_FIELDS]
+    if len(beyond) < len(bad):
         raise ConfigError(f"config: {'; '.join(bad)}: not modelled for {hf_type}, and it may change the count; "
                           "attnid refuses rather than ignore it")  # fmt: skip
+    return beyond

@@ -84,6 +84,13 @@ class LibraryConfig:
         return out
 
 
+def code_reads(model_type: str) -> frozenset[str]:
+    """The config fields transformers' code for ``model_type`` reads: its modeling module, its config class and the
+    shared modules they call (the base model class, the rotary initialisers, the masks). A field outside it cannot
+    change the model's function."""
+    return frozenset(snapshot()["types"][model_type]["code_reads"])
+
+
 def default_dict(model_type: str) -> dict[str, Any]:
     """``to_dict()`` of the class's default instance (the values the family's audits were verified at)."""
     out = copy.deepcopy(snapshot()["types"][model_type]["defaults"])

@@ -125,6 +125,7 @@ def arch_dict(cfg: AttentionConfig) -> dict:
         "value_dim": cfg.C,
         "bias": cfg.bias or "none",
         "qk_norm": cfg.qk_norm or "none",
+        "qk_norm_eps": cfg.qk_norm_eps,
         "output_gate": cfg.output_gate,
         "rope": cfg.rope,
         "rope_dims": cfg.R,

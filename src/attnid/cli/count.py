@@ -16,7 +16,7 @@ def cmd_count(a) -> int:
     chosen = chosen_model(a)
     if a.scope != "attention" or (chosen is not None and isinstance(chosen[1].config, MLAConfig)):
         return _count_scope(a, chosen)
-    cfg = attention_config(a)
+    cfg = _with_norm_eps(attention_config(a), a, chosen)
     c = count(cfg)
     out = {"architecture": arch_dict(cfg), **c.as_dict()}
     kinds = layer_type_counts(chosen[1]) if chosen is not None else {}
@@ -38,10 +38,28 @@ def cmd_count(a) -> int:
               "unidentified")  # fmt: skip
     if "attention_only" in out:
         print(f"(counted: one attention layer; {out['attention_only']})")
+    if chosen is None and cfg.qk_norm and a.norm_eps is None:
+        more = c.unidentified - count(cfg.with_(qk_norm_eps=RELEASED_EPS)).unidentified
+        print(f"(QK-norm at ε = 0, the exact symmetric point: {more} directions more than with a released model's "
+              f"ε > 0; --norm-eps {RELEASED_EPS:g} counts that)")  # fmt: skip
     arch = ", ".join(f"{k}={v}" for k, v in out["architecture"].items())
     print(f"\narchitecture: {arch}")
     _print_reading(out, chosen)
     return 0
+
+
+RELEASED_EPS = 1e-6  # a released norm's ε (Qwen3's, Llama 4's), any ε > 0 counts the same
+
+
+def _with_norm_eps(cfg, a, chosen):
+    """``--norm-eps``: the QK-norm's ε of an architecture given by its flags (a preset or a file fixes its own)."""
+    if a.norm_eps is None:
+        return cfg
+    if chosen is not None:
+        raise ValueError(f"norm-eps: --{'preset' if a.preset is not None else 'config'} fixes the norms' ε")
+    if not cfg.qk_norm:
+        raise ValueError("norm-eps: this attention has no norm; add --qk-norm head|proj|l2|layer")
+    return cfg.with_(qk_norm_eps=a.norm_eps)
 
 
 def _kind_layers(chosen) -> tuple[int, int]:
@@ -77,7 +95,8 @@ def _print_reading(out: dict, chosen) -> None:
     for k, why in r["neutral"].items():
         by_reason.setdefault(why, []).append(k)
     for why, names in by_reason.items():  # the reason's first clause; --json has it whole
-        line(f"accepted {', '.join(names)}: {why.split(':')[0].split(';')[0].split(' (')[0]}")
+        shown = ", ".join(printable(k, 60) for k in names)  # a name from the file: escaped and cut
+        line(f"accepted {shown}: {why.split(':')[0].split(';')[0].split(' (')[0]}")
     for k, v in r["fixed"].items():
         line(f"accepted {k} = {printable(repr(v))}: the one value transformers' code implements")
     for k, how in r["truth_values"].items():
@@ -126,5 +145,10 @@ def count_parser(sub) -> None:
     p.add_argument(
         "--scope", default="attention", choices=SCOPES,
         help="with --preset: one attention layer (default), one whole decoder layer, or the whole model",
+    )  # fmt: skip
+    p.add_argument(
+        "--norm-eps", type=float,
+        help="with --qk-norm: the norm's ε (default 0, the exact symmetric point, said in the output; released "
+        "models have ε > 0, which identifies each norm's scale)",
     )  # fmt: skip
     p.set_defaults(func=cmd_count)

@@ -45,15 +45,15 @@ class BlockConfig:
     ``norm_position`` (sequential RMSNorm blocks only for ``"post"`` and ``"sandwich"``): ``"pre"`` as above,
     ``"post"`` (``h = x + N₁(attn(x))``, ``y = h + N₂(mlp(h))``: OLMo 2) or ``"sandwich"``
     (``h = x + N₂(attn(N₁ x))``, ``y = h + N₄(mlp(N₃ h))``: Gemma 2 and 3). ``norm_eps_zero``: the norms' ε
-    is 0 (a norm after a sub-layer then ignores that sub-layer's scale). ``experts``: 0 for one MLP; ``k ≥ 2``
-    for a mixture of ``k`` routed gated experts of inner size ``ffn`` with a linear router (``k x E``), plus
-    shared experts of total inner size ``shared_ffn`` (DeepSeek-V3, Llama 4). A sigmoid router is identified when
-    its scores are normalised over two or more chosen experts (DeepSeek-V3 chooses eight: with one, the normalised
-    weight would be 1 whatever its scores), or when the score itself scales the chosen expert (Llama 4: one expert,
-    its input times ``σ(logit)``). ``router``: ``"sigmoid"`` (DeepSeek-V3, Llama 4) or
-    ``"softmax"`` (Mixtral, Qwen3-MoE: a softmax over all ``k`` logits, the top ones kept, renormalised or not),
-    whose weights ignore a shift of every logit: the same vector added to each router row is free (``E``), or
-    ``"softmax_biased"`` (gpt-oss: a router with a bias, a softmax over the chosen logits): ``E + 1``.
+    is 0 (a norm after a sub-layer then ignores that sub-layer's scale). ``experts``: 0 for one MLP; ``k ≥ 1``
+    for a mixture of ``k`` routed gated experts (``k = 1`` with a sigmoid router only) of inner size ``ffn`` with
+    a linear router (``k x E``), plus shared experts of total inner size ``shared_ffn`` (DeepSeek-V3, Llama 4).
+    A sigmoid router is identified when its scores are normalised over two or more chosen experts (DeepSeek-V3
+    chooses eight: with one, the normalised weight would be 1 whatever its scores), or when the score itself scales
+    the chosen expert (Llama 4: one expert, its input times ``σ(logit)``). ``router``: ``"sigmoid"`` (DeepSeek-V3,
+    Llama 4) or ``"softmax"`` (Mixtral, Qwen3-MoE: a softmax over all ``k`` logits, the top ones kept, renormalised
+    or not), whose weights ignore a shift of every logit: the same vector added to each router row is free (``E``),
+    or ``"softmax_biased"`` (gpt-oss: a router with a bias, a softmax over the chosen logits): ``E + 1``.
     """
 
     attention: AttentionConfig | MLAConfig
@@ -96,8 +96,10 @@ class BlockConfig:
             raise ValueError("norm: a LayerNorm without a shift is counted in a shared-norm parallel block (Command R)")
         if (self.experts or self.shared_ffn) and (self.mlp not in GATED_MLPS or self.norm_position != "pre"):
             raise ValueError("experts: a mixture of experts is counted with gated experts in a pre-norm block only")
-        if self.experts == 1:
-            raise ValueError("experts: a mixture is counted with at least two experts (two or more chosen per token)")
+        if self.experts == 1 and self.router != "sigmoid":
+            raise ValueError("experts: a softmax router over one expert gives it weight 1 whatever its logits; attnid "
+                             "counts a softmax router over two or more experts (a sigmoid router that scales its one "
+                             "expert, as Llama 4's, is counted)")  # fmt: skip
         if self.shared_ffn and not self.experts:
             raise ValueError("shared_ffn: shared experts belong to a mixture of experts (experts >= 1)")
         if self.router not in ROUTERS:
