@@ -216,3 +216,84 @@ def test_a_field_of_the_block_alone_refuses_the_block_and_the_model_not_the_atte
             scope_count(p, scope, base)
     r = run("count", "--config", edited(tmp_path, base, **fields), "--scope", "block")
     assert r.returncode == 2 and named in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("base", ["llama-2-7b", "mistral-7b", "qwen3-8b"])
+def test_partial_rotary_factor_in_a_full_rope_family(tmp_path, base):
+    """Below 1 with the default RoPE the family's own initialiser rotates every dimension (counted as full RoPE,
+    and said); with a scaled RoPE the model cannot run (refused); a value outside (0, 1] is refused."""
+    p = config_preset(edited(tmp_path, base, partial_rotary_factor=0.5))
+    assert p.config == ALL_PRESETS[base].config and "default RoPE" in p.reading["neutral"]["partial_rotary_factor"]
+    scaled = {"rope_type": "linear", "factor": 2.0}
+    with pytest.raises(ConfigError, match="the model does not run"):
+        config_preset(edited(tmp_path, base, partial_rotary_factor=0.5, rope_scaling=scaled))
+    for bad in (0, 1.5, "0.5", -0.25):
+        with pytest.raises(ConfigError, match=r"must be a number in \(0, 1\]"):
+            config_preset(edited(tmp_path, base, partial_rotary_factor=bad))
+
+
+def test_which_families_rotate_part_of_a_head_is_what_their_code_does():
+    """HFType.partial_rope names exactly the families whose own default initialiser reads partial_rotary_factor; a
+    full-RoPE family's rotary embedding built with 0.5 still gives one frequency per pair of the whole head."""
+    import importlib
+    import inspect
+    import warnings
+
+    from attnid.families import HF_TYPES
+
+    for name, t in HF_TYPES.items():
+        if t.rotary is None:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = importlib.import_module(f"transformers.models.{t.module}.modeling_{t.module}")
+        source = inspect.getsource(getattr(mod, t.rotary).compute_default_rope_parameters)
+        assert ("partial_rotary_factor" in source) == t.partial_rope, name
+    from transformers import GraniteConfig
+    from transformers.models.granite.modeling_granite import GraniteRotaryEmbedding
+
+    c = GraniteConfig(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, partial_rotary_factor=0.5)
+    assert GraniteRotaryEmbedding(c).inv_freq.numel() == 16 // 2
+
+
+@pytest.mark.parametrize("moe_layers", [[0, 48], [-1], [3, 3], [0.5], "all"])
+def test_llama4_moe_layers_must_name_layers_of_the_model(tmp_path, moe_layers):
+    d = json.loads((CONFIG_DIR / "llama-4-scout.json").read_text())
+    d["text_config"]["moe_layers"] = moe_layers
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="moe_layers"):
+        config_preset(tmp_path)
+
+
+def test_llama4_no_rope_layers_must_flag_every_layer(tmp_path):
+    """One flag per layer: more (the layer kinds derived from them then outnumber the layers) or fewer (beside
+    layer kinds given in full) are refused."""
+    d = json.loads((CONFIG_DIR / "llama-4-scout.json").read_text())
+    flags = d["text_config"]["no_rope_layers"]
+    d["text_config"]["no_rope_layers"] = [*flags, 0, 0, 0]
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="layer_types"):
+        config_preset(tmp_path)
+    d["text_config"]["no_rope_layers"] = flags[:-1]
+    d["text_config"]["layer_types"] = ["full_attention"] * len(flags)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match=r"no_rope_layers: .* must give each of the 48 layers a flag"):
+        config_preset(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("base", "change", "says"),
+    [
+        ("llama-2-7b", {"num_attention_heads": 0}, "num_attention_heads = 0, which the class divides by"),
+        ("gemma-3-12b", {"text_config": None}, "describes its text model under text_config"),
+        ("llama-4-scout", {"text_config": "x"}, "describes its text model under text_config"),
+    ],
+)
+def test_a_config_that_divides_by_zero_or_lacks_its_text_model_is_one_line(tmp_path, base, change, says):
+    d = json.loads((CONFIG_DIR / f"{base}.json").read_text())
+    d.update(change)
+    if change.get("text_config", 1) is None:
+        del d["text_config"]
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    r = run("count", "--config", str(tmp_path))
+    assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -143,7 +143,11 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     model_type = fields.get("model_type")
     if not isinstance(model_type, str):
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
-    if model_type in TEXT_MODELS and isinstance(fields.get("text_config"), dict):  # a multimodal release
+    if model_type in TEXT_MODELS and not isinstance(fields.get("text_config"), dict):
+        raise ConfigError(f"config: a multimodal {model_type} file describes its text model under text_config (an "
+                          f"object), and {source} has {'none' if 'text_config' not in fields else 'another value'}; "
+                          "attnid counts the text model a file describes, not the library's default one")  # fmt: skip
+    if model_type in TEXT_MODELS:  # a multimodal release
         fields = _text_fields(fields, model_type)
         source += " (its text model; the vision tower is not counted)"
         model_type = TEXT_MODELS[model_type][0]
@@ -175,6 +179,13 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         model = replace(model, source=source)
     reading = config_reading(fields, c, read, remote is not None, default, code_reads(model_type), hf_type)
     reading["truth_values"] = truths
+    t = HF_TYPES.get(hf_type)
+    if t is not None and t.rotary and not t.partial_rope and "partial_rotary_factor" in reading["read"]:
+        reading["read"].remove("partial_rotary_factor")  # accepted by _check_rotary_share: the default RoPE's
+        reading["neutral"]["partial_rotary_factor"] = (
+            f"not read by {hf_type}'s default RoPE, which rotates every "
+            "dimension of a head (its attention multiplies it whole)"
+        )
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
                   model, reading=reading, attention_only=only, origin=origin or ConfigSource(Path(path)))  # fmt: skip
 
@@ -264,9 +275,31 @@ def _rope(c, partial: bool) -> tuple[float, float]:
         if not (isinstance(theta, (int, float)) and math.isfinite(theta) and theta > 0 and theta != 1):
             raise ConfigError(f"{where}: rope_theta {printable(repr(theta))} must be a positive number other than 1 "
                               "(at 1 every pair rotates at one frequency: more are unidentified)")  # fmt: skip
+    for layer_type, params in per_type.items():
+        _check_rotary_share(params, partial, layer_type)
     main = per_type.get("full_attention", per_type.get("", {}))
     share = main.get("partial_rotary_factor", 1.0) if partial else 1.0
     return float(main.get("rope_theta", 10000.0)), float(share)
+
+
+def _check_rotary_share(params: dict, partial: bool, layer_type: str) -> None:
+    """``partial_rotary_factor``, which transformers' rotary initialisers read for every family: a number in (0, 1]
+    (``int(D * share)`` dimensions rotate). A family whose attention rotates every dimension of a head (``partial``
+    false) ignores it with the default RoPE (its own initialiser rotates all of them), and cannot run with a scaled
+    RoPE below 1 (its frequencies then cover part of a head, which the attention multiplies whole): refused."""
+    where = f"rope_parameters[{layer_type!r}]" if layer_type else "rope_parameters"
+    share = params.get("partial_rotary_factor")
+    if share is None:
+        return
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share) and 0 < share <= 1):
+        raise ConfigError(f"partial_rotary_factor: {printable(repr(share))} must be a number in (0, 1] (the share of "
+                          "each head's dimensions that rotate)")  # fmt: skip
+    kind = params.get("rope_type", "default")
+    if not partial and share < 1 and kind != "default":
+        raise ConfigError(f"partial_rotary_factor: {share!r} with {kind} RoPE ({where}): this family's attention "
+                          f"rotates every dimension of a head while transformers {supported_version()}'s {kind} "
+                          "initialiser gives frequencies for part of it; the model does not run, and attnid refuses "
+                          "to count it")  # fmt: skip
 
 
 def _check_longrope(params: dict, where: str, c, partial: bool) -> None:
@@ -431,13 +464,24 @@ def _llama4_model(c, read: set[str]) -> Model:
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
             raise ConfigError(f"{name}: {printable(repr(v))} must be a finite number >= 0 (the query temperature)")
     layers = c.num_hidden_layers
-    moe = set(c.moe_layers)
-    nope = [i for i, u in enumerate(c.no_rope_layers) if not u]
+    moe = set(_layer_indices(c.moe_layers, layers, "moe_layers"))
+    if not (isinstance(c.no_rope_layers, list) and len(c.no_rope_layers) >= layers):
+        raise ConfigError(f"no_rope_layers: {printable(repr(c.no_rope_layers), 60)} must give each of the {layers} "
+                          "layers a flag (transformers reads one per layer)")  # fmt: skip
+    nope = [i for i, u in enumerate(c.no_rope_layers[:layers]) if not u]  # entries past the last layer: never read
     dense = layers - len(moe)
     return Model(layers, _positive(c, "intermediate_size", default=None), c.vocab_size, bool(c.tie_word_embeddings),
                  "", experts=experts, shared_ffn=c.intermediate_size, dense_layers=dense,
                  dense_ffn=_positive(c, "intermediate_size_mlp", default=None) if dense else 0, nope_layers=len(nope),
                  nope_qk_norm=False, nope_dense_layers=sum(i not in moe for i in nope))  # fmt: skip
+
+
+def _layer_indices(value, layers: int, name: str) -> list[int]:
+    """A list of distinct layer indices in ``0 .. layers - 1`` (Llama 4's ``moe_layers``), or :class:`ConfigError`."""
+    ok = isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+    if not ok or any(not 0 <= i < layers for i in value) or len(set(value)) != len(value):
+        raise ConfigError(f"{name}: {printable(repr(value), 80)} must be distinct layer indices from 0 to {layers - 1}")
+    return value
 
 
 def _logit_scale(c) -> set[str]:

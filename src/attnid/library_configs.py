@@ -118,6 +118,7 @@ def library_config(model_type: str, fields: dict[str, Any]) -> LibraryConfig:
     spec = snapshot()["types"][model_type]
     amap = spec["attribute_map"]
     kwargs = {amap.get(k, k): copy.deepcopy(v) for k, v in fields.items() if k != "model_type"}
+    given = set(kwargs)
     values: dict[str, Any] = {}
     for name, f in spec["fields"].items():  # a declared field stored under the name its attribute_map gives
         if name in kwargs:
@@ -126,7 +127,11 @@ def library_config(model_type: str, fields: dict[str, Any]) -> LibraryConfig:
         else:
             values[amap.get(name, name)] = copy.deepcopy(f["default"])
     c = LibraryConfig(model_type, values, amap)
-    POST_INIT.get(model_type, lambda c, kw: None)(c, kwargs)
+    try:
+        POST_INIT.get(model_type, lambda c, kw: None)(c, kwargs)
+    except ZeroDivisionError:  # a size the class divides by (the width by the heads, the layers by a pattern)
+        zero = sorted(k for k, v in values.items() if k in given and v == 0 and not isinstance(v, bool))
+        raise LibraryConfigError(f"{' or '.join(zero) or 'a field'} = 0, which the class divides by") from None
     _base_post_init(c, kwargs, spec)
     _validate(c, spec)
     return c
