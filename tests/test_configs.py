@@ -297,3 +297,36 @@ def test_a_config_that_divides_by_zero_or_lacks_its_text_model_is_one_line(tmp_p
     (tmp_path / "config.json").write_text(json.dumps(d))
     r = run("count", "--config", str(tmp_path))
     assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_file_too_large_for_a_config_is_refused_unread(tmp_path):
+    from attnid.configs import MAX_CONFIG_BYTES
+
+    big = tmp_path / "config.json"
+    with big.open("wb") as f:  # sparse: no byte of it is written, and none is read
+        f.truncate(MAX_CONFIG_BYTES + 1)
+    r = run("count", "--config", str(big))
+    assert r.returncode == 2 and "more than a model's config.json" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_a_memory_error_without_text_says_out_of_memory(monkeypatch, capsys):
+    from attnid import cli
+
+    def no_memory(a):
+        raise MemoryError()
+
+    monkeypatch.setattr("attnid.cli.count.count_parser", _parser_with(no_memory))
+    assert cli.main(["count", "--preset", "gpt2"]) == 1
+    assert capsys.readouterr().err == "attnid: error: out of memory\n"
+
+
+def _parser_with(func):
+    from attnid.cli import count as count_cli
+
+    real = count_cli.count_parser
+
+    def parser(sub):
+        real(sub)
+        sub.choices["count"].set_defaults(func=func)
+
+    return parser

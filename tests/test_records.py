@@ -382,3 +382,22 @@ def test_claims_refuses_a_runs_folder_that_is_not_one(run, capsys):
     assert main(["claims", "--profile", "smoke", "--runs", str(base), "--seed-set", "1_0"]) == 2
     assert "seed-set" in capsys.readouterr().err
     assert main(["claims", "--profile", "smoke", "--runs", str(base), "--json"]) == 0
+
+
+def test_an_unlisted_rows_file_beside_the_listed_one_is_refused_not_read(run):
+    """A record whose sealed list names the legacy metrics.jsonl must not have its rows read from an unlisted
+    metrics.jsonl.gz beside it (which would be read first): one evaluation forged by 0.5 nats is refused."""
+    _base, d, _cfg, _corpus = run
+    rows = [json.loads(line) for line in gzip.decompress((d / "metrics.jsonl.gz").read_bytes()).splitlines()]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "metrics.jsonl.gz").unlink()
+    summary = json.loads((d / "summary.json").read_text())
+    del summary["files"]["metrics.jsonl.gz"]
+    summary["files"]["metrics.jsonl"] = records.file_entry(d / "metrics.jsonl")
+    summary["seal"] = records.seal_of(summary)
+    (d / "summary.json").write_text(json.dumps(summary))
+    records.load(d)  # the legacy file, listed and sealed: read
+    forged = [dict(r, val_loss=r["val_loss"] - 0.5) if "val_loss" in r else r for r in rows]
+    (d / "metrics.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in forged).encode()))
+    with pytest.raises(records.Refused, match=r"metrics.jsonl.gz: refused: not listed"):
+        records.load(d)

@@ -55,6 +55,7 @@ from .library_configs import (
 from .presets import Model, Preset, scope_count
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "data" / "configs"
+MAX_CONFIG_BYTES = 16 * 2**20  # the largest config.json read (a file past it is refused unread)
 SOURCE_KEY = "_attnid"  # in a shipped file: {"source": the released file, "note": what was transcribed}
 
 
@@ -104,8 +105,12 @@ def read_config(path: str | Path) -> tuple[dict, str]:
         p = p / "config.json"
     if not p.is_file():
         raise ConfigError(f"config: {p} is not a config.json file (or a folder holding one)")
+    size = p.stat().st_size
+    if size > MAX_CONFIG_BYTES:  # released files are a few kB (Llama 4's, with every layer listed, 6 kB)
+        raise ConfigError(f"config: {p} holds {size:,} bytes, more than a model's config.json "
+                          f"({MAX_CONFIG_BYTES // 2**20} MiB at most); is it a weights file?")  # fmt: skip
     try:
-        fields = json.loads(p.read_text())
+        fields = json.loads(p.read_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"config: {p} is not JSON ({printable(e)})") from None
     except RecursionError:

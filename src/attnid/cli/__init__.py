@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
     except MemoryError as e:  # an allocation the machine refused (the guards estimate; they can be overridden)
-        print(f"attnid: error: {e or 'out of memory'}", file=sys.stderr)
+        print(f"attnid: error: {str(e) or 'out of memory'}", file=sys.stderr)  # its text is often empty
         return 1
     except _loaded(("lm.launch:Stopped",)) as e:  # a local suite stopped, its jobs with it
         print(f"attnid: {e}", file=sys.stderr)

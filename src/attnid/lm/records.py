@@ -517,8 +517,9 @@ def load(d: Path, *, verify: bool = True, sealed: bool = True) -> Record:
             check_size(p, bound_of(name))
             if p.stat().st_size != entry["bytes"] or file_entry(p)["sha256"] != entry["sha256"]:
                 raise _fail(p, "changed since the run finished (size or sha256 differs from summary.json)")
-        if (d / "heads.json").exists() and "heads.json" not in files:
-            raise Refused(f"{d / 'heads.json'}: refused: not listed in its record's sealed summary.json")
+        for name in ("heads.json", ROWS_FILE, LEGACY_ROWS_FILE):  # read if present: so each must be sealed
+            if (d / name).exists() and name not in files:
+                raise Refused(f"{d / name}: refused: not listed in its record's sealed summary.json")
     rows = read_rows(d)
     if verify:
         _check_rows(d, summary, config, rows)
