@@ -25,6 +25,8 @@ def test_the_stacked_bench_measures_every_stack_size_on_the_cpu(tmp_path):
     assert all(v > 0 for m in (one, three) for k, v in m.items() if k != "ops")
     assert set(got["suites"]) == {"dynamics", "heads", "points"} and got["suites"]["dynamics"]["seconds"] > 0
     assert "projected wall time of each suite" in run.stdout and "ms/run-step" in run.stdout
+    # the file one tool writes is the file the other reads: the records script takes this bench as it is
+    assert set(tool("paper_records").bench_rates(out, compile=False)) == {1, 3}
 
 
 def test_paper_records_trains_what_fits_and_packs_the_records(tmp_path, monkeypatch, capsys):
@@ -43,8 +45,7 @@ def test_paper_records_trains_what_fits_and_packs_the_records(tmp_path, monkeypa
     assert "smoke/points_adamw/summary.json" in names and not any(n.endswith(".pt") for n in names)
     assert records_tool.main([*args[:6], "--plan", "points:1", "--rate-ms", "1e6"]) == 0
     assert "skipped (4 runs" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="--minutes must be positive"):
-        records_tool.main(["--minutes", "0"])
+    assert records_tool.main(["--minutes", "0"]) == 2  # bad input: one line, exit 2
 
 
 @pytest.mark.parametrize(
@@ -62,7 +63,7 @@ def test_the_bench_refuses_flags_it_would_not_honour(args, words):
     assert words in str(refused.value) and "\n" not in str(refused.value)
 
 
-def test_a_compiled_stack_is_projected_with_its_compilation_and_read_only_with_compile(tmp_path):
+def test_a_compiled_stack_is_projected_with_its_compilation_and_read_only_with_compile(tmp_path, capsys):
     """The bench times a compiled stack's compilation apart (``compile_s``): the projection adds it once per
     stack, and paper_records refuses a bench measured with another --compile than its own."""
     from attnid.lm.profiles import make_config
@@ -80,8 +81,8 @@ def test_a_compiled_stack_is_projected_with_its_compilation_and_read_only_with_c
     f.write_text(json.dumps({"measured": eager}))  # a bench of before the flag: eager
     with pytest.raises(SystemExit, match="measured without --compile"):
         records_tool.bench_rates(f, compile=True)
-    with pytest.raises(SystemExit, match=r"compile: torch\.compile is used on CUDA only"):
-        records_tool.main(["--minutes", "1", "--device", "cpu", "--compile"])
+    assert records_tool.main(["--minutes", "1", "--device", "cpu", "--compile"]) == 2
+    assert "compile: torch.compile is used on CUDA only" in capsys.readouterr().err
 
 
 GOOD_TIMES = {"step_s": 0.01, "eval_s": 0.5, "heads_s": 2.0}
@@ -100,6 +101,7 @@ BAD_BENCH_JSON = {
     "a NaN step": json.dumps({"measured": {"3": {**GOOD_TIMES, "step_s": float("nan")}}}),
     "a string time": json.dumps({"measured": {"3": {**GOOD_TIMES, "heads_s": "2"}}}),
     "an unknown time": json.dumps({"measured": {"3": {**GOOD_TIMES, "warp_s": 1}}}),
+    "operators not a count": json.dumps({"measured": {"3": {**GOOD_TIMES, "ops": 2.5}}}),
     "compiled not a bool": json.dumps({"compiled": "yes", "measured": {"3": GOOD_TIMES}}),
     "nested too deep": "[" * 100_000,
 }
@@ -142,3 +144,20 @@ def test_the_bench_checks_its_numbers_and_its_json_folder_before_it_runs(args, w
     with pytest.raises(SystemExit) as refused:
         tool("bench").main(args)
     assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--minutes", "0"], "--minutes must be positive"),
+        (["--minutes", "1", "--plan", "dynamics:x"], "seeds are whole numbers"),
+        (["--minutes", "1", "--plan", "nope"], "unknown suite"),
+    ],
+)
+def test_paper_records_refuses_bad_input_with_exit_2_and_one_line(tmp_path, capsys, args, says):
+    assert tool("paper_records").main([*args, "--profile", "smoke", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
+    bench = tmp_path / "bench.json"
+    bench.write_text("{")
+    assert tool("paper_records").main(["--minutes", "1", "--device", "cpu", "--bench", str(bench)]) == 2

@@ -33,22 +33,37 @@ DEFAULT_PLAN = ("dynamics:0", "dynamics:1", "dynamics:2", "heads")
 MARGIN_S = 20.0  # kept free before the deadline: packing, a slower stack than projected
 
 
+class Refused(SystemExit):
+    """Bad input to the script (a flag, a bench file): its one line, printed by :func:`main`, and exit status 2."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def plan_configs(item: str, profile: str, device: str, compile: bool = False) -> list:
     """The runs of one plan item ``suite`` (the suite's seeds at ``profile``) or ``suite:s1,s2``."""
     suite, _, seeds = item.partition(":")
     if suite not in SUITES:
-        raise SystemExit(f"paper_records: unknown suite {suite!r} in the plan; choose from {', '.join(SUITES)}")
+        raise Refused(f"paper_records: unknown suite {suite!r} in the plan; choose from {', '.join(SUITES)}")
+    if seeds and not all(s.isdigit() for s in seeds.split(",")):
+        raise Refused(f"paper_records: plan item {records.printable(item, 60)!r}: seeds are whole numbers >= 0 "
+                      "separated by commas (dynamics:0,1)")  # fmt: skip
     chosen = [int(s) for s in seeds.split(",")] if seeds else list(SUITES[suite].seeds[profile])
     cases = SUITES[suite].cases_at(profile)
     return [make_config(profile, c, seed=s, device=device, compile=compile) for s in chosen for c in cases]
 
 
 BENCH_MAX_BYTES = 2**20  # a bench's JSON is a few KB
-TIMES = {"step_s": True, "eval_s": False, "heads_s": False, "compile_s": False}  # key -> must be > 0 (else >= 0)
+# the seconds a stack size's measurements hold: key -> must be > 0 (else >= 0); `ops`, beside them, counts operators
+TIMES = {"step_s": True, "plain_step_s": True, "eval_s": False, "heads_s": False, "compile_s": False}
 
 
-def _refuse_bench(path: Path, why: str) -> SystemExit:
-    return SystemExit(
+def _refuse_bench(path: Path, why: str) -> Refused:
+    return Refused(
         f"paper_records: {records.printable(path, 200)}: {why}; give the JSON of `tools/bench.py --gpu --json`"
     )
 
@@ -58,7 +73,12 @@ def _checked_times(path: Path, R: str, m) -> dict:
     or NaN time would project a stack that cannot finish as one that fits)."""
     if not isinstance(m, dict) or not {"step_s", "eval_s", "heads_s"} <= set(m):
         raise _refuse_bench(path, f"measured[{R!r}] is not {{step_s, eval_s, heads_s[, compile_s]}}")
+    ops = m.get("ops")
+    if "ops" in m and not (isinstance(ops, int) and not isinstance(ops, bool) and ops > 0):
+        raise _refuse_bench(path, f"measured[{R!r}]['ops'] is {records.printable(ops, 40)}, not a count of operators")
     for k, v in m.items():
+        if k == "ops":
+            continue
         ok = k in TIMES and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         if not ok or v < 0 or (TIMES[k] and v == 0):
             bound = "above 0" if TIMES.get(k) else ">= 0"
@@ -85,7 +105,7 @@ def bench_rates(path: Path, compile: bool) -> dict:
     if not isinstance(bench.get("compiled", False), bool):
         raise _refuse_bench(path, "its 'compiled' is not true or false")
     if bench.get("compiled", False) != compile:
-        raise SystemExit(
+        raise Refused(
             f"paper_records: {path} was measured {'without' if compile else 'with'} --compile; give the same here, "
             "or bench again"
         )
@@ -132,21 +152,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--compile", action="store_true", help="torch.compile each stack (CUDA only)")
     a = ap.parse_args(argv)
     if not a.minutes > 0:
-        raise SystemExit(f"paper_records: --minutes must be positive, got {a.minutes}")
+        raise Refused(f"paper_records: --minutes must be positive, got {a.minutes}")
     if a.rate_ms is not None and not a.rate_ms > 0:
-        raise SystemExit(f"paper_records: --rate-ms must be positive, got {a.rate_ms}")
+        raise Refused(f"paper_records: --rate-ms must be positive, got {a.rate_ms}")
     try:
         check_compile(a.compile, resolve_device(a.device))
     except ValueError as e:
-        raise SystemExit(f"paper_records: {e}") from None
+        raise Refused(f"paper_records: {e}") from None
+    for item in a.plan:  # every item checked before the first stack trains
+        plan_configs(item, a.profile, a.device, a.compile)
     return a
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
+    try:
+        a = parse_args(argv)
+        measured = None if a.bench is None else bench_rates(a.bench, a.compile)
+    except Refused as e:
+        print(e, file=sys.stderr)
+        return 2
     deadline = time.monotonic() + 60 * a.minutes
     rate = None if a.rate_ms is None else a.rate_ms / 1e3  # seconds per run-step, all in
-    measured = None if a.bench is None else bench_rates(a.bench, a.compile)
     for item in a.plan:
         for stack in stacks(plan_configs(item, a.profile, a.device, a.compile)):
             todo = pending_configs(stack)
