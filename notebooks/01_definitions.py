@@ -70,7 +70,7 @@ from attnid.lm.profiles import check_profile
 from attnid.plotting import table
 
 check_profile(profile)
-torch.manual_seed(seed)
+_ = torch.manual_seed(seed)  # every draw below; the generator it returns is not shown
 
 # %% [markdown]
 # ## Three implementations, one layer

@@ -374,3 +374,12 @@ def test_count_from_flags_says_the_qk_norms_epsilon_and_takes_norm_eps():
                        (["--preset", "qwen3-8b", "--norm-eps", "1e-6"], "--preset fixes the norms' ε")):  # fmt: skip
         r = run("count", *args)
         assert r.returncode == 2 and says in r.stderr
+
+
+def test_an_unknown_flag_of_a_subcommand_is_refused_with_that_subcommands_usage():
+    r = run("count", "--preset", "gpt2", "--bogus")
+    assert (
+        r.returncode == 2
+        and r.stderr.startswith("usage: attnid count ")
+        and "unrecognized arguments: --bogus" in r.stderr
+    )

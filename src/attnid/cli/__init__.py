@@ -86,10 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     named = args[0] if args and args[0] in COMMANDS else None
     try:
-        a = build_parser(full=named is not None, only=named).parse_args(args)
+        ap = build_parser(full=named is not None, only=named)
     except MissingExtra as e:  # the subcommand's extra is not installed
         print(f"attnid: error: {e}", file=sys.stderr)
         return 2
+    a, unknown = ap.parse_known_args(args)
+    if unknown:  # said by the subcommand's parser, with its usage (the top-level one would print its own)
+        sub = next(x for x in ap._actions if isinstance(x, argparse._SubParsersAction))
+        sub.choices[a.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         with sigterm_as_interrupt():  # SIGTERM stops a command as Ctrl-C does, with its one line
             return a.func(a)

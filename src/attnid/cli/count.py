@@ -144,7 +144,7 @@ def count_parser(sub) -> None:
     arch_args(p)
     p.add_argument(
         "--scope", default="attention", choices=SCOPES,
-        help="with --preset: one attention layer (default), one whole decoder layer, or the whole model",
+        help="with --preset or --config: one attention layer (default), one whole decoder layer, or the whole model",
     )  # fmt: skip
     p.add_argument(
         "--norm-eps", type=float,

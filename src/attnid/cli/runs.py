@@ -171,7 +171,7 @@ def train_parser(sub) -> None:
     p.add_argument("--profile", default="cpu", choices=PROFILE_NAMES, help="the scale (default: cpu)")
     p.add_argument("--case", default="adamw", help=" | ".join(CASES))
     p.add_argument("--seed", type=int, default=0, help="the run's seed: its init, batches and dropout (default 0)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n]")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n] | mps")
     p.add_argument("--force", action="store_true", help="discard an existing run record and start over")
     _exec_args(p)
     p.add_argument("--json", action="store_true", help="print the run's summary as one JSON object")
@@ -192,7 +192,7 @@ def experiments_parser(sub) -> None:
     p.add_argument("--profile", default="cpu", choices=PROFILE_NAMES, help="the scale (default: cpu)")
     p.add_argument("--suite", default="dynamics", help="dynamics (chapter 6) | heads (chapter 7)")
     p.add_argument("--seed", type=int, default=None, help="one seed (default: the suite's seeds for the profile)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n] (default auto: cuda if there is one)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:n] | mps (default auto: cuda if there is one)")
     p.add_argument("--force", action="store_true", help="discard existing run records and train them again")
     p.add_argument(
         "--json", action="store_true", help="print the runs' summaries as one JSON list (reports go to stderr)"

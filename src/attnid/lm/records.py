@@ -350,7 +350,9 @@ class Record:
 
 
 def _fail(path: Path, what: str) -> RecordError:
-    return RecordError(f"{path}: {what}; rerun with --force to discard and redo the run")
+    return RecordError(
+        f"{path}: {what}; redo the run with `attnid train ... --force` (or `attnid experiments --force`)"
+    )
 
 
 def _regular(path: Path) -> None:
@@ -410,14 +412,14 @@ def _check_summary(d: Path, summary: dict, config: dict, sealed: bool = True) ->
     files = summary.get("files")
     if fmt < FORMAT and files is None:
         raise RecordError(
-            f"{f}: made by an older attnid (record format {fmt}, now {FORMAT}); rerun with --force to redo the run"
+            f"{f}: made by an older attnid (record format {fmt}, now {FORMAT}); redo the run with `attnid train ... --force`"
         )
     if fmt == FORMAT and summary.get("seal") != seal_of(summary):
         raise _fail(f, "changed since the run finished (its seal does not match its contents)")
     if fmt < FORMAT and sealed:
         raise RecordError(
             f"{f}: not sealed (record format {fmt}, now {FORMAT}); `python tools/import_records.py --seal {d}` seals "
-            "a record that verifies, or rerun with --force to redo the run"
+            "a record that verifies, or redo the run with `attnid train ... --force`"
         )
     for key in ("profile", "case", "seed"):
         if key in summary and summary[key] != config.get(key):
