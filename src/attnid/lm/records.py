@@ -412,7 +412,8 @@ def _check_summary(d: Path, summary: dict, config: dict, sealed: bool = True) ->
     files = summary.get("files")
     if fmt < FORMAT and files is None:
         raise RecordError(
-            f"{f}: made by an older attnid (record format {fmt}, now {FORMAT}); redo the run with `attnid train ... --force`"
+            f"{f}: made by an older attnid (record format {fmt}, now {FORMAT}); redo the run with "
+            "`attnid train ... --force`"
         )
     if fmt == FORMAT and summary.get("seal") != seal_of(summary):
         raise _fail(f, "changed since the run finished (its seal does not match its contents)")
