@@ -3,6 +3,7 @@
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from booktool import tool
 
@@ -70,3 +71,69 @@ def test_a_failing_step_a_missing_upload_and_an_unknown_action_stop_the_run(tmp_
     out = capsys.readouterr().out
     _clean(out)
     assert "no local equivalent" in out
+
+
+def test_expressions_of_the_projects_workflows_have_local_values(tmp_path, capsys):
+    """paper-records.yml's `inputs.force && '--force' || ''`: GitHub's first truthy or falsy operand."""
+    repo = _repo(tmp_path)
+    step = {"name": "flag", "env": {"FORCE": "${{ inputs.force && '--force' || '' }}"},
+            "run": 'echo "[$FORCE]" > flag.txt'}  # fmt: skip
+    for value, written in (("true", "[--force]"), ("false", "[]")):
+        assert _run(tmp_path, repo, [step], "--input", f"force={value}") == 0
+        out = capsys.readouterr().out
+        clone = out.rsplit("clone: ", 1)[1].strip()
+        assert Path(clone, "flag.txt").read_text().strip() == written
+        _clean(out)
+
+
+@pytest.mark.parametrize(
+    ("steps", "says"),
+    [
+        ([{"run": "echo ${{ contains(github.ref, 'main') }}"}], "the expression \"contains(github.ref, 'main')\""),
+        ([{"run": "echo hi", "shell": "pwsh"}], "shell 'pwsh' not emulated"),
+        ([{"run": "echo hi", "continue-on-error": True}], "continue-on-error not emulated"),
+    ],
+)
+def test_what_the_runner_does_not_emulate_is_refused_by_name_and_its_clone_removed(tmp_path, capsys, steps, says):
+    repo = _repo(tmp_path)
+    assert _run(tmp_path, repo, steps) == 2
+    captured = capsys.readouterr()
+    assert says in captured.err and "Traceback" not in captured.err
+    removed = captured.out.rsplit("clone removed: ", 1)[1].strip()
+    assert not Path(removed).exists()
+
+
+def test_a_step_runs_in_its_working_directory_and_jobs_in_the_order_their_needs_give(tmp_path, capsys):
+    repo = _repo(tmp_path)
+    (repo / "sub").mkdir()
+    (repo / "sub" / "here.txt").write_text("x")
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "two"],
+                   check=True)  # fmt: skip
+    wf = tmp_path / "wf.yml"
+    wf.write_text(yaml.safe_dump({"name": "t", "on": "push", "jobs": {
+        "second": {"needs": "first", "steps": [{"run": "test -f ../first.txt && echo 2 >> ../order.txt",
+                                                "working-directory": "sub"}]},
+        "first": {"steps": [{"run": "test -f here.txt && touch ../first.txt && echo 1 > ../order.txt",
+                             "working-directory": "sub"}]}}}))  # fmt: skip
+    assert tool("run_workflow").main([str(wf), "--repo", str(repo), "--keep"]) == 0
+    out = capsys.readouterr().out
+    clone = out.rsplit("clone: ", 1)[1].strip()
+    assert Path(clone, "order.txt").read_text().split() == ["1", "2"]
+    _clean(out)
+
+
+def test_a_push_never_reaches_the_cloned_repository_and_inputs_hold_no_shell(tmp_path, capsys):
+    repo = _repo(tmp_path)
+    push = {
+        "run": "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m x && git push -q origin HEAD:pushed"
+    }
+    branches = ["git", "-C", str(repo), "branch", "--list", "pushed"]
+    assert _run(tmp_path, repo, [push]) == 1
+    _clean(capsys.readouterr().out)
+    assert subprocess.run(branches, capture_output=True, text=True).stdout == ""
+    assert _run(tmp_path, repo, [push], "--allow-push") == 0  # the control: asked for, the push arrives
+    _clean(capsys.readouterr().out)
+    assert "pushed" in subprocess.run(branches, capture_output=True, text=True).stdout
+    assert _run(tmp_path, repo, [{"run": "echo ${{ inputs.x }}"}], "--input", "x=$(touch pwned)") == 2
+    assert "letters, digits" in capsys.readouterr().err and not (tmp_path / "pwned").exists()
