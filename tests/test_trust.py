@@ -594,3 +594,43 @@ def test_a_count_tables_columns_never_run_together(capsys):
     table = lines[lines.index(next(x for x in lines if x.startswith("block"))) :][:6]
     assert all(len(line.split()) == 3 for line in table), table
     assert len({len(line) for line in table}) == 1  # right-aligned: every row ends at the same column
+
+
+def _published_copy(sealed_run, tmp_path):
+    """A copy of a sealed record in a folder of its own name, as the committed ones sit."""
+    import shutil
+
+    d = tmp_path / "smoke" / sealed_run.name
+    shutil.copytree(sealed_run, d)
+    return d
+
+
+@pytest.mark.parametrize("plant", ["dotdot", "symlink", "broken seal"])
+def test_publishing_copies_only_a_verified_records_listed_files_never_through_a_link(sealed_run, tmp_path, plant):
+    """tools/publish.py: a listed `..` name (the checkout's files onto the site), a listed file that is a symbolic
+    link (/proc/self/environ), a record whose seal fails: each is refused, and nothing of it is copied."""
+    import json
+
+    from booktool import tool
+    from plants import relist
+
+    publish = tool("publish")
+    d = _published_copy(sealed_run, tmp_path)
+    copied = publish.publish_record(d, tmp_path / "site" / "ok")  # the control: a record that verifies
+    assert "summary.json" in copied and "model.pt" not in copied
+    summary = json.loads((d / "summary.json").read_text())
+    if plant == "dotdot":
+        (tmp_path / "secret.txt").write_text("token")
+        summary["files"]["../../secret.txt"] = records.file_entry(tmp_path / "secret.txt")
+        summary["seal"] = records.seal_of(summary)
+        (d / "summary.json").write_text(json.dumps(summary))
+    elif plant == "symlink":
+        (d / "config.json").rename(tmp_path / "real_config.json")
+        (d / "config.json").symlink_to(tmp_path / "real_config.json")
+        relist(d)
+    else:
+        summary["final_val_loss"] = 0.0
+        (d / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(publish.PublishError):
+        publish.publish_record(d, tmp_path / "site" / "planted")
+    assert not (tmp_path / "site" / "planted").exists()

@@ -3,18 +3,18 @@
     python tools/publish.py --profile cpu --repository https://github.com/OWNER/REPO --commit SHA
 
 ``prepare`` puts beside the HTML of ``build/<profile>/_build/html``: the executed notebooks (``_generated/*.ipynb``,
-where the Binder and Colab buttons point), the committed run records that chapters 6, 7 and 10 read (records only,
-no weights), a Binder ``environment.yml`` (the CPU build of torch, attnid with the book's extra at this commit) and a
-``start`` script that makes the site's folder the records' home, and ``.nojekyll``. ``check_links`` lists every
-launch-button, repository and source link of the pages that does not point at the configured repository and branch,
-or names a notebook the site lacks. The book workflow runs ``prepare`` and pushes the site to the ``gh-pages`` branch
-besides deploying it to GitHub Pages.
+where the Binder and Colab buttons point), the committed run records that chapters 6, 7 and 10 read (records only, no
+weights), a Binder ``environment.yml`` (the CPU build of torch, attnid with the book's extra at this commit) and a
+``start`` script that makes the site's folder the records' home, and ``.nojekyll``. Only a record that verifies is
+published, and only the files its sealed list names (plain names, regular files, never through a link).
+``check_links`` lists every launch-button, repository and source link of the pages that does not point at the
+configured repository and branch, or names a notebook the site lacks. The book workflow runs ``prepare`` and pushes
+the site to the ``gh-pages`` branch besides deploying it to GitHub Pages.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import sys
@@ -22,9 +22,37 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from attnid.lm import records
+
 ROOT = Path(__file__).resolve().parent.parent
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 COMMITTED = ("mid", "paper")  # data/runs/<profile>: the records the chapters read beside their own runs
+
+
+class PublishError(RuntimeError):
+    """A record that may not be published: the message names it and why."""
+
+
+def publish_record(d: Path, dest: Path) -> list[str]:
+    """Copy a finished record that :func:`attnid.lm.records.load` accepts (its seal, its file list of plain names,
+    every file's size and sha256) into ``dest``: exactly its listed files but weights, and its summary, each a regular
+    file (a symbolic link is never followed). Returns the names copied; :class:`PublishError` otherwise."""
+    if d.is_symlink():
+        raise PublishError(f"{d}: a symbolic link, not a record's folder")
+    try:
+        rec = records.load(d)
+    except records.RecordError as e:
+        raise PublishError(f"{d}: not published: {e}") from None
+    names = [n for n in rec.summary["files"] if not n.endswith(".pt")] + ["summary.json"]
+    for name in names:  # plain names, checked by load; each a regular file here, not a link to one
+        p = d / name
+        if p.is_symlink() or not p.is_file():
+            raise PublishError(f"{p}: not a regular file; not published")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copyfile(d / name, dest / name, follow_symlinks=False)
+    return names
 
 
 def prepare(build: Path, repository: str, commit: str) -> Path:
@@ -36,15 +64,8 @@ def prepare(build: Path, repository: str, commit: str) -> Path:
             shutil.copy2(nb, site / "_generated" / nb.name)
     for profile in COMMITTED:
         for d in sorted((ROOT / "data" / "runs" / profile).glob("*/")):
-            summary = d / "summary.json"
-            if not summary.is_file():
-                continue
-            names = [*json.loads(summary.read_text()).get("files", {}), "summary.json"]
-            dest = site / "data" / "runs" / profile / d.name
-            dest.mkdir(parents=True, exist_ok=True)
-            for name in names:
-                if not name.endswith(".pt") and (d / name).is_file():
-                    shutil.copy2(d / name, dest / name)
+            if (d / "summary.json").is_file():
+                publish_record(d, site / "data" / "runs" / profile / d.name)
     env = {
         "name": "attnid-binder",
         "channels": ["conda-forge"],
@@ -107,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repository", required=True, help="the repository's URL, https://github.com/OWNER/REPO")
     ap.add_argument("--commit", required=True, help="the commit the Binder environment installs attnid at")
     a = ap.parse_args(argv)
-    site = prepare(ROOT / "build" / a.profile, a.repository, a.commit)
+    try:
+        site = prepare(ROOT / "build" / a.profile, a.repository, a.commit)
+    except PublishError as e:
+        print(f"site: {e}", file=sys.stderr)
+        return 1
     branch = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())["repository"]["branch"]
     problems = check_links(site, a.repository, branch)
     for p in problems:
