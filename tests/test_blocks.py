@@ -74,6 +74,10 @@ BLOCK_SHAPES = {
     "llama4": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
                dict(heads=4, groups=1, head_dim=4, ffn=6), dict(heads=2, groups=2, nope=True, ffn=4),
                dict(heads=2, bias="all", ffn=4)],
+    # Seed-OSS: Llama's block with q/k/v biases, and its output bias switched apart
+    "seed_oss": [dict(heads=2, bias="qkv"), dict(heads=1, bias="qkv"), dict(heads=4, groups=2, bias="qkvo"),
+                 dict(heads=4, groups=1, bias="none", ffn=12), dict(heads=2, bias="o", ffn=20),
+                 dict(embed=12, heads=3, groups=1, bias="qkv", ffn=16)],
     # Command R: one LayerNorm without a shift before attention and MLP side by side; Command R+'s QK LayerNorm
     "cohere": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=2, qk_norm="layer"),
                dict(heads=2, bias="all", ffn=12), dict(embed=12, heads=3, groups=1, qk_norm="layer", ffn=16)],

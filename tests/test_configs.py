@@ -330,3 +330,23 @@ def _parser_with(func):
         sub.choices["count"].set_defaults(func=func)
 
     return parser
+
+
+SEED_OSS_36B = {  # ByteDance Seed-OSS-36B's architecture (its model card and config), transcribed field by field
+    "architectures": ["SeedOssForCausalLM"], "model_type": "seed_oss", "hidden_size": 5120, "num_hidden_layers": 64,
+    "intermediate_size": 27648, "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128,
+    "rms_norm_eps": 1e-06, "vocab_size": 155136, "rope_theta": 10000000.0, "rope_scaling": {"rope_type": "default"},
+    "max_position_embeddings": 524288, "tie_word_embeddings": False, "attention_bias": True,
+    "attention_out_bias": False, "attention_dropout": 0.1, "residual_dropout": 0.1,
+}  # fmt: skip
+
+
+def test_seed_oss_is_counted_with_its_biases_switched_apart(tmp_path):
+    """Seed-OSS, a model_type of its own: Llama's block with q/k/v biases (attention_bias) and an output bias
+    (attention_out_bias); its whole model is the published 36.15B."""
+    (tmp_path / "config.json").write_text(json.dumps(SEED_OSS_36B))
+    p = config_preset(tmp_path)
+    assert p.config.bias == "qkv" and {"attention_bias", "attention_out_bias"} <= set(p.reading["read"])
+    assert scope_count(p, "model", "seed-oss").total_params == 36_151_104_512
+    (tmp_path / "config.json").write_text(json.dumps({**SEED_OSS_36B, "attention_out_bias": True}))
+    assert config_preset(tmp_path).config.bias == "qkvo"

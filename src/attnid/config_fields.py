@@ -121,6 +121,9 @@ TRUTH_FIELDS = ("attn_temperature_tuning",)
 BIAS_FIELDS = {"opt": ("enable_bias", "qkvo"), "glm4": ("attention_bias", "qkv"), "stablelm": ("use_qkv_bias", "qkv"),
                "starcoder2": ("use_bias", "qkvo")}  # fmt: skip
 
+# families whose biases two fields switch apart: (field, the biases it switches) each
+SPLIT_BIAS_FIELDS = {"seed_oss": (("attention_bias", "qkv"), ("attention_out_bias", "o"))}
+
 GRANITE_MULTIPLIERS = ("embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling")
 
 FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": "", "phi3": ""}  # by its code

@@ -38,6 +38,7 @@ from .config_fields import (
     REMOTE_CODE,
     REMOTE_CODE_NOTE,
     ROPE_FIELDS,
+    SPLIT_BIAS_FIELDS,
     TRUTH_FIELDS,
 )
 from .counting import Count, MLAConfig
@@ -378,6 +379,9 @@ def _read_attention(hf_type: str, c) -> tuple[AttentionConfig, set[str]]:
     bias_fields: tuple[str, ...] = ()  # the field that switches the family's biases (none: its code fixes them)
     if hf_type in FAMILY_BIAS:
         bias = FAMILY_BIAS[hf_type]
+    elif hf_type in SPLIT_BIAS_FIELDS:
+        pairs = SPLIT_BIAS_FIELDS[hf_type]
+        bias, bias_fields = "".join(letters for f, letters in pairs if getattr(c, f)), tuple(f for f, _ in pairs)
     else:
         field, letters = BIAS_FIELDS.get(hf_type, ("attention_bias", "qkvo"))
         bias, bias_fields = (letters if getattr(c, field) else ""), (field,)

@@ -169,6 +169,8 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
         return dict(no_ids, use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer")
     if name == "cohere":
         return dict(no_ids, use_qk_norm=cfg.qk_norm == "layer")
+    if name == "seed_oss":  # its q/k/v biases and its output bias switched apart
+        return dict(no_ids, attention_bias="q" in cfg.bias, attention_out_bias="o" in cfg.bias, residual_dropout=0.0)
     if name == "qwen3_next":  # one full (softmax) attention layer
         return dict(no_ids, layer_types=["full_attention"])
     if name == "llama4":  # the audited layer a RoPE one (L2 QK-norm) or a NoPE one with a temperature that varies
@@ -287,6 +289,12 @@ HF_TYPES: dict[str, HFType] = {
     "qwen3_next": HFType(  # Qwen3-Next's softmax attention layers: gated heads, (1 + w) QK-norm, a quarter rotated
         "qwen3_next", "Qwen3NextConfig", "Qwen3NextAttention", "Qwen3NextRotaryEmbedding", biases=("", "qkvo"),
         groups=True, head_dim=True, partial_rope=True, qk_norm="head", output_gate=True, norm="rms", mlp="swiglu",
+    ),
+    "seed_oss": HFType(  # Seed-OSS: Llama's block with q/k/v biases (attention_bias) and an output bias of its own
+        # (attention_out_bias)
+        "seed_oss", "SeedOssConfig", "SeedOssAttention", "SeedOssRotaryEmbedding", biases=("qkv", "", "qkvo", "o"),
+        groups=True, head_dim=True, layer="SeedOssDecoderLayer", lm="SeedOssForCausalLM", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3,
     ),
     "cohere": HFType(  # Command R: one LayerNorm without a shift before attention and MLP side by side, interleaved
         # rotary pairs, and (use_qk_norm, Command R+) a LayerNorm per head on queries and keys
