@@ -74,6 +74,9 @@ BLOCK_SHAPES = {
     "llama4": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
                dict(heads=4, groups=1, head_dim=4, ffn=6), dict(heads=2, groups=2, nope=True, ffn=4),
                dict(heads=2, bias="all", ffn=4)],
+    # ERNIE 4.5: Llama's block with interleaved rotary pairs (use_bias off: with it the MLP has biases)
+    "ernie4_5": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
+                 dict(heads=2, head_dim=6, ffn=20), dict(embed=12, heads=3, groups=1, ffn=16)],
     # Seed-OSS: Llama's block with q/k/v biases, and its output bias switched apart
     "seed_oss": [dict(heads=2, bias="qkv"), dict(heads=1, bias="qkv"), dict(heads=4, groups=2, bias="qkvo"),
                  dict(heads=4, groups=1, bias="none", ffn=12), dict(heads=2, bias="o", ffn=20),

@@ -350,3 +350,23 @@ def test_seed_oss_is_counted_with_its_biases_switched_apart(tmp_path):
     assert scope_count(p, "model", "seed-oss").total_params == 36_151_104_512
     (tmp_path / "config.json").write_text(json.dumps({**SEED_OSS_36B, "attention_out_bias": True}))
     assert config_preset(tmp_path).config.bias == "qkvo"
+
+
+ERNIE_45_03B = {  # Baidu ERNIE-4.5-0.3B's architecture (its model card and config), transcribed field by field
+    "architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "hidden_size": 1024,
+    "intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
+    "head_dim": 128, "vocab_size": 103424, "tie_word_embeddings": True, "rope_theta": 500000.0, "use_bias": False,
+    "rms_norm_eps": 1e-05, "max_position_embeddings": 131072,
+}  # fmt: skip
+
+
+def test_ernie45_is_counted_and_its_use_bias_refuses_the_block_not_the_attention(tmp_path):
+    """ERNIE 4.5 (dense), a model_type of its own: Llama's block with interleaved rotary pairs (the same count) and
+    tied embeddings; the published 0.36B. use_bias puts biases on the gated MLP too: the block is refused by name."""
+    (tmp_path / "config.json").write_text(json.dumps(ERNIE_45_03B))
+    assert scope_count(config_preset(tmp_path), "model", "ernie").total_params == 360_748_032
+    (tmp_path / "config.json").write_text(json.dumps({**ERNIE_45_03B, "use_bias": True}))
+    p = config_preset(tmp_path)
+    assert p.config.bias == "qkvo" and scope_count(p, "attention", "ernie").unidentified > 0
+    with pytest.raises(ValueError, match="use_bias = True"):
+        scope_count(p, "block", "ernie")

@@ -36,6 +36,7 @@ CASES = {
     "smollm3": dict(groups=2),  # a RoPE layer (its NoPE layers: tests/test_released.py)
     "llama4": dict(groups=2),  # a RoPE layer with L2 QK-norm, complex rotary (its NoPE layers: test_released.py)
     "qwen3_next": dict(groups=2),  # gated heads, (1 + w) QK-norm, a quarter of each head rotated
+    "ernie4_5": dict(groups=2, bias="all"),  # interleaved rotary pairs, use_bias on every map
     "seed_oss": dict(groups=2, bias="qkvo"),  # q/k/v biases and an output bias, switched apart
     "cohere": dict(groups=2),  # interleaved rotary pairs (its QK LayerNorm: tests/test_modern_attention.py)
 }

@@ -31,6 +31,7 @@ from .config_fields import (
     GRANITE_MULTIPLIERS,
     LINEAR_ATTENTION_FIELDS,
     MIN_WINDOW,
+    MLP_BIAS_SWITCHES,
     MULTIMODAL_FIELDS,
     NEUTRAL,
     POSITIVE,
@@ -178,6 +179,9 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     default = default_dict(model_type)  # the config class's defaults: the values the family's audits were verified at
     beyond = _refuse_unmodelled(c, read, hf_type, default, code_reads(model_type))
     only = _attention_only_reason(hf_type, c)
+    switch = MLP_BIAS_SWITCHES.get(hf_type)
+    if switch is not None and getattr(c, switch):
+        beyond = [*beyond, f"{switch} = True (biases on the gated MLP too)"]
     if beyond:  # fields of the block that attnid does not model: its attention is still counted
         model, only = None, (f"{'; '.join(beyond)}: not modelled for {hf_type}'s decoder layer (they do not reach "
                              "its attention layer)")  # fmt: skip

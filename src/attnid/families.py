@@ -169,6 +169,8 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
         return dict(no_ids, use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer")
     if name == "cohere":
         return dict(no_ids, use_qk_norm=cfg.qk_norm == "layer")
+    if name == "ernie4_5":
+        return dict(no_ids, use_bias=bool(cfg.bias))
     if name == "seed_oss":  # its q/k/v biases and its output bias switched apart
         return dict(no_ids, attention_bias="q" in cfg.bias, attention_out_bias="o" in cfg.bias, residual_dropout=0.0)
     if name == "qwen3_next":  # one full (softmax) attention layer
@@ -295,6 +297,12 @@ HF_TYPES: dict[str, HFType] = {
         "seed_oss", "SeedOssConfig", "SeedOssAttention", "SeedOssRotaryEmbedding", biases=("qkv", "", "qkvo", "o"),
         groups=True, head_dim=True, layer="SeedOssDecoderLayer", lm="SeedOssForCausalLM", norm="rms", mlp="swiglu",
         ffn_ratio=8 / 3,
+    ),
+    "ernie4_5": HFType(  # ERNIE 4.5 (dense): Llama's block, its rotary pairs interleaved (2i, 2i + 1), tied embeddings;
+        # use_bias puts biases on every map, the MLP's too (a block attnid does not model: its attention is counted)
+        "ernie4_5", "Ernie4_5Config", "Ernie4_5Attention", "Ernie4_5RotaryEmbedding", biases=("", "qkvo"),
+        groups=True, head_dim=True, layer="Ernie4_5DecoderLayer", lm="Ernie4_5ForCausalLM", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, tied=True,
     ),
     "cohere": HFType(  # Command R: one LayerNorm without a shift before attention and MLP side by side, interleaved
         # rotary pairs, and (use_qk_norm, Command R+) a LayerNorm per head on queries and keys

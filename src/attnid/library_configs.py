@@ -422,6 +422,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "qwen3_next": _qwen3_next,
     "cohere": _kv_heads,
     "seed_oss": _both(_kv_heads, _head_dim),
+    "ernie4_5": _both(_kv_heads, _head_dim),
     "deepseek_v3": _deepseek_v3,
     "falcon": _falcon,
     "gemma": _gemma,

@@ -185,15 +185,16 @@ def _first(out):
 
 
 # the modeling modules whose rotation computes in float32 whatever the input, and the function that does it
-FLOAT32_ROTARY = {"llama4": "apply_rotary_emb", "cohere": "apply_rotary_pos_emb"}
+FLOAT32_ROTARY = {"llama4": "apply_rotary_emb", "cohere": "apply_rotary_pos_emb", "ernie4_5": "apply_rotary_pos_emb"}
 
 
 @contextmanager
 def _exact_rotary(module):
-    """Llama 4 rotates queries and keys as complex numbers in complex64, and Cohere its interleaved pairs in float32,
-    whatever the input; inside this block the modeling ``module``'s rotation keeps a float64 input in float64 (the
+    """Llama 4 rotates queries and keys as complex numbers in complex64, and Cohere and ERNIE 4.5 their interleaved
+    pairs in float32, whatever the input; inside this block the modeling ``module``'s rotation keeps a float64 input in float64 (the
     library's own pairing). Other modules rotate in the input's dtype already: nothing is changed."""
-    name = FLOAT32_ROTARY.get(module.__name__.rsplit("_", 1)[-1]) if module is not None else None
+    family = module.__name__.rsplit(".modeling_", 1)[-1] if module is not None else ""
+    name = FLOAT32_ROTARY.get(family)
     if name is None:
         yield
         return
@@ -208,6 +209,9 @@ def _exact_rotary(module):
 
     def interleaved(q, k, cos, sin, unsqueeze_dim=1):  # Cohere: its rotate_half pairs (2i, 2i + 1)
         cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        if family == "ernie4_5":  # its table is (freqs, freqs): each frequency taken twice, for its pair
+            cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+            sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
         return q * cos + module.rotate_half(q) * sin, k * cos + module.rotate_half(k) * sin
 
     setattr(module, name, complex_pairs if name == "apply_rotary_emb" else interleaved)
