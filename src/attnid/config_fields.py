@@ -118,8 +118,8 @@ LINEAR_ATTENTION_FIELDS = ("linear_conv_kernel_dim", "linear_key_head_dim", "lin
 TRUTH_FIELDS = ("attn_temperature_tuning",)
 
 # the field that switches a family's attention biases on, and the biases it switches (default: attention_bias, all)
-BIAS_FIELDS = {"opt": ("enable_bias", "qkvo"), "ernie4_5": ("use_bias", "qkvo"), "glm4": ("attention_bias", "qkv"), "stablelm": ("use_qkv_bias", "qkv"),
-               "starcoder2": ("use_bias", "qkvo")}  # fmt: skip
+BIAS_FIELDS = {"opt": ("enable_bias", "qkvo"), "ernie4_5": ("use_bias", "qkvo"), "glm4": ("attention_bias", "qkv"),
+               "stablelm": ("use_qkv_bias", "qkv"), "starcoder2": ("use_bias", "qkvo")}  # fmt: skip
 
 # families whose one bias field also puts biases on the gated MLP, which attnid's block does not model: with it on,
 # the attention is counted and the block and the model are refused, naming it

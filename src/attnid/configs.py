@@ -150,14 +150,8 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     model_type = fields.get("model_type")
     if not isinstance(model_type, str):
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
-    if model_type in TEXT_MODELS and not isinstance(fields.get("text_config"), dict):
-        raise ConfigError(f"config: a multimodal {model_type} file describes its text model under text_config (an "
-                          f"object), and {source} has {'none' if 'text_config' not in fields else 'another value'}; "
-                          "attnid counts the text model a file describes, not the library's default one")  # fmt: skip
     if model_type in TEXT_MODELS:  # a multimodal release
-        fields = _text_fields(fields, model_type)
-        source += " (its text model; the vision tower is not counted)"
-        model_type = TEXT_MODELS[model_type][0]
+        fields, source, model_type = _text_model(fields, source, model_type)
     hf_type = {"gemma3_text": "gemma3", "llama4_text": "llama4"}.get(model_type, model_type)
     if hf_type in UNMODELLED:
         raise ConfigError(f"config: model_type {model_type!r}: {UNMODELLED[hf_type]}; attnid refuses rather than count "
@@ -180,8 +174,7 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     beyond = _refuse_unmodelled(c, read, hf_type, default, code_reads(model_type))
     only = _attention_only_reason(hf_type, c)
     switch = MLP_BIAS_SWITCHES.get(hf_type)
-    if switch is not None and getattr(c, switch):
-        beyond = [*beyond, f"{switch} = True (biases on the gated MLP too)"]
+    beyond += [f"{switch} = True (biases on the gated MLP too)"] if switch is not None and getattr(c, switch) else []
     if beyond:  # fields of the block that attnid does not model: its attention is still counted
         model, only = None, (f"{'; '.join(beyond)}: not modelled for {hf_type}'s decoder layer (they do not reach "
                              "its attention layer)")  # fmt: skip
@@ -189,15 +182,31 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         model = replace(model, source=source)
     reading = config_reading(fields, c, read, remote is not None, default, code_reads(model_type), hf_type)
     reading["truth_values"] = truths
+    _unread_rotary_share(reading, hf_type)
+    return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
+                  model, reading=reading, attention_only=only, origin=origin or ConfigSource(Path(path)))  # fmt: skip
+
+
+def _text_model(fields: dict, source: str, model_type: str) -> tuple[dict, str, str]:
+    """``(fields, source, model_type)`` of a multimodal file's text model (:data:`TEXT_MODELS`)."""
+    if not isinstance(fields.get("text_config"), dict):
+        raise ConfigError(f"config: a multimodal {model_type} file describes its text model under text_config (an "
+                          f"object), and {source} has {'none' if 'text_config' not in fields else 'another value'}; "
+                          "attnid counts the text model a file describes, not the library's default one")  # fmt: skip
+    text = _text_fields(fields, model_type)
+    return text, source + " (its text model; the vision tower is not counted)", TEXT_MODELS[model_type][0]
+
+
+def _unread_rotary_share(reading: dict, hf_type: str) -> None:
+    """A full-RoPE family's ``partial_rotary_factor`` (accepted by :func:`_check_rotary_share` with the default RoPE)
+    moved from the fields read to the neutral ones, with its reason."""
     t = HF_TYPES.get(hf_type)
     if t is not None and t.rotary and not t.partial_rope and "partial_rotary_factor" in reading["read"]:
-        reading["read"].remove("partial_rotary_factor")  # accepted by _check_rotary_share: the default RoPE's
+        reading["read"].remove("partial_rotary_factor")
         reading["neutral"]["partial_rotary_factor"] = (
             f"not read by {hf_type}'s default RoPE, which rotates every "
             "dimension of a head (its attention multiplies it whole)"
         )
-    return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
-                  model, reading=reading, attention_only=only, origin=origin or ConfigSource(Path(path)))  # fmt: skip
 
 
 def _attention_only_reason(hf_type: str, c) -> str:

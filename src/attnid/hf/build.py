@@ -185,14 +185,15 @@ def _first(out):
 
 
 # the modeling modules whose rotation computes in float32 whatever the input, and the function that does it
-FLOAT32_ROTARY = {"llama4": "apply_rotary_emb", "cohere": "apply_rotary_pos_emb", "ernie4_5": "apply_rotary_pos_emb"}
+FLOAT32_ROTARY = {"llama4": "apply_rotary_emb", "cohere": "apply_rotary_pos_emb",
+                  "ernie4_5": "apply_rotary_pos_emb"}  # fmt: skip
 
 
 @contextmanager
 def _exact_rotary(module):
     """Llama 4 rotates queries and keys as complex numbers in complex64, and Cohere and ERNIE 4.5 their interleaved
-    pairs in float32, whatever the input; inside this block the modeling ``module``'s rotation keeps a float64 input in float64 (the
-    library's own pairing). Other modules rotate in the input's dtype already: nothing is changed."""
+    pairs in float32, whatever the input; inside this block the modeling ``module``'s rotation keeps a float64 input
+    in float64 (the library's own pairing). Other modules rotate in the input's dtype already: nothing is changed."""
     family = module.__name__.rsplit(".modeling_", 1)[-1] if module is not None else ""
     name = FLOAT32_ROTARY.get(family)
     if name is None:
