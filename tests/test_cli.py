@@ -383,3 +383,15 @@ def test_an_unknown_flag_of_a_subcommand_is_refused_with_that_subcommands_usage(
         and r.stderr.startswith("usage: attnid count ")
         and "unrecognized arguments: --bogus" in r.stderr
     )
+
+
+def test_the_exceptions_the_command_maps_to_exit_codes_exist_where_it_looks():
+    """main() catches them by module and name once loaded (so `count` loads no torch to catch them): each is there."""
+    import importlib
+
+    from attnid.cli import BAD_INPUT, FAILED_CHECK, _loaded
+
+    for name in (*BAD_INPUT, *FAILED_CHECK, "lm.launch:Stopped", "lm.lifecycle:Interrupted"):
+        module, cls = name.split(":")
+        assert issubclass(getattr(importlib.import_module(f"attnid.{module}"), cls), Exception), name
+    assert len(_loaded(FAILED_CHECK)) == len(FAILED_CHECK)  # all four loaded by now

@@ -163,8 +163,8 @@ def test_a_post_norm_block_refuses_what_it_was_not_derived_for():
         BlockConfig(AttentionConfig(8, 2), 8, norm="layer", norm_position="post")
     with pytest.raises(ValueError, match="norm_position: expected one of"):
         BlockConfig(AttentionConfig(8, 2), 8, norm="rms", norm_position="middle")
-    with pytest.raises(ValueError, match="at least two experts"):
-        BlockConfig(AttentionConfig(8, 2), 8, norm="rms", mlp="swiglu", mlp_bias=False, experts=1)
+    with pytest.raises(ValueError, match="a softmax router over one expert gives it weight 1"):
+        BlockConfig(AttentionConfig(8, 2), 8, norm="rms", mlp="swiglu", mlp_bias=False, experts=1, router="softmax")
     with pytest.raises(ValueError, match="shared experts belong to a mixture"):
         BlockConfig(AttentionConfig(8, 2), 8, norm="rms", mlp="swiglu", mlp_bias=False, shared_ffn=4)
     post = BlockConfig(AttentionConfig(8, 2), 8, norm="rms", mlp="swiglu", mlp_bias=False, norm_position="post")

@@ -401,3 +401,29 @@ def test_an_unlisted_rows_file_beside_the_listed_one_is_refused_not_read(run):
     (d / "metrics.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in forged).encode()))
     with pytest.raises(records.Refused, match=r"metrics.jsonl.gz: refused: not listed"):
         records.load(d)
+
+
+@pytest.mark.parametrize(
+    ("rows_of", "says"),
+    [
+        (lambda rows: [dict(r, val_loss="2.0") if "val_loss" in r else r for r in rows], "not a finite number >= 0"),
+        (lambda rows: [dict(r, val_loss=-0.5) if "val_loss" in r else r for r in rows], "not a finite number >= 0"),
+        (lambda rows: [*rows, *({} for _ in range(100_000))], "rows, more than the"),
+    ],
+    ids=["string loss", "negative loss", "a flood of rows"],
+)
+def test_rows_with_losses_no_run_gives_or_far_too_many_are_refused_in_one_line(run, rows_of, says):
+    _base, d, _cfg, _corpus = run
+    rows = [json.loads(line) for line in gzip.decompress((d / "metrics.jsonl.gz").read_bytes()).splitlines()]
+    (d / "metrics.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows_of(rows)).encode()))
+    relist(d)
+    with pytest.raises(RecordError, match=says):
+        records.load(d)
+
+
+def test_rows_nested_too_deep_are_damaged_not_a_traceback(run):
+    _base, d, _cfg, _corpus = run
+    (d / "metrics.jsonl.gz").write_bytes(gzip.compress(b"[" * 200_000 + b"]" * 200_000 + b"\n"))
+    relist(d)
+    with pytest.raises(RecordError, match="nests its JSON too deeply"):
+        records.load(d)

@@ -374,8 +374,9 @@ def read_json(path: Path):
         raise _fail(path, "nests its JSON too deeply") from None
 
 
-def read_rows(d: Path) -> list[dict]:
-    """The rows of ``d``: ``metrics.jsonl.gz``, or a format-1 ``metrics.jsonl``."""
+def read_rows(d: Path, max_rows: int | None = None) -> list[dict]:
+    """The rows of ``d``: ``metrics.jsonl.gz``, or a format-1 ``metrics.jsonl``; with ``max_rows``, a file of more
+    lines is refused before any is parsed (parsing costs far more than the bytes: 64 MiB of ``{}`` rows, 3 GB)."""
     path = d / ROWS_FILE if (d / ROWS_FILE).exists() or not (d / LEGACY_ROWS_FILE).exists() else d / LEGACY_ROWS_FILE
     _regular(path)
     try:
@@ -384,9 +385,14 @@ def read_rows(d: Path) -> list[dict]:
             raw = f.read(MAX_ROWS_BYTES + 1)  # decompression stops at the bound
         if len(raw) > MAX_ROWS_BYTES:
             raise Refused(f"{path}: refused: more than {MAX_ROWS_BYTES:,} bytes of rows once decompressed")
-        return [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+        lines = [line for line in raw.decode().splitlines() if line.strip()]
+        if max_rows is not None and len(lines) > max_rows:
+            raise Refused(f"{path}: refused: {len(lines):,} rows, more than the {max_rows:,} its run records")
+        return [json.loads(line) for line in lines]
     except FileNotFoundError:
         raise _fail(path, "missing") from None
+    except RecursionError:
+        raise _fail(path, "damaged (a row nests its JSON too deeply to be a row)") from None
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise _fail(path, f"damaged ({type(e).__name__}: {e})") from None
 
@@ -451,6 +457,48 @@ def _same(a, b) -> bool:
     return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-6)
 
 
+def _check_listed(p: Path, summary) -> None:
+    """Refuse ``p`` when the summary lists it with another size or sha256 (nothing to check when it does not list
+    it: :func:`_check_summary` then names what is wrong)."""
+    files = summary.get("files") if isinstance(summary, dict) else None
+    entry = files.get(p.name) if isinstance(files, dict) else None
+    if not isinstance(entry, dict) or not p.is_file():
+        return  # a missing entry or file, which the later checks name
+    if isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str):  # else malformed: named later
+        _check_file(p, entry)
+
+
+def _check_file(p: Path, entry: dict) -> None:
+    """Refuse ``p`` when it is not the file its entry lists: past its bound, or of another size or sha256."""
+    check_size(p, bound_of(p.name))
+    if p.stat().st_size != entry["bytes"] or file_entry(p)["sha256"] != entry["sha256"]:
+        raise _fail(p, "changed since the run finished (size or sha256 differs from summary.json)")
+
+
+def _check_files(d: Path, files: dict) -> None:
+    """Every listed file present and unchanged, and no unlisted file beside them that would be read."""
+    for name, entry in files.items():
+        if not (d / name).exists():
+            raise _fail(d / name, "missing (listed in summary.json)")
+        _check_file(d / name, entry)
+    for name in ("heads.json", ROWS_FILE, LEGACY_ROWS_FILE):  # read if present: so each must be sealed
+        if (d / name).exists() and name not in files:
+            raise Refused(f"{d / name}: refused: not listed in its record's sealed summary.json")
+
+
+def _row_bound(config: dict, summary: dict) -> int | None:
+    """How many rows the run records (``None`` where its config cannot say: :func:`_check_rows` then names why)."""
+    try:
+        return len(expected_steps(config, summary.get("metrics", True)))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _loss(v) -> bool:
+    """A loss as a row holds it: absent (None) or a finite number >= 0 (a cross-entropy)."""
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+
+
 def _check_rows(d: Path, summary: dict, config: dict, rows: list) -> None:
     """Every row a dict with the schema's steps; the numbers the summary repeats equal the rows'."""
     f = d / (ROWS_FILE if (d / ROWS_FILE).exists() else LEGACY_ROWS_FILE)
@@ -464,6 +512,9 @@ def _check_rows(d: Path, summary: dict, config: dict, rows: list) -> None:
     steps, expected = [r["step"] for r in rows], expected_steps(config, summary.get("metrics", True))
     if steps != expected:
         raise _fail(f, f"holds {len(steps)} rows, expected {len(expected)}")
+    bad = next((r["step"] for r in rows if not (_loss(r.get("val_loss")) and _loss(r.get("train_loss")))), None)
+    if bad is not None:
+        raise _fail(f, f"holds a loss at step {bad} that is not a finite number >= 0")
     vals = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
     repeated = {
         "steps": (summary.get("steps"), n),
@@ -505,6 +556,8 @@ def load(d: Path, *, verify: bool = True, sealed: bool = True) -> Record:
     if not (d / "summary.json").exists():
         raise RecordError(f"{d}: no finished run (summary.json missing); run it with `attnid train` first")
     summary = read_json(d / "summary.json")
+    if verify:  # the config is parsed only once it is the file the summary lists (parsing is what costs)
+        _check_listed(d / "config.json", summary)
     config = read_json(d / "config.json")
     if not isinstance(summary, dict):
         raise _fail(d / "summary.json", "not a run summary (a JSON object)")
@@ -512,18 +565,8 @@ def load(d: Path, *, verify: bool = True, sealed: bool = True) -> Record:
         raise _fail(d / "config.json", "not a run config (a JSON object)")
     if verify:
         check_place(d, config)
-        files = _check_summary(d, summary, config, sealed)
-        for name, entry in files.items():
-            p = d / name
-            if not p.exists():
-                raise _fail(p, "missing (listed in summary.json)")
-            check_size(p, bound_of(name))
-            if p.stat().st_size != entry["bytes"] or file_entry(p)["sha256"] != entry["sha256"]:
-                raise _fail(p, "changed since the run finished (size or sha256 differs from summary.json)")
-        for name in ("heads.json", ROWS_FILE, LEGACY_ROWS_FILE):  # read if present: so each must be sealed
-            if (d / name).exists() and name not in files:
-                raise Refused(f"{d / name}: refused: not listed in its record's sealed summary.json")
-    rows = read_rows(d)
+        _check_files(d, _check_summary(d, summary, config, sealed))
+    rows = read_rows(d, _row_bound(config, summary) if verify else None)
     if verify:
         _check_rows(d, summary, config, rows)
     heads = read_json(d / "heads.json") if (d / "heads.json").exists() else None
