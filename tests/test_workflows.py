@@ -9,9 +9,14 @@ from booktool import tool
 
 STEPS = [
     {"uses": "actions/checkout@v7"},
-    {"name": "write", "env": {"GREETING": "hello"}, "run": 'echo "${{ github.sha }} $GREETING $PROFILE" > out.txt'},
+    {
+        "name": "write",
+        "env": {"GREETING": "hello"},
+        "run": 'echo "${{ github.sha }} $GREETING $PROFILE" > out.txt && cp out.txt "$PROFILE.txt"',
+    },
     {"name": "only on main", "if": "github.ref == 'refs/heads/main'", "run": "exit 3"},
     {"uses": "actions/upload-pages-artifact@v5", "with": {"path": "out.txt"}},
+    {"uses": "actions/upload-artifact@v7", "with": {"path": "${{ env.PROFILE }}.txt", "if-no-files-found": "error"}},
 ]
 
 
@@ -53,6 +58,7 @@ def test_a_workflow_runs_in_a_fresh_clone_with_local_actions(tmp_path, capsys):
     sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert Path(clone, "out.txt").read_text() == f"{sha} hello smoke\n"  # expressions, step env, an override
     assert "skipped  only on main" in out and "upload-pages-artifact: out.txt holds" in out
+    assert "upload-artifact: smoke.txt holds" in out  # an action's input filled with the overridden env
     _clean(out)
 
 

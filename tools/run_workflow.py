@@ -203,8 +203,9 @@ def run_job(name: str, job: dict, workflow: dict, clone: Path, ctx: dict[str, st
             outcomes.append(f"skipped  {label} (if: {cond})")
             continue
         step_env = {**env, **{k: fill(v, ctx, env, clone) for k, v in (step.get("env") or {}).items()}}
-        if "uses" in step:
-            ok, what = local_action(step["uses"], step.get("with") or {}, clone)
+        if "uses" in step:  # its inputs filled as GitHub fills them (an upload's path may name ${{ env.PROFILE }})
+            with_ = {k: fill(v, ctx, step_env, clone) for k, v in (step.get("with") or {}).items()}
+            ok, what = local_action(step["uses"], with_, clone)
             outcomes.append(("ok       " if ok else "FAILED   ") + what)
             if not ok:
                 return outcomes
