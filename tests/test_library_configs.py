@@ -159,3 +159,14 @@ def test_the_default_instance_is_the_snapshots():
         assert {k: v for k, v in default_dict(model_type).items() if k not in UNCOMPARED} == {
             k: v for k, v in real.items() if k not in UNCOMPARED
         }
+
+
+def test_a_classifiers_labels_from_a_file_cost_nothing_and_bad_ids_are_one_line(tmp_path):
+    """num_labels is a classification head's (neutral): a huge one makes no huge table; id2label keys that are not
+    ids are refused as the library refuses them."""
+    d = json.loads((CONFIG_DIR / "llama-2-7b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**d, "num_labels": 10**12}))
+    assert config_preset(tmp_path).reading["neutral"]["num_labels"]
+    (tmp_path / "config.json").write_text(json.dumps({**d, "id2label": {"x": "a"}}))
+    with pytest.raises(ConfigError, match="id2label: its keys must be label ids"):
+        config_preset(tmp_path)

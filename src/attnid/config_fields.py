@@ -17,7 +17,7 @@ NEUTRAL: dict[str, str] = {
                      "residual_dropout", "embedding_dropout", "summary_first_dropout", "classifier_dropout",
                      "layerdrop"),
                     "dropout: off when the function is evaluated"),
-    **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels"),
+    **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels", "num_labels"),
                     "a classification head outside the language model"),
     **dict.fromkeys(("sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
                      "_sliding_window_pattern", "sliding_window_pattern", "rope_local_base_freq"),

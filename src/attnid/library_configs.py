@@ -41,6 +41,7 @@ LEGACY_LAYER_TYPES = {"mamba": "linear_attention", "attention": "full_attention"
                       "deepseek_sparse_attention": "indexed_attention",
                       "qwen_sparse_attention": "indexed_attention"}  # fmt: skip
 SCALED_ROPE = ("llama3", "yarn", "longrope")  # the RoPE types that keep the pretraining length in their parameters
+MAX_LABELS = 1024  # a classifier's labels made from num_labels (neutral): more are not tabulated
 
 
 class LibraryConfigError(ValueError):
@@ -161,10 +162,15 @@ def _base_post_init(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
         values["dtype"] = torch_dtype
     labels = values.get("id2label")  # a classifier's labels (neutral): two by default, their ids as integers
     if labels is None:
-        values["id2label"] = {i: f"LABEL_{i}" for i in range(kwargs.get("num_labels", 2))}
-        values["label2id"] = {f"LABEL_{i}": i for i in range(kwargs.get("num_labels", 2))}
+        n = kwargs.get("num_labels", 2)
+        n = n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_LABELS else 2  # no huge table
+        values["id2label"] = {i: f"LABEL_{i}" for i in range(n)}
+        values["label2id"] = {f"LABEL_{i}": i for i in range(n)}
     elif isinstance(labels, dict):
-        values["id2label"] = {int(k): v for k, v in labels.items()}
+        try:
+            values["id2label"] = {int(k): v for k, v in labels.items()}
+        except ValueError:
+            raise LibraryConfigError("id2label: its keys must be label ids (whole numbers)") from None
     if "rope_parameters" in values:
         CONVERT_ROPE.get(c.model_type, _convert_rope)(c, kwargs, spec)
     for k in (*GENERATION_FIELDS, *POPPED):  # name_or_path among them: the folder it was loaded from, none here
