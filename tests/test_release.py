@@ -49,3 +49,13 @@ def test_the_release_workflow_runs_here_up_to_its_upload(capsys):
     for line in out.splitlines():
         if line.startswith("clone: "):
             shutil.rmtree(line.removeprefix("clone: ").rsplit("/", 1)[0], ignore_errors=True)
+
+
+def test_the_build_writes_nothing_into_the_checkout(tmp_path):
+    """The build runs in a copy of the source (setuptools writes src/attnid.egg-info where it builds): tests beside
+    it that watch the checkout see no change."""
+    release = tool("check_release")
+    before = {p: p.stat().st_mtime_ns for p in (ROOT / "src").rglob("*") if p.is_file()}
+    release.build(tmp_path / "dist")
+    after = {p: p.stat().st_mtime_ns for p in (ROOT / "src").rglob("*") if p.is_file()}
+    assert {p: t for p, t in after.items() if before.get(p) != t and "__pycache__" not in p.parts} == {}

@@ -51,10 +51,24 @@ def run(*cmd: str, what: str) -> str:
     return r.stdout
 
 
+def source_copy(dest: Path) -> Path:
+    """The checkout's files as git sees them (tracked, and untracked ones it does not ignore) copied into ``dest``: a
+    build there writes its metadata (``src/attnid.egg-info``) into the copy, never into the checkout, where tests run
+    beside it."""
+    listed = run("git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z", what="git ls-files")
+    for name in filter(None, listed.split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
 def build(dist: Path) -> tuple[Path, Path]:
-    """The wheel and the sdist of this checkout, built into ``dist``."""
+    """The wheel and the sdist of this checkout (built from a copy of it, :func:`source_copy`), into ``dist``."""
     dist.mkdir(parents=True, exist_ok=True)
-    run(uv(), "build", "--out-dir", str(dist), str(ROOT), what="uv build")
+    with tempfile.TemporaryDirectory() as tmp:
+        run(uv(), "build", "--out-dir", str(dist), str(source_copy(Path(tmp))), what="uv build")
     v = version()
     wheels, sdists = sorted(dist.glob(f"attnid-{v}-*.whl")), sorted(dist.glob(f"attnid-{v}.tar.gz"))
     if len(wheels) != 1 or len(sdists) != 1:
