@@ -221,6 +221,11 @@ def _check_generator_state(path: Path, name: str, state) -> None:
         raise _refuse(path, name, "is not a generator state torch accepts") from None
 
 
+# the hyperparameters of a parameter group that change the update (SGD's and AdamW's): each must be this run's
+OPTIMIZER_MATH = ("weight_decay", "betas", "eps", "momentum", "dampening", "nesterov", "amsgrad", "maximize",
+                  "decoupled_weight_decay")  # fmt: skip
+
+
 def _check_optimizer_state(path: Path, opt, cfg: RunConfig, params: list[torch.Tensor]) -> None:
     """``opt`` in the format of this run's own optimizer (:func:`attnid.lm.optimizers.make_optimizer`): the same
     parameter groups with the config's hyperparameters, and each parameter's state finite and of its shape."""
@@ -235,7 +240,7 @@ def _check_optimizer_state(path: Path, opt, cfg: RunConfig, params: list[torch.T
     for g, w in zip(groups, want):
         if not isinstance(g, dict) or g.get("params") != w["params"]:
             raise _refuse(path, "opt", "has parameter groups other than this run's")
-        for key in ("weight_decay", "betas", "momentum"):
+        for key in OPTIMIZER_MATH:  # what changes the update, not how it is computed (fused, foreach)
             if key in w and g.get(key) != w[key]:
                 raise _refuse(path, "opt", f"has {key} {g.get(key)!r}, this run's config {w[key]!r}")
         if not (isinstance(g.get("lr"), (int, float)) and math.isfinite(g["lr"]) and g["lr"] >= 0):
