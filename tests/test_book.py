@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from booktool import CHROMIUM, ROOT, book, execute_here, statuses, tool
+from booktool import CHROMIUM, ROOT, RUNS, book, execute_here, statuses, tool
 
 pytestmark = pytest.mark.slow  # the whole file: it executes and builds the smoke book
 
@@ -192,13 +192,14 @@ def test_every_page_reads_well_in_chromium(smoke_book):
         assert len(shots) >= 3 * (len(pages_of(html)) - 1)  # light, dark and phone for every page
 
 
-def test_the_sites_launch_and_repository_links_point_at_what_the_workflow_publishes(smoke_book, tmp_path):
+def test_the_sites_launch_and_repository_links_point_at_what_the_workflow_publishes(smoke_book, tmp_path, monkeypatch):
     """tools/publish.py on the smoke book, as the book workflow runs it: every Binder, Colab and repository link is
     formed from the configured repository and branch and names a notebook the site holds, beside the Binder
     environment (the CPU build of torch) and the committed records. Planted: a notebook missing, another repository."""
     import shutil
 
     publish = tool("publish")
+    monkeypatch.setenv("ATTNID_RUNS", RUNS)  # the runs the smoke book was built with ride along
     cfg = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())["repository"]
     copy = tmp_path / "smoke"
     shutil.copytree(smoke_book, copy)
@@ -212,6 +213,7 @@ def test_the_sites_launch_and_repository_links_point_at_what_the_workflow_publis
         site / "data" / "runs" / "paper" / "sgd" / "summary.json"
     ).is_file()
     assert not list(site.rglob("*.pt"))  # records only, no weights
+    assert list((site / "data" / "runs" / "smoke").glob("*/summary.json"))  # the book's own runs ride along
     (site / "_generated" / "03_biases.ipynb").unlink()
     problems = publish.check_links(site, cfg["url"], cfg["branch"])
     assert any("names _generated/03_biases.ipynb, which the site does not hold" in p for p in problems), problems

@@ -637,3 +637,18 @@ def test_publishing_copies_only_a_verified_records_listed_files_never_through_a_
     with pytest.raises(publish.PublishError):
         publish.publish_record(d, tmp_path / "site" / "planted")
     assert not (tmp_path / "site" / "planted").exists()
+
+
+def test_the_site_carries_the_runs_of_the_profile_it_was_built_at(sealed_run, tmp_path, monkeypatch):
+    """A chapter launched from the published site reads the build's own runs (cpu: half an hour of training on 2
+    cores) instead of training them again: they ride along beside the committed ones, sealed files only."""
+    from booktool import tool
+
+    build = tmp_path / "build" / "smoke"
+    (build / "_build" / "html").mkdir(parents=True)
+    (build / "_generated").mkdir()
+    monkeypatch.setenv("ATTNID_RUNS", str(sealed_run.parent.parent))
+    site = tool("publish").prepare(build, "https://github.com/o/r", "0" * 40)
+    published = site / "data" / "runs" / "smoke" / sealed_run.name
+    assert (published / "summary.json").is_file() and not (published / "model.pt").exists()
+    assert "the smoke runs the book was built with" in (site / "start").read_text()

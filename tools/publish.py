@@ -5,8 +5,9 @@
 ``prepare`` puts beside the HTML of ``build/<profile>/_build/html``: the executed notebooks (``_generated/*.ipynb``,
 where the Binder and Colab buttons point), the committed run records that chapters 6, 7 and 10 read (records only, no
 weights), a Binder ``environment.yml`` (the CPU build of torch, attnid with the book's extra at this commit) and a
-``start`` script that makes the site's folder the records' home, and ``.nojekyll``. Only a record that verifies is
-published, and only the files its sealed list names (plain names, regular files, never through a link).
+``start`` script that makes the site's folder the records' home (the runs of the profile the book was built at ride
+along, so that a launched chapter reads them instead of training again), and ``.nojekyll``. Only a record that
+verifies is published, and only the files its sealed list names (plain names, regular files, never through a link).
 ``check_links`` lists every launch-button, repository and source link of the pages that does not point at the
 configured repository and branch, or names a notebook the site lacks. The book workflow runs ``prepare`` and pushes
 the site to the ``gh-pages`` branch besides deploying it to GitHub Pages.
@@ -66,6 +67,11 @@ def prepare(build: Path, repository: str, commit: str) -> Path:
         for d in sorted((ROOT / "data" / "runs" / profile).glob("*/")):
             if (d / "summary.json").is_file():
                 publish_record(d, site / "data" / "runs" / profile / d.name)
+    built = build.name  # the profile the book was built at, which its executed notebooks' parameters name: its runs
+    if built not in COMMITTED:  # ride along, so that a launched chapter reads them instead of training them again
+        for d in sorted((records.runs_root() / built).glob("*/")):
+            if (d / "summary.json").is_file():
+                publish_record(d, site / "data" / "runs" / built / d.name)
     env = {
         "name": "attnid-binder",
         "channels": ["conda-forge"],
@@ -83,7 +89,9 @@ def prepare(build: Path, repository: str, commit: str) -> Path:
     }
     (site / "environment.yml").write_text(yaml.safe_dump(env, sort_keys=False))
     start = site / "start"
-    script = ["#!/bin/bash", "# Binder runs this: the committed records beside the notebooks are the chapters' own",
+    script = ["#!/bin/bash", f"# Binder runs this: the records beside the notebooks (the committed mid and paper ones, "
+              f"and the {built} runs the book was built with, the profile its notebooks' parameters name) are the "
+              "chapters' own",
               'export ATTNID_HOME="$HOME"', 'exec "$@"']  # fmt: skip
     start.write_text("\n".join(script) + "\n")
     start.chmod(0o755)
