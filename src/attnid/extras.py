@@ -1,7 +1,8 @@
 """The optional parts of attnid and what each needs. The core (counting, presets, families, a config's reading) needs
 only the standard library; a model named on the Hub needs ``huggingface_hub`` (the ``hub`` extra), and the Jacobian
-audits and the training need torch (``pip install 'attnid[audit]'``; ``pyproject.toml`` lists the extras). A command whose extra is missing
-stops with one line naming it (:class:`MissingExtra`, exit 2), found without importing anything heavy."""
+audits and the training need torch (``pip install 'attnid[audit]'``; ``pyproject.toml`` lists the extras). A command
+whose extra is missing stops with one line naming it (:class:`MissingExtra`, exit 2), found without importing
+anything heavy."""
 
 from __future__ import annotations
 
