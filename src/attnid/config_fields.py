@@ -1,8 +1,14 @@
 """The fields of a model's ``config.json`` as data: which ones cannot change the count and why (:data:`NEUTRAL`),
 which must be positive, which transformers' code fixes to one value, which switch a family's biases or QK-norm, the
-RoPE variants and activations each family's count stands for. :mod:`attnid.configs` reads a file against them."""
+RoPE variants and activations each family's count stands for, and :class:`ConfigError`, the refusal of a field.
+:mod:`attnid.configs` reads a file against them."""
 
 from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A config attnid cannot count: the message names the field (or the file) and why."""
+
 
 # fields that transformers' code reads (some family's modeling module, config class or the shared modules) but whose
 # value cannot change the count, and why; a field no code of a family reads is accepted for that family without a

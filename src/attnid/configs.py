@@ -12,7 +12,6 @@ reads to its preset.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from dataclasses import replace
@@ -25,7 +24,6 @@ from .config_fields import (
     ATTENTION_ONLY_NEUTRAL,
     BIAS_FIELDS,
     BLOCK_ONLY_FIELDS,
-    DISTINCT_FREQUENCY_ROPE,
     FAMILY_BIAS,
     FIXED_BY_CODE,
     GRANITE_MULTIPLIERS,
@@ -41,7 +39,9 @@ from .config_fields import (
     ROPE_FIELDS,
     SPLIT_BIAS_FIELDS,
     TRUTH_FIELDS,
+    ConfigError,
 )
+from .config_rope import positive_number, rope_of, unread_rotary_share
 from .counting import Count, MLAConfig
 from .families import HF_TYPES, MLA_TYPES, equivalent_config
 from .hub import ConfigSource, locate_config
@@ -93,10 +93,6 @@ CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES)
 # families transformers ships whose layers hold what attnid does not model yet, and what that is (none at present:
 # Llama 4, Qwen3-Next and Command R, once here, are read below)
 UNMODELLED: dict[str, str] = {}
-
-
-class ConfigError(ValueError):
-    """A config attnid cannot count: the message names the field (or the file) and why."""
 
 
 def read_config(path: str | Path) -> tuple[dict, str]:
@@ -182,7 +178,7 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         model = replace(model, source=source)
     reading = config_reading(fields, c, read, remote is not None, default, code_reads(model_type), hf_type)
     reading["truth_values"] = truths
-    _unread_rotary_share(reading, hf_type)
+    unread_rotary_share(reading, hf_type)
     return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
                   model, reading=reading, attention_only=only, origin=origin or ConfigSource(Path(path)))  # fmt: skip
 
@@ -195,18 +191,6 @@ def _text_model(fields: dict, source: str, model_type: str) -> tuple[dict, str, 
                           "attnid counts the text model a file describes, not the library's default one")  # fmt: skip
     text = _text_fields(fields, model_type)
     return text, source + " (its text model; the vision tower is not counted)", TEXT_MODELS[model_type][0]
-
-
-def _unread_rotary_share(reading: dict, hf_type: str) -> None:
-    """A full-RoPE family's ``partial_rotary_factor`` (accepted by :func:`_check_rotary_share` with the default RoPE)
-    moved from the fields read to the neutral ones, with its reason."""
-    t = HF_TYPES.get(hf_type)
-    if t is not None and t.rotary and not t.partial_rope and "partial_rotary_factor" in reading["read"]:
-        reading["read"].remove("partial_rotary_factor")
-        reading["neutral"]["partial_rotary_factor"] = (
-            f"not read by {hf_type}'s default RoPE, which rotates every "
-            "dimension of a head (its attention multiplies it whole)"
-        )
 
 
 def _attention_only_reason(hf_type: str, c) -> str:
@@ -267,82 +251,6 @@ def _library_config(model_type: str, fields: dict) -> LibraryConfig:
         raise ConfigError(
             f"config: transformers {supported_version()} refuses this {model_type} config: {printable(e, 200)}"
         ) from None
-
-
-LAYER_TYPES = ("full_attention", "sliding_attention")  # Gemma 3's rope_parameters, one entry per layer type
-
-
-def _rope(c, partial: bool) -> tuple[float, float]:
-    """``(base, rotated share)`` of a config's RoPE (full-attention layers' for Gemma 3); refuses a variant whose
-    frequencies could coincide, in every layer type's RoPE (Gemma 3's sliding layers have their own base): a type
-    not modelled, a factor that is not positive, a base of 1 (every pair at one frequency) or not positive."""
-    rp = c.rope_parameters or {}
-    per_type = {t: rp[t] for t in LAYER_TYPES if isinstance(rp.get(t), dict)} or {"": rp}
-    for layer_type, params in per_type.items():
-        where = f"rope_parameters[{layer_type!r}]" if layer_type else "rope_parameters"
-        kind = params.get("rope_type", "default")
-        if kind == "longrope":
-            _check_longrope(params, where, c, partial)
-        elif kind not in DISTINCT_FREQUENCY_ROPE:
-            raise ConfigError(f"{where}: rope_type {printable(repr(kind))} is not modelled (attnid counts RoPE "
-                              f"whose frequencies stay distinct: {', '.join(DISTINCT_FREQUENCY_ROPE)})")  # fmt: skip
-        factor = params.get("factor")
-        if kind != "default" and factor is not None and not (isinstance(factor, (int, float)) and factor > 0):
-            raise ConfigError(f"{where}: factor {printable(repr(factor))} of {kind} RoPE must be positive (it "
-                              "divides the frequencies)")  # fmt: skip
-        theta = params.get("rope_theta", 10000.0)
-        if not (isinstance(theta, (int, float)) and math.isfinite(theta) and theta > 0 and theta != 1):
-            raise ConfigError(f"{where}: rope_theta {printable(repr(theta))} must be a positive number other than 1 "
-                              "(at 1 every pair rotates at one frequency: more are unidentified)")  # fmt: skip
-    for layer_type, params in per_type.items():
-        _check_rotary_share(params, partial, layer_type)
-    main = per_type.get("full_attention", per_type.get("", {}))
-    share = main.get("partial_rotary_factor", 1.0) if partial else 1.0
-    return float(main.get("rope_theta", 10000.0)), float(share)
-
-
-def _check_rotary_share(params: dict, partial: bool, layer_type: str) -> None:
-    """``partial_rotary_factor``, which transformers' rotary initialisers read for every family: a number in (0, 1]
-    (``int(D * share)`` dimensions rotate). A family whose attention rotates every dimension of a head (``partial``
-    false) ignores it with the default RoPE (its own initialiser rotates all of them), and cannot run with a scaled
-    RoPE below 1 (its frequencies then cover part of a head, which the attention multiplies whole): refused."""
-    where = f"rope_parameters[{layer_type!r}]" if layer_type else "rope_parameters"
-    share = params.get("partial_rotary_factor")
-    if share is None:
-        return
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share) and 0 < share <= 1):
-        raise ConfigError(f"partial_rotary_factor: {printable(repr(share))} must be a number in (0, 1] (the share of "
-                          "each head's dimensions that rotate)")  # fmt: skip
-    kind = params.get("rope_type", "default")
-    if not partial and share < 1 and kind != "default":
-        raise ConfigError(f"partial_rotary_factor: {share!r} with {kind} RoPE ({where}): this family's attention "
-                          f"rotates every dimension of a head while transformers {supported_version()}'s {kind} "
-                          "initialiser gives frequencies for part of it; the model does not run, and attnid refuses "
-                          "to count it")  # fmt: skip
-
-
-def _check_longrope(params: dict, where: str, c, partial: bool) -> None:
-    """LongRoPE (Phi-3, Phi-4-mini) divides pair ``i``'s frequency ``base^(-2i/R)`` by a factor of its own, one list
-    for short inputs and one for long: the count of plain RoPE holds while every list is ``R/2`` positive factors
-    that keep the frequencies distinct. Refused otherwise, naming the list (two equal frequencies give a larger
-    commutant)."""
-    D = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    R = int(D * (params.get("partial_rotary_factor", 1.0) if partial else 1.0))
-    theta = params.get("rope_theta", 10000.0)
-    for key in ("short_factor", "long_factor"):
-        f = params.get(key)
-        if not (isinstance(f, list) and len(f) == R // 2 and all(_positive_number(x) for x in f)):
-            raise ConfigError(f"{where}: {key} of longrope RoPE must be {R // 2} positive numbers (one a rotated pair)")
-        periods = sorted(x * float(theta) ** (2 * i / R) for i, x in enumerate(f))  # 1 / frequency, pair by pair
-        if any(b - a <= 1e-9 * b for a, b in itertools.pairwise(periods)):
-            raise ConfigError(
-                f"{where}: {key} of longrope RoPE makes two pairs rotate at one frequency (their commutant is larger: "
-                "more are unidentified); attnid counts distinct frequencies"
-            )
-
-
-def _positive_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def _activations(c, hf_type: str) -> set[str]:
@@ -409,7 +317,7 @@ def _read_attention(hf_type: str, c) -> tuple[AttentionConfig, set[str]]:
     rope_dims = None
     base = 10000.0
     if t.rotary is not None:
-        base, share = _rope(c, t.partial_rope)
+        base, share = rope_of(c, t.partial_rope)
         rope_dims = int(D * share) if t.partial_rope else None  # as transformers takes it
     qk_norm, eps = _qk_norm_of(c, hf_type, read)
     try:
@@ -520,7 +428,7 @@ def _check_gpt_oss_experts(c, chosen: int) -> None:
     ``experts_per_token``, an older copy of ``num_experts_per_tok``, must agree with it."""
     for name in ("swiglu_alpha", "swiglu_limit"):
         v = getattr(c, name)
-        if not _positive_number(v):
+        if not positive_number(v):
             raise ConfigError(f"{name}: {printable(repr(v))} must be a positive number (gpt-oss's gated unit)")
     copy = getattr(c, "experts_per_token", chosen)
     if copy != chosen:
@@ -539,7 +447,7 @@ def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
     cap = d.get("final_logit_softcapping")
     if "final_logit_softcapping" in d:
         read.add("final_logit_softcapping")
-    if not _positive_number(cap):
+    if not positive_number(cap):
         cap = None  # None, or a value refused by name in _refuse_unmodelled (POSITIVE)
     return {"nope_layers": nope, "final_softcap": None if cap is None else float(cap)}
 
@@ -574,7 +482,7 @@ def _read_latent(c) -> tuple[MLAConfig, Model, set[str]]:
         raise ConfigError(f"num_experts_per_tok: {c.num_experts_per_tok}; attnid counts two or more chosen experts")
     if c.hidden_act not in ACTIVATIONS["swiglu"]:
         raise ConfigError(f"hidden_act: {c.hidden_act!r} is not modelled (its gated experts have silu)")
-    _rope(c, partial=False)
+    rope_of(c, partial=False)
     try:
         cfg = MLAConfig(c.hidden_size, c.num_attention_heads, kv_rank=c.kv_lora_rank, q_rank=c.q_lora_rank,
                         nope_dim=c.qk_nope_head_dim, rope_dim=c.qk_rope_head_dim, v_dim=c.v_head_dim,
@@ -600,7 +508,7 @@ def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[st
         if hf_type == "bert":
             read |= {"is_decoder"}
             return AttentionConfig(E, H, bias="qkvo", causal=bool(c.is_decoder)), None, read
-        base, _ = _rope(c, partial=False)
+        base, _ = rope_of(c, partial=False)
         if hf_type == "falcon":
             if c.alibi:
                 raise ConfigError("alibi: ALiBi position biases are not modelled (attnid counts RoPE or none)")
@@ -643,7 +551,7 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict, by_code: 
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):
             bad.append(f"{k} = {v!r} (attnid counts norms with ε > 0)")
-        elif k in POSITIVE and v is not None and not _positive_number(v):
+        elif k in POSITIVE and v is not None and not positive_number(v):
             bad.append(f"{k} = {printable(repr(v))} ({POSITIVE[k]})")
         elif k == "sliding_window" and v is not None and not (isinstance(v, int) and v >= MIN_WINDOW):
             bad.append(f"{k} = {printable(repr(v))} (a window of one token: each query sees only itself, its scores "

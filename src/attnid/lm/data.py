@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .records import project_root
+from .places import project_root
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
