@@ -409,12 +409,14 @@ def _check_file(p: Path, entry: dict) -> None:
         raise _fail(p, "changed since the run finished (size or sha256 differs from summary.json)")
 
 
-def _check_files(d: Path, files: dict) -> None:
-    """Every listed file present and unchanged, and no unlisted file beside them that would be read."""
+def _check_files(d: Path, files: dict, checked: tuple[str, ...] = ()) -> None:
+    """Every listed file present and unchanged (``checked``: those :func:`_check_listed` hashed already), and no
+    unlisted file beside them that would be read."""
     for name, entry in files.items():
         if not (d / name).exists():
             raise _fail(d / name, "missing (listed in summary.json)")
-        _check_file(d / name, entry)
+        if name not in checked:
+            _check_file(d / name, entry)
     for name in ("heads.json", ROWS_FILE, LEGACY_ROWS_FILE):  # read if present: so each must be sealed
         if (d / name).exists() and name not in files:
             raise Refused(f"{d / name}: refused: not listed in its record's sealed summary.json")
@@ -499,7 +501,7 @@ def load(d: Path, *, verify: bool = True, sealed: bool = True) -> Record:
         raise _fail(d / "config.json", "not a run config (a JSON object)")
     if verify:
         check_place(d, config)
-        _check_files(d, _check_summary(d, summary, config, sealed))
+        _check_files(d, _check_summary(d, summary, config, sealed), checked=("config.json",))
     rows = read_rows(d, _row_bound(config, summary) if verify else None)
     if verify:
         _check_rows(d, summary, config, rows)
