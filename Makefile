@@ -30,7 +30,8 @@ help:
 	@echo "make serve    serve the built book on http://127.0.0.1:8000"
 	@echo "make bench    audit timing ladder and training throughput (needs the corpus)"
 	@echo "make bench-gpu   the GPU training path: stacked runs, probe, evaluation, projected suite times"
-	@echo "make bench-count the counter: attnid count's wall time here and in a fresh core install, its size"
+	@echo "make bench-count the counter: attnid count's wall time here and in a fresh core install, its size, and the"
+	@echo "                 book's counter page in Chromium (cold and warm), once the book is built"
 	@echo "make paper-records MINUTES=9   on one GPU: the paper-scale records that fit in that time"
 	@echo "make data     locate (or download) and verify the corpus"
 	@echo "make venv     create .venv and install the project (run by every other target)"
@@ -77,8 +78,10 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) tools/bench.py
 
+# the counter page too, when the book has been built (make book)
 bench-count: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tools/bench_count.py --install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tools/bench_count.py --install \
+		$(if $(wildcard $(BOOK_OUT)/_build/html/counter.html),--browser $(BOOK_OUT)/_build/html)
 
 bench-gpu: $(STAMP)
 	mkdir -p build

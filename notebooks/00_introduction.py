@@ -78,6 +78,8 @@
 #   {glue:text}`10_your_model.ipynb::narrow_weakest_min:.0e` of the strongest; moving a trained model
 #   along its symmetries changes its invariants by at most
 #   {glue:text}`10_your_model.ipynb::sym_max_invariants:.0e`.
+# - {doc}`/counter`: the counts of any `config.json` you paste or drop, worked out in your browser by
+#   the same code as `attnid count`, with nothing to install.
 #
 # ## The answer in one line
 #

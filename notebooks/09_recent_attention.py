@@ -265,7 +265,8 @@ table(mechanisms)
 #
 # ## Released files, as downloaded
 #
-# `attnid count --config` reads a model's `config.json` as its `transformers` config class reads it. Every
+# `attnid count --config` reads a model's `config.json` as its `transformers` config class reads it (so does
+# {doc}`/counter`, in the browser, on a file you paste). Every
 # field of a released file is read, or accepted because it cannot change the count (each with its
 # reason, which the command prints: a generation cache, a dropout, `auto_map`, whose remote code is
 # never read, or a field no code of the family reads at all), or holds the one value the library's code

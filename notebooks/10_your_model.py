@@ -110,7 +110,8 @@ table(shipped)
 
 # %% [markdown]
 # Edit `my_config` in the parameters cell (or pass it to papermill with `-p`) to count a model of your
-# own; the same numbers come from `attnid count --config config.json --scope model`.
+# own; the same numbers come from `attnid count --config config.json --scope model`, or from pasting the
+# file into {doc}`/counter`.
 
 # %% tags=["hide-input"]
 table(ch.table_your_config(my_config))
@@ -260,7 +261,8 @@ table(ch.table_claims(profile))
 #
 # * `attnid count --config path/to/config.json --scope attention|block|model`: the counts, term by term
 #   (`--config ORG/NAME` for a model on the Hub; `pip install 'attnid[hub]'` is the counter alone, without torch;
-#   in Python, `attnid.count_config`).
+#   in Python, `attnid.count_config`). {doc}`/counter` runs the same code in your browser on a file you paste,
+#   with nothing to install.
 # * `attnid audit --config path/to/config.json [--block]`: the family's real `transformers` module at the
 #   config's structure and a small width, its Jacobian rank against the closed form.
 # * `attnid audit --run DIR [--layer K]`: a trained attnid run at its trained weights (`attnid train`

@@ -4,9 +4,11 @@ behaviour (failing and dying kernels, stops, what its cache reads) is tests/test
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -218,3 +220,85 @@ def test_the_sites_launch_and_repository_links_point_at_what_the_workflow_publis
     problems = publish.check_links(site, cfg["url"], cfg["branch"])
     assert any("names _generated/03_biases.ipynb, which the site does not hold" in p for p in problems), problems
     assert publish.check_links(site, "https://github.com/someone/fork", cfg["branch"])
+    # the counter page's files ride along, each as the build wrote it
+    counter = json.loads((site / "_counter" / "manifest.json").read_text())["files"]
+    assert {"pyodide/pyodide.asm.wasm", "worker.js", "counter.js"} <= set(counter) and any(
+        f.startswith("attnid-") for f in counter
+    )
+    (site / "_counter" / "pyodide" / "pyodide.asm.wasm").unlink()
+    (site / "_counter" / "counter.js").write_text("// changed")
+    problems = publish.check_counter(site)
+    assert sorted(problems) == [
+        "counter.html: _counter/counter.js is not the file the build wrote",
+        "counter.html: _counter/pyodide/pyodide.asm.wasm is missing",
+    ]
+    assert set(problems) <= set(publish.check_links(site, cfg["url"], cfg["branch"]))
+
+
+COUNTED = (  # the counter page's files: released ones as published and the book's, of every kind of model
+    "released/llama-3.1-8b.json",  # GQA, scaled RoPE
+    "released/qwen3-30b-a3b.json",  # QK-norm, experts
+    "released/gpt-oss-20b.json",  # biases, sinks, sliding layers
+    "released/phi-3-mini-4k-instruct.json",  # fused projections
+    "gemma-3-12b.json",  # layer types, softcap-free QK-norm
+    "deepseek-v3.json",  # latent attention
+    "llama-4-scout.json",  # NoPE layers
+)
+SCOPES = ("attention", "block", "model")
+
+
+def _cli_json(tmp: Path, name: str, text: str, scope: str) -> subprocess.CompletedProcess:
+    """``attnid count --config NAME --scope SCOPE --json`` in its own process, on ``text`` saved as ``tmp/NAME``."""
+    (tmp / name).write_text(text)
+    cmd = [sys.executable, "-m", "attnid", "count", "--config", name, "--scope", scope, "--json"]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+
+
+def test_the_counter_page_counts_in_the_browser_what_the_command_prints(smoke_book, tmp_path):
+    """The counter page (book/counter.md) in Chromium, served from 127.0.0.1: for seven shipped configs at every
+    scope and a preset, the JSON the page shows is `attnid count --json`'s, and its table's total is the JSON's;
+    a refused file, malformed JSON, an empty box and a 5 MB paste each give one line (the command's own where the
+    command refuses) and leave the page counting; nothing leaves the machine and the console stays clean."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
+        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
+    from playwright.sync_api import sync_playwright
+
+    counter_page = tool("counter_page")
+    html = smoke_book / "_build" / "html"
+    server, base = tool("check_pages")._serve(html)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=tool("check_pages").ARGS)
+            page = counter_page.CounterPage(browser, base, timeout_s=120)
+            for file in COUNTED:
+                text = (ROOT / "data" / "configs" / file).read_text()
+                page.pick(f"config:configs/{file}")
+                assert page.page.input_value("#counter-text") == text  # the box holds the file as shipped
+                for scope in SCOPES:
+                    got = page.count(scope)
+                    want = json.loads(_cli_json(tmp_path, Path(file).name, text, scope).stdout)
+                    assert got["error"] is None and got["json"] == want, (file, scope)
+                    assert got["total"][:2] == ["total", f"{want['total_params']:,}"], (file, scope)
+            page.pick("preset:llama-4-scout")
+            got = page.count("model")
+            cmd = [sys.executable, "-m", "attnid", "count", "--preset", "llama-4-scout", "--scope", "model", "--json"]
+            assert got["json"] == json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout)
+
+            refused = '{"model_type": "llama", "mlp_bias": true}'  # an MLP bias: refused for the decoder layer
+            malformed = '{"model_type": "llama",'
+            for text, scope in ((refused, "block"), (malformed, "attention"), ("x" * 5_000_000, "attention")):
+                page.paste(text)
+                got = page.count(scope)
+                cli = _cli_json(tmp_path, "config.json", text, scope)
+                assert cli.returncode == 2 and got["json"] is None
+                assert got["error"] == cli.stderr.strip() and "\n" not in got["error"], got["error"][:300]
+            page.paste("   ")
+            assert page.count("attention")["error"].startswith("Nothing to count: paste a config.json")
+            page.pick("config:configs/gpt2.json")  # still counting after all of that
+            assert page.count("attention")["json"]["total_params"] == 2_362_368
+            assert page.errors == [] and page.outside == []
+            browser.close()
+    finally:
+        server.shutdown()

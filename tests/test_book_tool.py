@@ -267,7 +267,14 @@ def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
         (html / f"{name}.html").write_text(
             f'<html data-theme="light"><body>{switch.format(turns)}mode</button><p>fine</p></body></html>'
         )
+    # a page that loads 1.6 MB as it opens (over the budget), and one that fetches as much only when asked
+    (html / "heavy.js").write_text("//" + "x" * 1_600_000)
+    (html / "e.html").write_text('<html><body><p>heavy</p><script src="heavy.js"></script></body></html>')
+    (html / "f.html").write_text("<html><body><button onclick=\"fetch('heavy.js')\">load</button></body></html>")
     problems = check_book(html, tmp_path / "shots", timeout_s=3)
+    assert "e.html (1300 px): loads 1.60 MB as it opens, over 1.5 MB" in problems
+    assert "e.html (390 px): loads 1.60 MB as it opens, over 1.5 MB" in problems
+    assert not [p for p in problems if p.startswith("f.html") and "MB" in p]
     assert [p for p in problems if p.startswith("b.html")] == [
         "b.html: could not be checked (TimeoutError: Page.goto: Timeout 3000ms exceeded.)"
     ]

@@ -60,6 +60,23 @@ print(c.unidentified, c.total_params, p.hf_type, m.total_params, m.unidentified,
     assert heavy.strip() == "[]"
 
 
+def test_the_counter_page_counts_without_torch():
+    """What the book's counter page runs in Pyodide, where none of them exists: a file, a preset and a refusal."""
+    code = f"""
+import json
+from attnid.browser import count_page, manifest
+f = json.loads(count_page("model", open({str(RELEASED)!r}).read(), "llama-3.1-8b.json"))
+p = json.loads(count_page("block", preset="gpt2"))
+bad = json.loads(count_page("attention", "[1, 2]"))
+print(f["json"]["total_params"], p["status"], bad["status"], len(manifest()["presets"]), bad["error"])
+"""
+    r = blocked(code)
+    assert r.returncode == 0, r.stderr
+    total, preset_status, refused, presets, error = r.stdout.split(maxsplit=4)
+    assert (int(total), int(preset_status), int(refused)) == (8_030_261_248, 0, 2) and int(presets) > 20
+    assert error.startswith("attnid: error: config: config.json")
+
+
 def test_count_and_presets_run_without_torch():
     r = cli("count", "--preset", "llama-2-7b", "--scope", "model", "--json")
     assert r.returncode == 0, r.stderr

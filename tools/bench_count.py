@@ -1,7 +1,11 @@
 """The counter's speed and size: wall time of ``attnid count`` (a preset, and a released ``config.json`` at scope
 model), median of ``--runs`` after one warm-up run, for each ``attnid`` executable given; with ``--install``, the core
 wheel is built, installed into a fresh virtual environment (its time and size on disk measured) and timed beside the
-others. ``make bench-count`` runs it. Goals (2 cores): each count <= 0.3 s, the core install <= 10 s and <= 20 MB."""
+others; with ``--browser HTML``, the book's counter page (``counter.html`` of a built book) is timed in headless
+Chromium, from the press of Count to the first table, cold (a fresh browser context: Pyodide and attnid's sources
+loaded from the site, served from this machine) and warm (a second Count on the same page), median of ``--runs``.
+``make bench-count`` runs it. Goals (2 cores): each count <= 0.3 s, the core install <= 10 s and <= 20 MB, the page's
+first count <= 10 s cold and <= 1 s warm."""
 
 from __future__ import annotations
 
@@ -45,6 +49,33 @@ def core_install(workdir: Path) -> dict:
     return {**got, "wheel": wheel.name, "torch_installed": torch_there.returncode == 0}
 
 
+def page_times(html: Path, runs: int) -> dict:
+    """Seconds from Count to the page's first table (:mod:`counter_page`): ``runs`` cold counts, each in a fresh
+    browser context (no cache, a new worker that loads Pyodide), each followed by a warm one on the same page."""
+    from check_pages import ARGS, CHROMIUM, _serve
+    from counter_page import CounterPage
+    from playwright.sync_api import sync_playwright
+
+    cold, warm = [], []
+    server, base = _serve(html)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            for _ in range(runs):
+                page = CounterPage(browser, base)
+                page.pick(f"config:configs/released/{RELEASED.name}")
+                for times, scope in ((cold, "model"), (warm, "block")):
+                    r = page.count(scope)
+                    if r["json"] is None:
+                        raise RuntimeError(f"the page did not count: {r['error']}")
+                    times.append(r["seconds"])
+                page.close()
+            browser.close()
+    finally:
+        server.shutdown()
+    return {"cold_s": statistics.median(cold), "warm_s": statistics.median(warm), "cold": cold, "warm": warm}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--attnid", action="append", default=None,
@@ -52,9 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--install", action="store_true", help="also build the wheel, install it fresh, and time it")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per command (the median is reported)")
     ap.add_argument("--json", help="also write the measurements to this file")
+    ap.add_argument("--browser", type=Path, metavar="HTML", help="also time the counter page of this built book")
     a = ap.parse_args(argv)
     if a.runs < 1:
         ap.error(f"--runs must be at least 1, got {a.runs}")
+    if a.browser is not None and not (a.browser / "counter.html").is_file():
+        ap.error(f"--browser {a.browser}: no counter.html there (build the book first: make book)")
     targets = {p: p for p in (a.attnid if a.attnid is not None else [str(ROOT / ".venv" / "bin" / "attnid")])}
     result: dict = {"runs": a.runs, "cores": os.cpu_count(), "timings": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
             row = {name: statistics.median(wall_times(exe, args, a.runs)) for name, exe in targets.items()}
             result["timings"][label] = row
             print(f"{label:<58}" + "".join(f"{v:>30.3f}" for v in row.values()))
+    if a.browser is not None:
+        page = result["page"] = page_times(a.browser, a.runs)
+        print(
+            f"\ncounter page, Count to the first table (Chromium, site served from this machine), median of "
+            f"{a.runs}: cold {page['cold_s']:.2f} s (Pyodide loaded), warm {page['warm_s']:.2f} s"
+        )
     if a.json:
         Path(a.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -9,7 +9,9 @@ For every page, at 1300 px in light mode and, after a click on the theme's switc
   element of class ``small-figure`` (a cell tagged ``small-figure``), and is shown large enough that
   the smallest text of a figure (``attnid.plotting.MIN_FONT_PT`` at ``DPI``) reads at 8 pt or more;
 * no console errors and no request leaves the local server; no raw TeX, and every formula is MathML;
-* every chapter (a page executed from a notebook) has a glued number before its first subsection.
+* every chapter (a page executed from a notebook) has a glued number before its first subsection;
+* the page loads at most ``MAX_LOAD_MB`` as it opens (before a figure further down is scrolled to, or a script
+  such as the counter page's Count fetches more), counted uncompressed.
 
 At 390 px (a phone): the navigation opens, every image fits the screen, and the page itself does not
 scroll sideways (code blocks may). Screenshots of every page go to ``--screenshots`` (light, dark,
@@ -50,6 +52,10 @@ CHROMIUM = os.environ.get("ATTNID_CHROMIUM") or "/usr/bin/chromium"  # the brows
 WIDE, PHONE = 1300, 390
 PAGE_TIMEOUT_S = 30  # a page that has not loaded by then is reported, and the other pages are still checked
 MIN_IMAGE_PX = 500
+MAX_LOAD_MB = 1.5  # what a page may load as it opens, uncompressed (the pages weigh 0.74-0.94 MB)
+# the bytes of the page and of everything it loaded so far (with no compression, as this check serves them)
+LOADED_BYTES = """() => [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')]
+    .reduce((sum, e) => sum + (e.encodedBodySize || 0), 0)"""
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -241,8 +247,15 @@ def _open(browser, base: str, rel: str, width: int, mode: str, timeout_s: float 
     page.route("**/*", route)
     page.goto(f"{base}/{rel}", wait_until="load")
     page.wait_for_load_state("networkidle")
+    loaded = page.evaluate(LOADED_BYTES)
     page.evaluate(LOAD_IMAGES)
-    return ctx, page, errors, outside
+    return ctx, page, errors, outside, loaded
+
+
+def _too_heavy(where: str, loaded: int) -> list[str]:
+    if loaded <= MAX_LOAD_MB * 1e6:
+        return []
+    return [f"{where}: loads {loaded / 1e6:.2f} MB as it opens, over {MAX_LOAD_MB} MB"]
 
 
 def _shot_name(rel: str, what: str) -> str:
@@ -252,8 +265,8 @@ def _shot_name(rel: str, what: str) -> str:
 def _check_page(browser, base: str, rel: str, screenshots: Path | None, chapter: bool, timeout_s: float) -> list[str]:
     """The page at 1300 px as it opens (light mode, as set), then in dark mode after a click on the theme's
     switch: the same checks in both, the console errors and outside requests of each."""
-    ctx, page, errors, outside = _open(browser, base, rel, WIDE, "light", timeout_s)
-    out = _measured(page, rel, "light", errors, outside, chapter)
+    ctx, page, errors, outside, loaded = _open(browser, base, rel, WIDE, "light", timeout_s)
+    out = _measured(page, rel, "light", errors, outside, chapter) + _too_heavy(f"{rel} ({WIDE} px)", loaded)
     if screenshots:
         page.screenshot(path=str(screenshots / _shot_name(rel, "light")), full_page=True)
     switch = page.locator(".theme-switch-button:visible").first
@@ -300,10 +313,10 @@ def _measured(page, rel: str, mode: str, errors: list[str], outside: list[str], 
 def _check_phone(browser, base: str, rel: str, screenshots: Path | None, timeout_s: float) -> list[str]:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    ctx, page, errors, _ = _open(browser, base, rel, PHONE, "light", timeout_s)
+    ctx, page, errors, _, loaded = _open(browser, base, rel, PHONE, "light", timeout_s)
     m = page.evaluate(MEASURE)
-    out = []
     where = f"{rel} ({PHONE} px)"
+    out = _too_heavy(where, loaded)
     if m["docWidth"] > PHONE + 1:
         out.append(f"{where}: the page scrolls sideways ({m['docWidth']} px wide)")
     if m["imgTooWide"]:

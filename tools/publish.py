@@ -9,13 +9,16 @@ weights), a Binder ``environment.yml`` (the CPU build of torch, attnid with the 
 along, so that a launched chapter reads them instead of training again), and ``.nojekyll``. Only a record that
 verifies is published, and only the files its sealed list names (plain names, regular files, never through a link).
 ``check_links`` lists every launch-button, repository and source link of the pages that does not point at the
-configured repository and branch, or names a notebook the site lacks. The book workflow runs ``prepare`` and pushes
+configured repository and branch, or names a notebook the site lacks, and every file of the counter page
+(``_counter/``: Pyodide, attnid's sources) missing or changed. The book workflow runs ``prepare`` and pushes
 the site to the ``gh-pages`` branch besides deploying it to GitHub Pages.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import re
 import shutil
 import sys
@@ -127,6 +130,24 @@ def check_links(site: Path, repository: str, branch: str) -> list[str]:
                 problems.append(f"{page.name}: {link} does not point at {owner_repo} on {branch}")
             elif not (site / path).is_file():
                 problems.append(f"{page.name}: {link} names {path}, which the site does not hold")
+    return problems + check_counter(site)
+
+
+def check_counter(site: Path) -> list[str]:
+    """The counter page's files (Pyodide, attnid's sources, the configs to pick from, its scripts): each file that
+    ``_counter/manifest.json`` lists is in the site with its size and sha256 (book/_ext/counter.py writes both)."""
+    manifest = site / "_counter" / "manifest.json"
+    if not (site / "counter.html").is_file():
+        return []
+    if not manifest.is_file():
+        return ["counter.html: _counter/manifest.json is missing (the page could load nothing)"]
+    problems = []
+    for rel, want in json.loads(manifest.read_text())["files"].items():
+        f = site / "_counter" / rel
+        if not f.is_file():
+            problems.append(f"counter.html: _counter/{rel} is missing")
+        elif f.stat().st_size != want["bytes"] or hashlib.sha256(f.read_bytes()).hexdigest() != want["sha256"]:
+            problems.append(f"counter.html: _counter/{rel} is not the file the build wrote")
     return problems
 
 
