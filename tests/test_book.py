@@ -286,6 +286,14 @@ def test_the_counter_page_counts_in_the_browser_what_the_command_prints(smoke_bo
             cmd = [sys.executable, "-m", "attnid", "count", "--preset", "llama-4-scout", "--scope", "model", "--json"]
             assert got["json"] == json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout)
 
+            mine = tmp_path / "mine" / "my-model.json"  # a file of the reader's, opened: counted under its name
+            mine.parent.mkdir()
+            mine.write_text((ROOT / "data" / "configs" / "released" / "qwen3-8b.json").read_text())
+            page.open_file(mine)
+            got = page.count("block")
+            assert got["json"] == json.loads(_cli_json(mine.parent, mine.name, mine.read_text(), "block").stdout)
+            assert got["json"]["source"]["path"] == "my-model.json"
+
             refused = '{"model_type": "llama", "mlp_bias": true}'  # an MLP bias: refused for the decoder layer
             malformed = '{"model_type": "llama",'
             for text, scope in ((refused, "block"), (malformed, "attention"), ("x" * 5_000_000, "attention")):

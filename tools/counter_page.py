@@ -53,6 +53,12 @@ class CounterPage:
         if value.startswith("config:"):
             self.page.wait_for_function("() => document.getElementById('counter-text').value.length > 0")
 
+    def open_file(self, path: Path) -> None:
+        """Open ``path`` with the page's file button (its text fills the box; it is counted under its name)."""
+        self.paste("")
+        self.page.set_input_files("#counter-file", str(path))
+        self.page.wait_for_function("() => document.getElementById('counter-text').value.length > 0")
+
     def paste(self, text: str) -> None:
         """Empty the box, then put ``text`` in it, each with the input event a reader's edit sends."""
         self.page.evaluate(
