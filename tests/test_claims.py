@@ -136,8 +136,8 @@ PLANTS = {
     "late_spike_sgd": lambda r: _edit(r, "sgd", Key.RHO_DIFF, lambda v, i: np.full((L, H), 1e-7)),  # flat: ratio 1
     "sgd_conserves_beta": lambda r: _edit(r, "sgd", Key.BETA_DRIFT, lambda v, i: v * 5),  # largest 0.2
     "drift_falls_with_lr": lambda r: _edit(r, "sgd", Key.BETA_DRIFT, lambda v, i: v * 1e-3),  # η = 0.5 lowest
-    # layers 2-4 reversed: drift rises over three of the four layers, Kendall's τ 0
-    "drift_earlier_layers": lambda r: _edit(r, "sgd_deep", Key.BETA_DRIFT, lambda v, i: v[[0, 3, 2, 1]]),
+    # the layers reversed: drift rises through the four layers, as rare under a random order as the paper's (1 in 24)
+    "drift_earlier_layers": lambda r: _edit(r, "sgd_deep", Key.BETA_DRIFT, lambda v, i: v[[3, 2, 1, 0]]),
     "adamw_changes_beta": lambda r: _edit(r, "adamw", Key.BETA_DRIFT, lambda v, i: v * 0.02),  # AdamW ≈ SGD
     "adamw_spreads_tau": lambda r: _edit(r, "adamw", Key.TAU, lambda v, i: v / (1 + 9 * i / (N - 1)) * 1.0),
     "qk_full_rank": lambda r: _edit(r, "adamw", Key.QK_SV, lambda v, i: np.where(np.arange(D) == D - 1, 1e-6, v)),
@@ -473,13 +473,32 @@ def test_a_named_seed_without_a_record_is_reported(good):
 def test_the_drift_order_is_read_per_seed(good):
     """The threshold comes from the null of a random order: at 4 layers only the full order is rarer than 5 %
     (1 in 24). One seed whose deepest two layers swap has one pair out of order, which 4 of 24 random orders match:
-    that seed fails and the row reads inconclusive; reversing layers 2-4 in every seed (3 pairs, 15 of 24) reads no."""
+    that seed fails and the row reads inconclusive; the row's value is the weakest seed's. Reversing layers 2-4 in
+    every seed (3 pairs out of order, 15 of 24 either way) rejects the null neither way: inconclusive, not no; only
+    the full reversal (1 in 24 the other way) reads no."""
     swap = _edit_seed(good, "sgd_deep", 0, Key.BETA_DRIFT, lambda v: v[[0, 1, 3, 2]])
     row = _verdicts(swap)["drift_earlier_layers"]
     assert row["values"] == pytest.approx([4 / 24, 1 / 24, 1 / 24]) and row["verdict"] == "inconclusive"
+    assert row["value"] == pytest.approx(4 / 24) and "seed(s) 0 reject the null neither way" in row["reason"]
     assert _verdicts(good)["drift_earlier_layers"]["verdict"] == "yes"  # the control: every seed in full order
+    middle = _verdicts(_edit(good, "sgd_deep", Key.BETA_DRIFT, lambda v, i: v[[0, 3, 2, 1]]))["drift_earlier_layers"]
+    assert middle["values"] == pytest.approx([15 / 24] * 3) and middle["against_values"] == pytest.approx([15 / 24] * 3)
+    assert middle["verdict"] == "inconclusive" and middle["side"] == "no evidence"
     row = _verdicts(PLANTS["drift_earlier_layers"](good))["drift_earlier_layers"]
-    assert row["values"] == pytest.approx([15 / 24] * 3) and row["verdict"] == "no"
+    assert row["values"] == pytest.approx([1.0] * 3) and row["against_values"] == pytest.approx([1 / 24] * 3)
+    assert row["verdict"] == "no" and row["side"] == "against the paper"
+    # one seed reversed, the others in order: split, not no
+    one = _edit_seed(good, "sgd_deep", 0, Key.BETA_DRIFT, lambda v: v[[3, 2, 1, 0]])
+    assert _verdicts(one)["drift_earlier_layers"]["side"] == "split"
+
+
+def test_three_layers_cannot_decide_the_drift_order():
+    """With 3 layers the full order is 1 in 6, never under 5 %: the claim asks for 4 layers."""
+    from attnid.lm.analysis import inversion_cdf
+
+    assert inversion_cdf(3, 0) == pytest.approx(1 / 6) and inversion_cdf(4, 0) == pytest.approx(1 / 24)
+    claim = next(c for c in CLAIMS if c.id == "drift_earlier_layers")
+    assert claim.min_layers == 4
 
 
 def test_the_null_of_a_random_order_counts_the_orders_with_as_few_inversions():

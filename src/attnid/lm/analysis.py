@@ -284,6 +284,14 @@ def drift_order_p(rec: Record) -> float:
     return float("nan") if math.isnan(k) else inversion_cdf(len(final_drift(rec)), int(k))
 
 
+def drift_reversal_p(rec: Record) -> float:
+    """:func:`drift_order_p` of the opposite order: how often a random order has at most as many pairs in order
+    (an earlier layer drifting more) as the final β drift; small when later layers drift more by more than chance."""
+    k = layers_out_of_order(rec)
+    n = len(final_drift(rec))
+    return float("nan") if math.isnan(k) else inversion_cdf(n, n * (n - 1) // 2 - int(k))
+
+
 def min_sv_ratio(rec: Record) -> float:
     """Smallest σ_min / σ_max of the final QK product over every head."""
     sv = values(rec, Key.QK_SV)[-1]

@@ -16,6 +16,10 @@ from ..metrics import Key
 from ..records import Record
 
 MIN_SEEDS = 3  # seeds a statistic of training needs before it is decided
+AGGREGATES: dict[str, Callable[[list[float]], float]] = {  # a row's value over its seeds
+    "mean": lambda v: float(np.mean(v)),
+    "max": lambda v: float(np.max(v)),
+}
 KINDS = {"theorem": 1, "training": MIN_SEEDS}  # a claim's kind -> the seeds it needs
 
 
@@ -46,6 +50,10 @@ class Claim:
     ``detail`` adds keys to the row from every seed's records. ``stand_in`` maps a case to the one whose records
     stand in for it at profiles whose suite does not run it (``sgd_deep`` at paper scale, where ``sgd`` has 6
     layers). ``stated_by`` says whose claim it is (the paper's, or a chapter's own), in the side the seeds lie on.
+    ``against``, for a claim tested against a null (a p-value), is the same test of the opposite claim: a seed counts
+    against the claim only when that test rejects the null (``against(c) op threshold``), and a seed that rejects
+    it neither way is no evidence either way (failing to reject is not a refutation). ``aggregate`` is the row's
+    value over the seeds: ``"mean"``, or ``"max"`` (the weakest seed of a test every seed must pass).
     """
 
     id: str
@@ -68,10 +76,14 @@ class Claim:
     suite: str = "dynamics"  # the suite whose records it reads
     stated_by: str = "the paper"  # whose claim it is: the seeds lie "with" or "against" it
     setting_of_seeds: Callable[[list[Cases]], str] | None = None  # the setting from every seed's records
+    against: Callable[[Cases], float] | None = None  # the opposite claim's test, where a null is tested
+    aggregate: str = "mean"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate: expected one of {', '.join(AGGREGATES)}, got {self.aggregate!r}")
 
     @property
     def min_seeds(self) -> int:
@@ -82,9 +94,18 @@ class Claim:
         return v < self.threshold if self.op == "<" else v > self.threshold
 
 
-def seed_side(holds: list[bool], stated_by: str = "the paper") -> str:
+NO_EVIDENCE = "no evidence"  # the side of seeds whose test rejects its null neither way
+
+
+def seed_side(holds: list[bool], stated_by: str = "the paper", refuted: list[bool] | None = None) -> str:
     """On which side of the threshold the seeds lie: ``"with the paper"``, ``"against the paper"`` (or with and
-    against whoever ``stated_by`` names) or ``"split"``."""
+    against whoever ``stated_by`` names) or ``"split"``. With ``refuted`` (a claim tested against a null, where
+    a seed is against it only when the opposite test rejects): :data:`NO_EVIDENCE` when no seed rejects either
+    way, ``"split"`` when the seeds that do disagree or some do not."""
     if all(holds):
         return f"with {stated_by}"
-    return f"against {stated_by}" if not any(holds) else "split"
+    if refuted is None:
+        return f"against {stated_by}" if not any(holds) else "split"
+    if all(refuted):
+        return f"against {stated_by}"
+    return NO_EVIDENCE if not any(holds) and not any(refuted) else "split"

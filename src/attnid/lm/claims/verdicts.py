@@ -14,7 +14,7 @@ from ..analysis import (
 )
 from ..profiles import SUITES
 from ..records import MissingValues
-from .claim import Claim, Undecidable, seed_side
+from .claim import AGGREGATES, Claim, Undecidable, seed_side
 from .points import POINT_CLAIMS
 from .registry import CLAIMS
 
@@ -67,6 +67,7 @@ def _blank_row(claim: Claim, runs: SuiteRuns, cases: dict[str, str], seeds: list
         "depends_on": None,
         "rho_measure": None,
         "cases": dict(cases),
+        "against_values": None,  # a claim tested against a null: each seed's test of the opposite claim
     }
 
 
@@ -87,18 +88,23 @@ def _context(claim: Claim, per_seed: list[Cases]) -> dict:
     return out
 
 
-def verdict_of(claim: Claim, seeds: list[int], vals: list[float], layers: int) -> tuple[str, str, str | None]:
-    """``(verdict, reason, side)`` from every seed's value, by the rules of the module docstring, in order: a value
-    that is not finite, too few layers, too few seeds, then every seed on one side or not."""
+def verdict_of(
+    claim: Claim, seeds: list[int], vals: list[float], layers: int, against: list[float] | None = None
+) -> tuple[str, str, str | None]:
+    """``(verdict, reason, side)`` from every seed's value (and, for a claim tested against a null, every seed's
+    test of the opposite claim, ``against``), by the rules of the module docstring, in order: a value that is not
+    finite, too few layers, too few seeds, a seed whose test rejects neither way, then every seed on one side or
+    not."""
     holds = [claim.holds(v) for v in vals]
-    bad = [s for s, v in zip(seeds, vals) if not math.isfinite(v)]
+    bad = [s for s, v, a in zip(seeds, vals, against or vals) if not (math.isfinite(v) and math.isfinite(a))]
     if bad:
         return (
             "inconclusive",
             f"the value is not finite for seed(s) {', '.join(map(str, bad))} (a zero or missing quantity)",
             None,
         )
-    side = seed_side(holds, claim.stated_by)
+    refuted = [claim.holds(a) for a in against] if against is not None else None
+    side = seed_side(holds, claim.stated_by, refuted)
     if layers < claim.min_layers:
         return "inconclusive", f"needs ≥ {claim.min_layers} layers, the model has {layers}", side
     if claim.kind == "theorem" and not all(holds):  # one counterexample refutes an exact property
@@ -107,6 +113,15 @@ def verdict_of(claim: Claim, seeds: list[int], vals: list[float], layers: int) -
     if len(seeds) < claim.min_seeds:
         n = len(seeds)
         return "inconclusive", f"{n} seed{'s' * (n > 1)}, {side}; {claim.min_seeds} needed for a spread", side
+    if refuted is not None:
+        neither = [s for s, h, r in zip(seeds, holds, refuted) if not h and not r]
+        if neither:
+            return (
+                "inconclusive",
+                f"seed(s) {', '.join(map(str, neither))} reject the null neither way (a test that does not reject "
+                "is no evidence against the claim)",
+                side,
+            )
     if side != "split":
         return ("yes" if all(holds) else "no"), "", side
     return "inconclusive", f"the seeds' range {min(vals):.3g} to {max(vals):.3g} crosses the threshold", side
@@ -135,10 +150,15 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:
     except (Undecidable, MissingValues) as e:
         row["verdict"], row["reason"] = "inconclusive", str(e)
         return row
-    row.update(values=vals, value=float(np.mean(vals)), low=float(np.min(vals)), high=float(np.max(vals)))
+    value = float(AGGREGATES[claim.aggregate](vals))
+    row.update(values=vals, value=value, low=float(np.min(vals)), high=float(np.max(vals)))
     row.update(_context(claim, per_seed))
+    against = None
+    if claim.against is not None:
+        against = [float(claim.against(c)) for c in per_seed]
+        row["against_values"] = against
     layers = per_seed[0][claim.cases[0]].config["n_layer"]
-    row["verdict"], row["reason"], row["side"] = verdict_of(claim, seeds, vals, layers)
+    row["verdict"], row["reason"], row["side"] = verdict_of(claim, seeds, vals, layers, against)
     if named_missing:  # what the seeds found say, but no verdict without the seeds the caller named
         found = row["verdict"] + (f" ({row['reason']})" if row["reason"] else "")
         row["verdict"], row["reason"] = "pending", f"{named_missing}; seed(s) {', '.join(map(str, seeds))} read {found}"
