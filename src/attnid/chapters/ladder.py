@@ -174,8 +174,9 @@ def matched_loss_sentence(rows: pd.DataFrame, scales: Scales) -> str:
     firm, loose = cells(True), cells(False)
     text = f"{lead} change: {firm}." if firm else f"{lead} change no verdict beyond the cut's uncertainty."
     if loose:
-        text += (f" Within it (a seed changes side when the loss read at moves by {cl.READ_TOLERANCE} nats), the "
-                 f"reading does not decide: {loose}.")  # fmt: skip
+        text += (f" Within it (a seed changes side when the loss read at moves by the reading's error, at least "
+                 f"{cl.READ_TOLERANCE} nats, or is read from the evaluations alone), the reading does not decide: "
+                 f"{loose}.")  # fmt: skip
     return text
 
 

@@ -53,7 +53,9 @@ class Claim:
     ``against``, for a claim tested against a null (a p-value), is the same test of the opposite claim: a seed counts
     against the claim only when that test rejects the null (``against(c) op threshold``), and a seed that rejects
     it neither way is no evidence either way (failing to reject is not a refutation). ``aggregate`` is the row's
-    value over the seeds: ``"mean"``, or ``"max"`` (the weakest seed of a test every seed must pass).
+    value over the seeds: ``"mean"``, or ``"max"`` (the weakest seed of a test every seed must pass). ``undecided``
+    reads a decided row (``yes``/``no``, with its detail) and gives the reason it is not decided after all, or ''
+    (the matched-loss readings: a side that changes with the reading method).
     """
 
     id: str
@@ -78,6 +80,7 @@ class Claim:
     setting_of_seeds: Callable[[list[Cases]], str] | None = None  # the setting from every seed's records
     against: Callable[[Cases], float] | None = None  # the opposite claim's test, where a null is tested
     aggregate: str = "mean"
+    undecided: Callable[[dict], str] | None = None  # a decided row's reason its records do not decide it after all
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

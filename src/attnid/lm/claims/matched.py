@@ -25,6 +25,8 @@ MATCHED_LOSS = ("adamw_closest", "adamw_changes_beta", "adamw_spreads_tau")
 MATCHED_SUFFIX = "_at_loss"
 READ_TOLERANCE = 0.03  # nats: a run is read within this of the target (its estimate's distance plus its error)
 SMOOTH_ROWS = 5  # the training loss is smoothed over this many rows (centred) before it shapes the curve
+COVERAGE = 0.95  # the reading's error: a prediction interval at this level (prediction_error)
+MIN_RESIDUALS = 3  # leave-one-out residuals a run needs before its reading's error is estimated
 
 
 def matched_loss(recs: list[Record]) -> float:
@@ -35,14 +37,15 @@ def matched_loss(recs: list[Record]) -> float:
 @dataclass(frozen=True)
 class Reading:
     """Where one run is read at a target loss: the row's ``step``, the validation loss estimated there (``loss``),
-    and ``error``, the estimate's error bound (nan where the run has too few evaluations to bound it)."""
+    and ``error``, the half-width of the estimate's 95 % prediction interval (:func:`prediction_error`; nan where
+    the run has too few evaluations to estimate it)."""
 
     step: int
     loss: float
     error: float
 
     def off_target(self, target: float) -> float:
-        """How far from ``target`` this reading may be: the estimate's distance plus its error bound."""
+        """How far from ``target`` this reading may be: the estimate's distance plus its error (nan: unknown)."""
         return abs(self.loss - target) + self.error
 
     def text(self) -> str:
@@ -65,8 +68,8 @@ def val_loss_estimate(rec: Record) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     the two losses (dropout, overfitting), interpolated linearly between the evaluations after the first and held
     before the second (the first, at initialisation, has no gap yet and the smoothing's bias is largest there).
     Returns ``(steps, estimate, eval_steps, loo)``: ``loo`` per evaluation, the error of predicting it from the
-    evaluations either side (leave-one-out, over twice the interval: a conservative bound), nan where it has no
-    neighbour on both sides among the evaluations used."""
+    evaluations either side (leave-one-out, over twice the interval), nan where it has no neighbour on both sides
+    among the evaluations used. :func:`prediction_error` turns them into the reading's error."""
     st, tr = series(rec.rows, Key.TRAIN_LOSS)
     se, ve = series(rec.rows, Key.VAL_LOSS)
     if len(st) == 0 or len(se) == 0:
@@ -83,52 +86,128 @@ def val_loss_estimate(rec: Record) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return st, est, se, loo
 
 
-def reading_at(rec: Record, target: float) -> Reading:
+def prediction_error(loo: np.ndarray, coverage: float = COVERAGE) -> float:
+    """The half-width of a ``coverage`` prediction interval for an evaluation the estimate did not see, from a run's
+    leave-one-out residuals ``loo`` (nan ignored): ``t_{(1+coverage)/2, n} · sqrt(1 + 1/n) · RMS(loo)`` with ``n``
+    residuals (Student's t: the residuals' scale is estimated from few of them, 8 at mid, 18 at paper scale). The
+    interval covers the evaluation's own noise too, so a reading taken at an evaluation carries it. Held out one at
+    a time, the committed records' evaluations lie inside it 96 % (mid) and 95 % (paper) of the time
+    (``tests/test_claims.py`` measures it). nan with fewer than :data:`MIN_RESIDUALS` residuals."""
+    from scipy import stats
+
+    r = loo[~np.isnan(loo)]
+    n = len(r)
+    if n < MIN_RESIDUALS:
+        return math.nan
+    return float(stats.t.ppf((1 + coverage) / 2, n) * math.sqrt(1 + 1 / n) * math.sqrt(float(np.mean(r**2))))
+
+
+def reading_at(rec: Record, target: float, or_best: bool = False) -> Reading:
     """Where ``rec`` first reaches validation loss ``target`` (:func:`val_loss_estimate`): of the rows up to the first
     whose estimate is at or below it, the one whose estimate is nearest (unique even for a run whose loss rises
-    again later). Its error is the larger leave-one-out error of the evaluations either side (where both have one;
-    nan before the second evaluation, where no pair of evaluations bounds it)."""
+    again later). Its error is the run's :func:`prediction_error` (nan before the second evaluation, where the
+    estimate has no measured gap yet). A run that never reaches ``target`` is :class:`Undecidable`, or with
+    ``or_best`` read where its estimate is lowest (its closest approach)."""
     steps, est, se, loo = val_loss_estimate(rec)
     below = np.nonzero(est <= target * (1 + 1e-6))[0]  # float32 rounding of the records allowed
     if len(below) == 0:
-        raise Undecidable(f"{rec.name} never reaches a validation loss of {target:.4g}")
-    first = int(below[0])
-    i = first if first == 0 or abs(est[first] - target) <= abs(est[first - 1] - target) else first - 1
-    after = int(np.searchsorted(se, steps[i]))  # the evaluation at or after the reading
-    bracket = [j for j in (after - 1, after) if 0 <= j < len(se)]
-    bounded = [j for j in bracket if not np.isnan(loo[j])] or [j for j in range(len(se)) if not np.isnan(loo[j])]
-    if after < len(se) and se[after] == steps[i] and (after >= 1 or len(se) <= 2):
-        error = 0.0  # read at an evaluation the estimate passes through
+        if not or_best:
+            raise Undecidable(f"{rec.name} never reaches a validation loss of {target:.4g}")
+        i = int(np.argmin(est))
     else:
-        error = math.nan if after <= 1 or not bounded else float(max(loo[j] for j in bounded))
+        first = int(below[0])
+        i = first if first == 0 or abs(est[first] - target) <= abs(est[first - 1] - target) else first - 1
+    after = int(np.searchsorted(se, steps[i]))  # the evaluation at or after the reading
+    before_second = after <= 1 and not (after == 1 and se[1] == steps[i])
+    error = math.nan if before_second else prediction_error(loo)
     return Reading(int(steps[i]), float(est[i]), error)
 
 
-def up_to_loss(rec: Record, target: float) -> Record:
-    """``rec`` cut at its :func:`reading_at` ``target``: the run as it stood when it reached that loss (its config
-    says so: ``read_to_step``, ``read_loss``, ``read_error``)."""
-    r = reading_at(rec, target)
+def held_out_coverage(rec: Record) -> tuple[int, int]:
+    """How often the reading's error covers an evaluation it did not see: each evaluation after the second and before
+    the last is removed in turn, the run estimated without it (:func:`val_loss_estimate`), and counted inside when
+    ``|estimate - evaluation| <= prediction_error``. Returns ``(inside, counted)``."""
+    se, ve = series(rec.rows, Key.VAL_LOSS)
+    inside = counted = 0
+    for j in range(2, len(se) - 1):
+        rows = [{k: v for k, v in r.items() if k != Key.VAL_LOSS} if r[Key.STEP] == se[j] else r for r in rec.rows]
+        steps, est, _, loo = val_loss_estimate(Record(rec.path, rec.config, rec.summary, rows, rec.heads))
+        i = int(np.searchsorted(steps, se[j]))
+        err = prediction_error(loo)
+        if i < len(steps) and steps[i] == se[j] and not math.isnan(err):
+            counted += 1
+            inside += int(abs(est[i] - ve[j]) <= err)
+    return inside, counted
+
+
+def evaluation_reading(rec: Record, target: float) -> Reading:
+    """Where ``rec`` reaches ``target`` read from its evaluations alone, a second reading method beside
+    :func:`reading_at`: the step where the line between the two evaluations that bracket the first one at or below
+    ``target`` crosses it (the row of the training loss nearest that step), or the run's best evaluation when it never
+    does. Its error is nan: it is a cross-check of the method, not an estimate."""
+    se, ve = series(rec.rows, Key.VAL_LOSS)
+    steps, _ = series(rec.rows, Key.TRAIN_LOSS)
+    if len(se) == 0 or len(steps) == 0:
+        raise Undecidable(f"{rec.name} holds no training or validation loss to read it at a loss")
+    below = np.nonzero(ve <= target * (1 + 1e-6))[0]
+    if len(below) == 0:
+        step, loss = float(se[int(np.argmin(ve))]), float(ve.min())
+    elif below[0] == 0:
+        step, loss = float(se[0]), float(ve[0])
+    else:
+        j = int(below[0])
+        frac = (ve[j - 1] - target) / (ve[j - 1] - ve[j]) if ve[j - 1] != ve[j] else 1.0
+        step, loss = float(se[j - 1] + frac * (se[j] - se[j - 1])), float(target)
+    return Reading(int(steps[int(np.argmin(np.abs(steps - step)))]), loss, math.nan)
+
+
+def cut_at(rec: Record, r: Reading) -> Record:
+    """``rec`` as it stood at reading ``r``: the rows up to its step (its config says so: ``read_to_step``,
+    ``read_loss``, ``read_error``)."""
     rows = [row for row in rec.rows if row[Key.STEP] <= r.step]
     config = {**rec.config, "read_to_step": r.step, "read_loss": r.loss, "read_error": r.error}
     return Record(rec.path, config, rec.summary, rows, rec.heads)
 
 
-def at_matched_loss(c: Cases, cases: tuple[str, ...], shift: float = 0.0) -> Cases:
-    """``c`` with each of ``cases`` cut where it first reaches :func:`matched_loss` of them (``+ shift`` nats)."""
+def up_to_loss(rec: Record, target: float) -> Record:
+    """``rec`` cut at its :func:`reading_at` ``target``: the run as it stood when it reached that loss."""
+    return cut_at(rec, reading_at(rec, target))
+
+
+METHODS = ("estimate", "below", "above", "evaluations")  # band_sides' readings, in its order
+
+
+def at_matched_loss(c: Cases, cases: tuple[str, ...], shift: float = 0.0, method: str = "estimate") -> Cases:
+    """``c`` with each of ``cases`` cut where it first reaches :func:`matched_loss` of them (``+ shift`` nats), read
+    by :func:`reading_at` (``method="estimate"``; a target below a run's reach reads it at its closest approach)
+    or from the evaluations alone (``"evaluations"``, :func:`evaluation_reading`)."""
     target = matched_loss([c[k] for k in cases]) + shift
-    return {**c, **{k: up_to_loss(c[k], target) for k in cases}}
+    if method == "evaluations":
+        return {**c, **{k: cut_at(c[k], evaluation_reading(c[k], target)) for k in cases}}
+    if method != "estimate":
+        raise ValueError(f"method must be estimate or evaluations, got {method!r}")
+    return {**c, **{k: cut_at(c[k], reading_at(c[k], target, or_best=shift < 0)) for k in cases}}
+
+
+def reading_band(c: Cases, cases: tuple[str, ...]) -> float:
+    """How far the target is moved either way to test a verdict against the reading: the largest error of the
+    seed's readings (:func:`reading_at`), at least :data:`READ_TOLERANCE` nats."""
+    errors = [r.error for r in readings(c, cases)[1].values() if not math.isnan(r.error)]
+    return max([READ_TOLERANCE, *errors])
 
 
 def band_sides(claim: Claim, per_seed: list[Cases], cases: tuple[str, ...]) -> list[list[bool | None]]:
-    """Per seed, whether ``claim`` holds when the target moves by ``-``, ``0`` and ``+`` :data:`READ_TOLERANCE`
-    (None where a run never reaches the moved target, or the value is not finite): a verdict that a seed's side
-    crosses within this band is not decided by the reading."""
+    """Per seed, whether ``claim`` holds read four ways (:data:`METHODS`): at the target, at the target moved down
+    and up by the seed's :func:`reading_band` (a run that never reaches the lower target read at its closest
+    approach), and from the evaluations alone (:func:`evaluation_reading`). None where the value is not finite or
+    cannot be read: a verdict that a seed's side crosses among them is not decided by the reading."""
     out = []
     for c in per_seed:
+        band = reading_band(c, cases)
         sides: list[bool | None] = []
-        for shift in (-READ_TOLERANCE, 0.0, READ_TOLERANCE):
+        for shift, method in ((0.0, "estimate"), (-band, "estimate"), (band, "estimate"), (0.0, "evaluations")):
             try:
-                v = claim.value(at_matched_loss(c, cases, shift))
+                v = claim.value(at_matched_loss(c, cases, shift, method))
                 sides.append(claim.holds(v) if math.isfinite(v) else None)
             except (Undecidable, KeyError):
                 sides.append(None)
@@ -137,8 +216,9 @@ def band_sides(claim: Claim, per_seed: list[Cases], cases: tuple[str, ...]) -> l
 
 
 def within_band(sides: list[list[bool | None]]) -> bool:
-    """Whether some seed's side changes within the band (:func:`band_sides`): the reading does not decide it."""
-    return any(len({s for s in seed if s is not None}) > 1 for seed in sides)
+    """Whether some seed's side changes among the readings (:func:`band_sides`), or cannot be read by one of them:
+    the reading does not decide it."""
+    return any(len({s for s in seed if s is not None}) > 1 or None in seed for seed in sides)
 
 
 def readings(c: Cases, cases: tuple[str, ...]) -> tuple[float, dict[str, Reading]]:
@@ -175,6 +255,21 @@ def _read_at(per_seed: list[Cases], cases: tuple[str, ...]) -> dict:
     return {"read_at": out}
 
 
+def _undecided_by_reading(row: dict) -> str:
+    """The reason a matched-loss row is not decided by its reading (:func:`within_band`), or ''."""
+    sides = row.get("band_sides")
+    if not isinstance(sides, list) or not within_band(sides):
+        return ""
+    seeds = [
+        str(s)
+        for s, seed in zip(row["seed_list"], sides)
+        if len({x for x in seed if x is not None}) > 1 or None in seed
+    ]
+    return (f"the reading decides it not: seed(s) {', '.join(seeds)} change side, or cannot be read, when the loss "
+            f"read at moves by the reading's error (at least {READ_TOLERANCE} nats) or is read from the evaluations "
+            "alone")  # fmt: skip
+
+
 def matched_loss_twin(claim: Claim) -> Claim:
     """``claim`` read where each of its runs first reaches the best validation loss that all of them reach, instead
     of at the same (last) step: the same test on the runs cut there (:func:`at_matched_loss`)."""
@@ -194,6 +289,7 @@ def matched_loss_twin(claim: Claim) -> Claim:
         setting=None,
         setting_of_seeds=lambda per_seed: _matched_setting(per_seed, cases),
         detail=lambda per_seed: {**_read_at(per_seed, cases), "band_sides": band_sides(claim, per_seed, cases)},
+        undecided=_undecided_by_reading,
         why=claim.why + "; compared at the same loss, not the same step, so that a run that learns faster is not "
         "read at a later stage of training",
     )

@@ -159,6 +159,10 @@ def evaluate_claim(claim: Claim, runs: SuiteRuns) -> dict:
         row["against_values"] = against
     layers = per_seed[0][claim.cases[0]].config["n_layer"]
     row["verdict"], row["reason"], row["side"] = verdict_of(claim, seeds, vals, layers, against)
+    if claim.undecided is not None and row["verdict"] in ("yes", "no"):
+        why = claim.undecided(row)
+        if why:
+            row["verdict"], row["reason"] = "inconclusive", why
     if named_missing:  # what the seeds found say, but no verdict without the seeds the caller named
         found = row["verdict"] + (f" ({row['reason']})" if row["reason"] else "")
         row["verdict"], row["reason"] = "pending", f"{named_missing}; seed(s) {', '.join(map(str, seeds))} read {found}"
