@@ -94,6 +94,16 @@ def test_ladder_table_and_sentence_follow_the_rows(scales):
     planted["smoke rerun"] = PLANTS["adamw_covers"](scales["smoke rerun"])
     moved = ladder.ladder_readings(verdicts.claim_rows(planted), planted)
     assert "adamw_covers" in moved["against"] and "adamw_covers" not in moved["changes"]
+    # seeds split at one scale and with the paper at the other: undecided there, not a change with scale
+    split = rows.copy()
+    paper_scale = next(n for n, sc in scales.items() if sc.profile == "paper")
+    at = (split["id"] == "rebalance_keeps_loss") & (split["scale"] == paper_scale)
+    split.loc[at, ["verdict", "side"]] = ["inconclusive", "split"]
+    assert at.sum() == 1
+    read_split = ladder.ladder_readings(split, scales)
+    assert "rebalance_keeps_loss" in read_split["partial"] and "rebalance_keeps_loss" not in read_split["changes"]
+    split.loc[at, "side"] = "against the paper"  # a side against it: that is a change
+    assert "rebalance_keeps_loss" in ladder.ladder_readings(split, scales)["changes"]
     facts = ladder.ladder_facts(rows, scales)
     assert facts["ladder_scales"] == 2 and facts["ladder_changes"] == len(read["changes"])
     assert facts["ladder_partial"] == len(read["partial"]) >= 2

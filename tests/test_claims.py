@@ -806,3 +806,19 @@ def test_a_reading_before_the_second_evaluation_has_no_error_bound_and_says_so(g
     row = _verdicts(suite)["adamw_changes_beta" + claims.MATCHED_SUFFIX]
     assert "not placed within 0.03 nats of the target" in row["depends_on"] and "seed 2 adamw" in row["depends_on"]
     assert [s["seed"] for s in row["read_at"]] == [0, 1, 2]
+
+
+def test_a_range_whose_ends_print_alike_is_one_number():
+    from attnid.lm.analysis import span
+
+    assert span([0.161, 0.164], ".2g") == "0.16" and span([0.12, 0.16], ".2g") == "0.12 to 0.16"
+
+
+def test_the_law_row_reads_each_layer_at_the_median_over_seeds_as_the_chapter_does(good):
+    """One seed's outlier: the row's per-layer residual is the seeds' median (chapter 6's table reads the median,
+    and the layers are chosen by the median remainder), not their mean."""
+    runs = _edit_seed(_law_plant(good), "sgd_wd", 2, Key.BETA_LAW, lambda v: v * 10)
+    row = _verdicts(runs)["wd_beta_law"]
+    by_seed = np.array(row["per_layer_by_seed"])
+    assert row["per_layer"] == pytest.approx(np.median(by_seed, axis=0).tolist())
+    assert row["per_layer"] != pytest.approx(np.mean(by_seed, axis=0).tolist())

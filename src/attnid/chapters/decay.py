@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..lm import analysis as an
 from ..lm import claims as cl
-from ..lm.analysis import SuiteRuns
+from ..lm.analysis import SuiteRuns, span
 from ..lm.metrics import Key
 from ..lm.profiles import DEEP_SGD, RunConfig, lr_at
 from . import with_formats
@@ -123,15 +123,14 @@ def law_sentence(table: pd.DataFrame, scale: str) -> str:
     text = f"at the {scale} (read on {on}, c_T = {t['c_T'].iloc[0]:.3g}) the law holds to 1 % in "
     text += (
         f"layer(s) {_layers(holds.index - 1)} (residual ≤ {holds['law residual'].max():.2g}, plain SGD's remainder "
-        f"{holds['SGD remainder / c_T'].min():.2g} to {holds['SGD remainder / c_T'].max():.2g} times c_T)"
+        f"{span(holds['SGD remainder / c_T'], '.2g')} times c_T)"
         if len(holds)
         else "no layer"
     )
     if len(fails):
         text += (
-            f" and fails in layer(s) {_layers(fails.index - 1)} (residual {fails['law residual'].min():.2g} to "
-            f"{fails['law residual'].max():.2g}, remainder {fails['SGD remainder / c_T'].min():.2g} to "
-            f"{fails['SGD remainder / c_T'].max():.2g} times c_T)"
+            f" and fails in layer(s) {_layers(fails.index - 1)} (residual {span(fails['law residual'], '.2g')}, "
+            f"remainder {span(fails['SGD remainder / c_T'], '.2g')} times c_T)"
         )
     split = [f"{passing[i]} of {seeds[i]} seeds pass layer {i}" for i in t.index if 0 < passing[i] < seeds[i]]
     if split:
@@ -154,13 +153,13 @@ def law_remainder_reading(table: pd.DataFrame) -> str:
     )
     if hi <= 1:
         bound = (
-            f"The residual is {lo:.2g} to {hi:.2g} times plain SGD's remainder in every layer, scale and seed: the "
+            f"The residual is {span([lo, hi], '.2g')} times plain SGD's remainder in every layer, scale and seed: the "
             f"law's error is of the size of the second-order remainder, so a remainder below c_T bounds the residual "
             f"by about {hi:.2g}, not by the 1 % tolerance, and whether it is below 1 % is what the test reads"
         )
     else:
         bound = (
-            f"The residual is {lo:.2g} to {hi:.2g} times plain SGD's remainder: in some layers something beyond the "
+            f"The residual is {span([lo, hi], '.2g')} times plain SGD's remainder: in some layers something beyond the "
             "second-order remainder of the steps breaks the law"
         )
     return f"{bound}. {where}"

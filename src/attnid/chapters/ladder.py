@@ -70,15 +70,17 @@ def side_of(row) -> str | None:
 
 
 def side_kind(side: str | None) -> str | None:
-    """``"with"``, ``"against"`` or ``"split"`` of a side (``"with the paper"``, ``"against chapter 6"``, ...)."""
+    """``"with"``, ``"against"``, ``"split"`` or ``"no"`` (no evidence) of a side (``"with the paper"``, ...)."""
     return None if side is None else side.split(" ")[0]
 
 
 def ladder_readings(rows: pd.DataFrame, scales: Scales) -> dict[str, list[str]]:
     """The claims sorted by how their verdicts move up the ladder: ``"with"`` (every scale is on the side of whoever
     states the claim: the paper, or the book for its own), ``"against"`` (every scale against it), ``"changes"``
-    (the scales' sides differ), ``"partial"`` (one side where read, but some scale leaves it undecided: too few
-    seeds on no side, or records that cannot decide it) and ``"unread"`` (no scale has a side). The same-loss
+    (one scale with it and another against it), ``"partial"`` (one side where read, but some scale leaves it
+    undecided: its seeds split, a test that rejects its null neither way, too few seeds on no side, or records that
+    cannot decide it) and ``"unread"`` (no scale has a side). A scale whose seeds split is undecided there, not a
+    change with scale. The same-loss
     readings of the optimizer comparisons (:data:`attnid.lm.claims.MATCHED_LOSS`) are readings of those claims, not
     claims of their own: they are left out here and said apart (:func:`matched_loss_sentence`)."""
     out: dict[str, list[str]] = {"with": [], "against": [], "changes": [], "partial": [], "unread": []}
@@ -88,12 +90,12 @@ def ladder_readings(rows: pd.DataFrame, scales: Scales) -> dict[str, list[str]]:
             continue
         part = rows[rows["id"] == claim_id].set_index("scale")
         kinds = [side_kind(side_of(part.loc[n])) for n in names if n in part.index]
-        sides = set(kinds) - {None}
+        sides = set(kinds) & {"with", "against"}  # split seeds and no evidence are no side
         if not sides:
             out["unread"].append(claim_id)
-        elif len(sides) > 1 or sides == {"split"}:
+        elif len(sides) > 1:
             out["changes"].append(claim_id)
-        elif None in kinds:
+        elif any(k not in sides for k in kinds):
             out["partial"].append(claim_id)
         else:
             out["with" if sides == {"with"} else "against"].append(claim_id)
@@ -136,7 +138,8 @@ def ladder_sentence(rows: pd.DataFrame, scales: Scales, middle: str | None = Non
             )
             text += "."
     if read["unread"]:
-        text += f" Not read at any scale: {listed(read['unread'])}."
+        no_side = listed(read["unread"])
+        text += f" On no side at any scale (not read, its seeds split, or no evidence either way): {no_side}."
     return text + " " + matched_loss_sentence(rows, scales)
 
 

@@ -178,6 +178,13 @@ def schema_steps(config: dict, key: Key, metrics: bool = True) -> list[int]:
     return [s for s in steps if s <= cut]
 
 
+def span(values, spec: str) -> str:
+    """The range of ``values`` as text, each end formatted by ``spec``: ``"0.12 to 0.16"``, or one number where
+    both ends print the same (never ``"0.16 to 0.16"``)."""
+    lo, hi = format(float(np.min(values)), spec), format(float(np.max(values)), spec)
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, values)`` of one metric over the rows that hold it; values ``(n_rows, *shape)`` float."""
     have = [r for r in rows if r.get(key) is not None and r.get(key) != []]

@@ -21,6 +21,7 @@ from ..analysis import (
     Cases,
     final_drift,
     series,
+    span,
 )
 from ..metrics import Key
 from ..profiles import RunConfig, beta_law_factor
@@ -181,7 +182,7 @@ def _cut_text(changes: list[dict]) -> str:
 def _law_detail(per_seed: list[Cases]) -> dict:
     laws = _laws(per_seed)
     law = laws[0]
-    residual = np.mean([w.residual for w in laws], axis=0)
+    residual = np.median([w.residual for w in laws], axis=0)  # as the chapter reads it, and as the layers are chosen
     remainder = law_remainder(laws)
     tested = law_tested(laws)
     changes = law_cut_changes(laws)
@@ -190,9 +191,8 @@ def _law_detail(per_seed: list[Cases]) -> dict:
     fail_text = ""
     if failing:
         fail_text = (
-            f"; it fails in layer(s) {_layers(failing)} (residual {residual[failing].min():.2g} to "
-            f"{residual[failing].max():.2g}), where plain SGD's remainder is {remainder[failing].min():.2g} to "
-            f"{remainder[failing].max():.2g} times c_T"
+            f"; it fails in layer(s) {_layers(failing)} (residual {span(residual[failing], '.2g')}), where plain "
+            f"SGD's remainder is {span(remainder[failing], '.2g')} times c_T"
         )
     return {
         "predicted_factor": law.factor,
