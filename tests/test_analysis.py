@@ -98,6 +98,7 @@ def test_claims_reads_a_runs_folder_alone_and_names_every_records_source(paper, 
     rows = {r["id"]: r for r in _strict(capsys.readouterr().out)}
     assert rows["drift_falls_with_lr"]["sources"]["sgd_lr0.125"] == str(tmp_path)
     assert rows["drift_falls_with_lr"]["sources"]["sgd_lr0.0625"] == str(committed)
+    assert rows["drift_falls_with_lr"]["precisions"]["sgd_lr0.125"] == "bf16"  # each row names the precision read
     monkeypatch.setenv("ATTNID_RUNS", str(tmp_path))
     assert main(["claims", "--profile", "paper"]) == 2
     assert "come from 2 places" in capsys.readouterr().err

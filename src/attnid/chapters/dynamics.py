@@ -354,8 +354,8 @@ def late_sentence(late: pd.DataFrame, runs: SuiteRuns) -> str:
         f"Over the last tenth of training against the middle, the float32-difference ρ rises by more than "
         f"{claim.threshold:g}× for {rising or 'no optimizer'}; for the others it stays between {rest.min():.2f}× "
         f"and {rest.max():.2f}×{unread}. Across the sweep the floor is {ratio:.1f}× higher at η = {lrs[0]} than at "
-        f"η = {lrs[-1]}, while the float64 update stays below {max(v['max'] for v in exact):.0e}. So a spike of ρ at "
-        "the end of training (the paper's §5.3) is the rounding floor of plain SGD's shrinking steps, where it "
+        f"η = {lrs[-1]}, while the float64 update stays at or below {max(v['max'] for v in exact):.2g}. So a spike "
+        "of ρ at the end of training (the paper's §5.3) is the rounding floor of plain SGD's shrinking steps, where it "
         "appears at all; AdamW's normalised steps do not shrink with the gradient, and its float32 difference shows "
         "none."
     )

@@ -38,13 +38,22 @@ def cmd_claims(a) -> int:
         )
     rows = evaluate_claims(runs)
     point_rows = evaluate_point_claims({"dynamics": runs, "points": points})
+    precisions = record_precisions([runs, points])
     for r in rows + point_rows:
         r["sources"] = {c: sources[c] for c in r.get("cases", {}).values() if c in sources}
+        r["precisions"] = {c: precisions[c] for c in r.get("cases", {}).values() if c in precisions}
     if a.json:
         print(strict_json(rows + point_rows))
         return 0
     print(f"profile {a.profile}: the paper's §5 claims on {sum(len(v) for v in runs.runs.values())} records")
     print(f"records: {source_text(sources)}" if sources else "records: none found")
+    by_precision: dict[str, list[str]] = {}
+    for case, p in record_precisions([runs, points]).items():
+        by_precision.setdefault(p, []).append(case)
+    if by_precision:
+        print(
+            "precision: " + "; ".join(f"{printable(p, 40)} ({', '.join(cases)})" for p, cases in by_precision.items())
+        )
     _print_claims(rows)
     print(f"chapter 10, trained points: {sum(len(v) for v in points.runs.values())} more records")
     _print_claims(point_rows)
@@ -59,6 +68,16 @@ def record_sources(suites) -> dict[str, str]:
         for case, by_seed in suite.runs.items():
             out.setdefault(case, set()).update(str(rec.path.parent.parent) for rec in by_seed.values())
     return {case: " + ".join(sorted(where)) for case, where in sorted(out.items())}
+
+
+def record_precisions(suites) -> dict[str, str]:
+    """``case -> the precision its records were trained at`` (``summary.json``'s ``precision``), over the suites'
+    records; a case whose records differ names each (``tf32 + bf16``), so that a mix read together is said."""
+    out: dict[str, set[str]] = {}
+    for suite in suites:
+        for case, by_seed in suite.runs.items():
+            out.setdefault(case, set()).update(str(r.summary.get("precision", "unknown")) for r in by_seed.values())
+    return {case: " + ".join(sorted(p)) for case, p in sorted(out.items())}
 
 
 def source_text(sources: dict[str, str]) -> str:

@@ -18,9 +18,9 @@ alone, so a record or checkpoint made here is read, resumed (alone or in another
 of those.
 
 A run's rows equal its rows trained alone to float32 round-off (``tests/test_batched.py``): the stacked products
-sum in another order. With dropout the masks come from one generator for the whole stack, so a stacked run is
-another (equally valid) sample than the same run alone; the summary names the runs it was stacked with
-(``stacked_with``).
+sum in another order. With dropout each run draws its masks from its own stream, the one it draws from when trained
+alone (:func:`attnid.lm.lifecycle.own_rng`), so a stacked run is that run, not another sample of it; the summary
+names the runs it was stacked with (``stacked_with``).
 
 Where it pays: on a GPU a small model leaves the device mostly idle, and R runs cost little more than one
 (``tools/bench.py --gpu``). On the CPU the cpu profile is compute-bound; there
