@@ -31,8 +31,9 @@
 # :name: fig-headline
 #
 # Share of the attention weights that no data can identify, per layer, for the published
-# architectures of chapter 4 (closed form, which chapter 4 checks against the Jacobian of the real
-# Hugging Face modules). The line is the paper's $1/(2H)$ for plain multi-head attention.
+# architectures of chapters 4 and 9, latent attention included (closed form, which those chapters check
+# against the Jacobian of the real Hugging Face modules). The line is the paper's $1/(2H)$ for plain
+# multi-head attention; layers that coincide share a label.
 # ```
 #
 # Across the {glue:text}`n_models` published architectures, {glue:text}`worst_share:.2%` (the
@@ -105,8 +106,7 @@ from myst_nb import glue
 from attnid import AttentionConfig, count
 from attnid.audit import audit
 from attnid.lm.profiles import check_profile
-from attnid.plotting import label_points, set_style, table
-from attnid.presets import preset_rows
+from attnid.plotting import set_style, table
 
 check_profile(profile)
 set_style()
@@ -133,38 +133,11 @@ table(shares, formats={"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}"})
 
 # %% tags=["hide-input"]
 import matplotlib.pyplot as plt
-import numpy as np
 
-models = pd.DataFrame(preset_rows())
-models["share"] = 1 - models["identified_fraction"]
-fig, ax = plt.subplots(figsize=(7.5, 5.2))
-Hs = np.geomspace(1, 100, 50)
-ax.plot(Hs, 1 / (2 * Hs), "k-", lw=1.5, label="1/(2H): multi-head, D = E/H")
-kinds = {
-    "multi-head": models["groups"] == models["heads"],
-    "grouped keys (GQA/MQA)": models["groups"] < models["heads"],
-}
-for (label, mask), marker in zip(kinds.items(), "os"):
-    ax.scatter(
-        models.loc[mask, "heads"],
-        models.loc[mask, "share"],
-        s=60,
-        marker=marker,
-        label=label,
-        zorder=3,
-    )
-# one label per point (models with the same layer share it)
-points = (
-    models.groupby(["heads", "share"], sort=False)["name"].agg(", ".join).reset_index()
-)
-ax.set(xscale="log", yscale="log", xlim=(0.6, 300), ylim=(4e-5, 1))
-label_points(ax, points["heads"], points["share"], list(points["name"]))
-ax.set(
-    xlabel="query heads H per layer",
-    ylabel="unidentified share of attention weights",
-    title="Published attention layers",
-)
-ax.legend(loc="lower left")
+from attnid.chapters.landing import fig_headline, published_layers
+
+models = published_layers()  # every preset, latent attention included
+fig = fig_headline(models)
 glue("headline", fig, display=False)
 glue("n_models", len(models), display=False)
 glue("worst_share", float(models["share"].max()), display=False)

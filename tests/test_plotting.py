@@ -93,3 +93,44 @@ def test_the_style_is_seaborns_whitegrid_theme_without_importing_seaborn():
     assert {k: ours[k] for k in changed} == {k: BOOK_RC.get(k, seaborn[k]) for k in changed}
     cycle = [[to_rgb(c) for c in rc["axes.prop_cycle"].by_key()["color"]] for rc in (ours, seaborn)]
     assert cycle[0] == cycle[1]
+
+
+def test_the_landing_figure_counts_every_published_layer_and_its_labels_neither_overlap_nor_leave_the_axes():
+    """Every preset, latent attention included (26, as the rest of the book says); one label per point the eye sees
+    as one (coinciding layers merged); no two labels overlap, and each stays inside the axes."""
+    import matplotlib.pyplot as plt
+
+    from attnid.chapters.landing import fig_headline, published_layers
+    from attnid.presets import MLA_PRESETS, PRESETS
+
+    set_style()
+    models = published_layers()
+    assert len(models) == len(PRESETS) + len(MLA_PRESETS) and "deepseek-v3" in set(models["name"])
+    fig = fig_headline(models)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    notes = [t for t in ax.texts]
+    assert sorted(n for t in notes for n in t.get_text().replace("\n", " ").split(", ") if n) == sorted(
+        n.strip(",") for n in models["name"]
+    )  # every layer named once
+    from matplotlib.text import Text
+
+    boxes = [Text.get_window_extent(t) for t in notes]  # the text's box (an annotation's own adds its leader line)
+    for i in range(len(boxes)):
+        assert ax.bbox.x0 - 1 <= boxes[i].x0 and boxes[i].x1 <= ax.bbox.x1 + 1, notes[i].get_text()
+        for j in range(i):
+            assert not boxes[i].overlaps(boxes[j]), (notes[i].get_text(), notes[j].get_text())
+    plt.close(fig)
+
+
+def test_points_whose_markers_overlap_share_one_label():
+    import matplotlib.pyplot as plt
+
+    from attnid.plotting import merge_coincident
+
+    set_style()
+    fig, ax = plt.subplots()
+    ax.set(xscale="log", yscale="log", xlim=(1, 100), ylim=(1e-4, 1))
+    x, y, labels = merge_coincident(ax, [32, 32, 32, 8], [3.149e-3, 3.127e-3, 1e-2, 1e-2], ["a", "b", "c", "d"])
+    assert (x, y, labels) == ([32, 32, 8], [3.149e-3, 1e-2, 1e-2], ["a, b", "c", "d"])
+    plt.close(fig)

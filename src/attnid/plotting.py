@@ -107,11 +107,48 @@ def dot_rows(names, series: dict, *, xlabel: str, title: str, height: float = 3.
     return fig
 
 
+def merge_coincident(
+    ax, x, y, labels, *, fontsize: float = MIN_FONT_PT, within: float = 0.6
+) -> tuple[list, list, list]:
+    """The points ``(x[i], y[i])`` whose markers overlap on ``ax`` (closer than ``within`` of a label's height, in
+    display pixels: about a marker's width) merged into one, at the first of them, with their labels joined by
+    commas: one label for what the eye sees as one point. Set the axes' scales and limits first. Returns
+    ``(x, y, labels)``."""
+    import numpy as np
+
+    fig = ax.figure
+    px = within * fontsize * fig.dpi / 72
+    xy = ax.transData.transform(np.column_stack([np.asarray(x, float), np.asarray(y, float)]))
+    groups: list[list[int]] = []
+    for i in range(len(xy)):
+        near = next((g for g in groups if np.hypot(*(xy[g[0]] - xy[i])) < px), None)
+        if near is None:
+            groups.append([i])
+        else:
+            near.append(i)
+    return [x[g[0]] for g in groups], [y[g[0]] for g in groups], [_lines([str(labels[i]) for i in g]) for g in groups]
+
+
+def _lines(names: list[str], width: int = 30) -> str:
+    """``names`` joined by commas, a new line before a name that would take a line past ``width`` characters."""
+    lines = [names[0]]
+    for n in names[1:]:
+        if len(lines[-1]) + 2 + len(n) > width:
+            lines[-1] += ","
+            lines.append(n)
+        else:
+            lines[-1] += f", {n}"
+    return "\n".join(lines)
+
+
 def label_points(ax, x, y, labels, *, fontsize: float = MIN_FONT_PT) -> list:
     """Label each point ``(x[i], y[i])`` beside it: to its right, else to its left, else nudged up or down
     (with a thin leader line), whichever first overlaps no marker and no label placed before it (points
-    are labelled from the top down). Set the axes' scales and limits first. Returns the annotations."""
+    are labelled from the top down; each label's width is its text's, measured; a label stays inside the axes). Set
+    the axes' scales and limits first; merge points that coincide first (:func:`merge_coincident`). Returns the
+    annotations."""
     import numpy as np
+    from matplotlib.textpath import TextPath
 
     fig = ax.figure
     fig.canvas.draw()
@@ -119,23 +156,27 @@ def label_points(ax, x, y, labels, *, fontsize: float = MIN_FONT_PT) -> list:
     xs, ys = np.asarray(x, float), np.asarray(y, float)
     xy = ax.transData.transform(np.column_stack([xs, ys]))
     boxes = [(u - 0.5 * px, u + 0.5 * px, v - 0.5 * px, v + 0.5 * px) for u, v in xy]  # the markers
+    frame = ax.bbox  # a label stays inside the axes (else it runs off the figure or over the axis labels)
     gap = 0.8 * px
     out = []
     for i in np.argsort(-xy[:, 1], kind="stable"):
         u, v = xy[i]
-        width = 0.56 * px * len(str(labels[i]))
+        text_lines = str(labels[i]).split("\n")
+        width = max(TextPath((0, 0), t, size=fontsize).get_extents().width for t in text_lines) * 1.05 * fig.dpi / 72
+        half = 0.5 * px * (1.2 * len(text_lines) - 0.2)  # half the label's height: its lines at 1.2 line spacing
         choice = None
-        for k in range(12):
+        for k in range(24):
             dv = (k + 1) // 2 * px / 2 * (1 if k % 2 else -1)  # 0, +, −, ++, −−, ...
             for side in (1, -1):
                 x0 = u + gap if side > 0 else u - gap - width
-                box = (x0, x0 + width, v + dv - px / 2, v + dv + px / 2)
-                if not any(a < box[1] and box[0] < b and c < box[3] and box[2] < d for a, b, c, d in boxes):
+                box = (x0, x0 + width, v + dv - half, v + dv + half)
+                inside = frame.x0 <= box[0] and box[1] <= frame.x1 and frame.y0 <= box[2] and box[3] <= frame.y1
+                if inside and not any(a < box[1] and box[0] < b and c < box[3] and box[2] < d for a, b, c, d in boxes):
                     choice = (side, dv, box)
                     break
             if choice:
                 break
-        side, dv, box = choice or (1, 0.0, (u + gap, u + gap + width, v - px / 2, v + px / 2))
+        side, dv, box = choice or (1, 0.0, (u + gap, u + gap + width, v - half, v + half))
         boxes.append(box)
         out.append(
             ax.annotate(
