@@ -271,7 +271,22 @@ def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
     (html / "heavy.js").write_text("//" + "x" * 1_600_000)
     (html / "e.html").write_text('<html><body><p>heavy</p><script src="heavy.js"></script></body></html>')
     (html / "f.html").write_text("<html><body><button onclick=\"fetch('heavy.js')\">load</button></body></html>")
+    # at 390 px: a wide table box without a cue that it scrolls, the same with the book's script (which adds one),
+    # and a formula cut off at the top by its box
+    wide = '<div class="pst-scrollable-table-container" style="overflow-x:auto"><table><tr>' + "<td>cell</td>" * 60
+    (html / "g.html").write_text(f"<html><body><article>{wide}</tr></table></div></article></body></html>")
+    shutil.copy(ROOT / "book" / "_static" / "attnid.js", html / "attnid.js")
+    (html / "h.html").write_text(
+        f'<html><body><article>{wide}</tr></table></div></article><script src="attnid.js"></script></body></html>'
+    )
+    (html / "i.html").write_text(
+        '<html><body><article><p><span style="display:inline-flex;overflow:hidden;height:10px">'
+        '<span style="font-size:30px">R<sup>D×E</sup></span></span></p></article></body></html>'
+    )
     problems = check_book(html, tmp_path / "shots", timeout_s=3)
+    assert any(p.startswith("g.html (390 px): 1 boxes scroll sideways with no cue") for p in problems), problems
+    assert not [p for p in problems if p.startswith("h.html") and "cue" in p]
+    assert any(p.startswith("i.html (390 px): 1 boxes cut off their content") for p in problems), problems
     assert "e.html (1300 px): loads 1.60 MB as it opens, over 1.5 MB" in problems
     assert "e.html (390 px): loads 1.60 MB as it opens, over 1.5 MB" in problems
     assert not [p for p in problems if p.startswith("f.html") and "MB" in p]

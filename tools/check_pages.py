@@ -13,8 +13,9 @@ For every page, at 1300 px in light mode and, after a click on the theme's switc
 * the page loads at most ``MAX_LOAD_MB`` as it opens (before a figure further down is scrolled to, or a script
   such as the counter page's Count fetches more), counted uncompressed.
 
-At 390 px (a phone): the navigation opens, every image fits the screen, and the page itself does not
-scroll sideways (code blocks may). Screenshots of every page go to ``--screenshots`` (light, dark,
+At 390 px (a phone): the navigation opens, every image fits the screen, the page itself does not scroll
+sideways (code blocks may), every other box that scrolls sideways shows that it does (``_static/attnid.js``'s
+fading edge), and no box cuts its content off at the top or bottom (a superscript under ``overflow-y: hidden``). Screenshots of every page go to ``--screenshots`` (light, dark,
 phone). Exit status 1 when anything is wrong. ``tests/test_book.py`` runs this on the smoke book.
 """
 
@@ -97,6 +98,19 @@ MEASURE = (
           glued: glued.filter(t => /[0-9]/.test(t)),
           mode: document.documentElement.dataset.theme || document.documentElement.dataset.mode || '',
           docWidth: document.documentElement.scrollWidth,
+          // a box that scrolls sideways with no cue that it does (_static/attnid.js: a .scroll-cue showing more),
+          // and a box that cuts its content off at the top or bottom (a superscript under overflow-y: hidden)
+          uncued: [...body.querySelectorAll('*')].filter(e => e.offsetParent !== null
+              && ['auto', 'scroll'].includes(getComputedStyle(e).overflowX) && e.scrollWidth > e.clientWidth + 1
+              && !e.matches('div.highlight pre, div.highlight, .highlight pre')
+              && !(e.parentElement.classList.contains('scroll-cue')
+                   && /more-(left|right)/.test(e.parentElement.className)))
+              .map(e => `${e.tagName.toLowerCase()}.${[...e.classList].join('.')}: `
+                        + e.innerText.trim().split('\\n')[0].slice(0, 40)),
+          clipped: [...body.querySelectorAll('*')].filter(e => e.offsetParent !== null
+              && ['hidden', 'clip'].includes(getComputedStyle(e).overflowY) && e.scrollHeight > e.clientHeight + 1
+              && e.clientHeight > 0)
+              .map(e => `${e.tagName.toLowerCase()}.${[...e.classList].join('.')}: ${e.scrollHeight}>${e.clientHeight}px`),
           imgTooWide: imgs.filter(i => i.getBoundingClientRect().right > window.innerWidth + 1).length};
 }""".replace("MIN", str(MIN_IMAGE_PX))
     .replace("DPI", str(DPI))
@@ -321,6 +335,10 @@ def _check_phone(browser, base: str, rel: str, screenshots: Path | None, timeout
         out.append(f"{where}: the page scrolls sideways ({m['docWidth']} px wide)")
     if m["imgTooWide"]:
         out.append(f"{where}: {m['imgTooWide']} images wider than the screen")
+    if m["uncued"]:
+        out.append(f"{where}: {len(m['uncued'])} boxes scroll sideways with no cue: {m['uncued'][:3]}")
+    if m["clipped"]:
+        out.append(f"{where}: {len(m['clipped'])} boxes cut off their content: {m['clipped'][:3]}")
     if screenshots:  # the page as a phone shows it, before the navigation is opened
         page.screenshot(path=str(screenshots / _shot_name(rel, "phone")))
     toggle = page.locator(".primary-toggle:visible").first
