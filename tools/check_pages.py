@@ -15,8 +15,9 @@ For every page, at 1300 px in light mode and, after a click on the theme's switc
 
 At 390 px (a phone): the navigation opens, every image fits the screen, the page itself does not scroll
 sideways (code blocks may), every other box that scrolls sideways shows that it does (``_static/attnid.js``'s
-fading edge), and no box cuts its content off at the top or bottom (a superscript under ``overflow-y: hidden``). Screenshots of every page go to ``--screenshots`` (light, dark,
-phone). Exit status 1 when anything is wrong. ``tests/test_book.py`` runs this on the smoke book.
+fading edge), and no box cuts its content off at the top or bottom (a superscript under ``overflow-y: hidden``).
+Screenshots of every page go to ``--screenshots`` (light, dark, phone). Exit status 1 when anything is wrong.
+``tests/test_book.py`` runs this on the smoke book.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ MEASURE = (
           clipped: [...body.querySelectorAll('*')].filter(e => e.offsetParent !== null
               && ['hidden', 'clip'].includes(getComputedStyle(e).overflowY) && e.scrollHeight > e.clientHeight + 1
               && e.clientHeight > 0)
-              .map(e => `${e.tagName.toLowerCase()}.${[...e.classList].join('.')}: ${e.scrollHeight}>${e.clientHeight}px`),
+              .map(e => `${e.tagName.toLowerCase()}.${[...e.classList].join('.')}: `
+                        + `${e.scrollHeight}>${e.clientHeight}px`),
           imgTooWide: imgs.filter(i => i.getBoundingClientRect().right > window.innerWidth + 1).length};
 }""".replace("MIN", str(MIN_IMAGE_PX))
     .replace("DPI", str(DPI))
