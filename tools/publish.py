@@ -3,7 +3,8 @@
     python tools/publish.py --profile cpu --repository https://github.com/OWNER/REPO --commit SHA
 
 ``prepare`` puts beside the HTML of ``build/<profile>/_build/html``: the executed notebooks (``_generated/*.ipynb``,
-where the Binder and Colab buttons point), the committed run records that chapters 6, 7 and 10 read (records only, no
+where the Binder and Colab buttons point, each opening with a cell that installs attnid at the built commit where it
+is missing, as in Colab), the committed run records that chapters 6, 7 and 10 read (records only, no
 weights), a Binder ``environment.yml`` (the CPU build of torch, attnid with the book's extra at this commit) and a
 ``start`` script that makes the site's folder the records' home (the runs of the profile the book was built at ride
 along, so that a launched chapter reads them instead of training again), and ``.nojekyll``. Only a record that
@@ -59,13 +60,46 @@ def publish_record(d: Path, dest: Path) -> list[str]:
     return names
 
 
+INSTALL_TAG = "attnid-install"  # the tag of the cell with_install_cell puts first
+
+
+def install_cell(spec: str) -> dict:
+    """A code cell that installs ``spec`` where attnid is missing (a notebook opened in Colab, or any fresh Jupyter):
+    with ``uv`` when the machine has it (Colab does: seconds instead of a minute), else pip. ``ATTNID_BOOK_SPEC``
+    overrides the spec (a fork, or a test that installs from a checkout). Hidden in the book (``remove-cell``)."""
+    source = f"""# Opened outside the book's environment (Colab, a fresh Jupyter)? This installs attnid at the version
+# the book was built with, once (a minute; the torch already installed is kept).
+import importlib.util, os, shutil, subprocess, sys  # noqa: E401
+
+if importlib.util.find_spec("attnid") is None or importlib.util.find_spec("myst_nb") is None:
+    spec = os.environ.get("ATTNID_BOOK_SPEC", {spec!r})
+    uv = shutil.which("uv")
+    pip = [uv, "pip", "install", "--python", sys.executable] if uv else [sys.executable, "-m", "pip", "install"]
+    subprocess.run([*pip, "-q", spec], check=True)"""
+    return {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": INSTALL_TAG,
+        "metadata": {"tags": ["remove-cell", INSTALL_TAG]},
+        "outputs": [],
+        "source": source.splitlines(keepends=True),
+    }
+
+
+def with_install_cell(nb: dict, spec: str) -> dict:
+    """The notebook ``nb`` (nbformat 4, as JSON) with :func:`install_cell` first (once: an earlier one is replaced)."""
+    cells = [c for c in nb["cells"] if INSTALL_TAG not in c.get("metadata", {}).get("tags", [])]
+    return {**nb, "cells": [install_cell(spec), *cells]}
+
+
 def prepare(build: Path, repository: str, commit: str) -> Path:
     """The site of the book built in ``build`` (``build/<profile>``), made ready to publish; returns its folder."""
     site = build / "_build" / "html"
     (site / "_generated").mkdir(parents=True, exist_ok=True)
+    spec = f"attnid[book] @ git+{repository}@{commit}"
     for nb in sorted((build / "_generated").glob("*.ipynb")):
         if not nb.name.startswith("."):
-            shutil.copy2(nb, site / "_generated" / nb.name)
+            (site / "_generated" / nb.name).write_text(json.dumps(with_install_cell(json.loads(nb.read_text()), spec)))
     for profile in COMMITTED:
         for d in sorted((ROOT / "data" / "runs" / profile).glob("*/")):
             if (d / "summary.json").is_file():
