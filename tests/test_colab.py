@@ -39,7 +39,7 @@ def test_a_published_chapter_installs_what_it_needs_and_runs_where_only_jupyter_
     py = _fresh_jupyter(tmp_path / "env")
     missing = subprocess.run([str(py), "-c", "import attnid"], capture_output=True)
     assert missing.returncode != 0  # the control: nothing of the book there yet
-    run = f"""
+    run = """
 import nbformat
 from nbclient import NotebookClient
 nb = nbformat.read("chapter.ipynb", as_version=4)
