@@ -215,6 +215,9 @@ def test_the_sites_launch_and_repository_links_point_at_what_the_workflow_publis
         site / "data" / "runs" / "paper" / "sgd" / "summary.json"
     ).is_file()
     assert not list(site.rglob("*.pt"))  # records only, no weights
+    first = json.loads((site / "_generated" / "01_definitions.ipynb").read_text())["cells"][0]
+    assert "attnid-install" in first["metadata"]["tags"] and "remove-cell" in first["metadata"]["tags"]
+    assert f"attnid[book] @ git+{cfg['url']}@{'0' * 40}" in "".join(first["source"])  # Colab installs this commit
     assert list((site / "data" / "runs" / "smoke").glob("*/summary.json"))  # the book's own runs ride along
     (site / "_generated" / "03_biases.ipynb").unlink()
     problems = publish.check_links(site, cfg["url"], cfg["branch"])
