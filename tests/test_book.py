@@ -219,6 +219,11 @@ def test_the_sites_launch_and_repository_links_point_at_what_the_workflow_publis
     assert "attnid-install" in first["metadata"]["tags"] and "remove-cell" in first["metadata"]["tags"]
     assert f"attnid[book] @ git+{cfg['url']}@{'0' * 40}" in "".join(first["source"])  # Colab installs this commit
     assert list((site / "data" / "runs" / "smoke").glob("*/summary.json"))  # the book's own runs ride along
+    elsewhere = tmp_path / "downloaded-build"  # a build made elsewhere, under any name: its profile is given
+    shutil.copytree(smoke_book, elsewhere)
+    args = ["--profile", "smoke", "--repository", cfg["url"], "--commit", "0" * 40, "--build", str(elsewhere)]
+    assert publish.main(args) == 0
+    assert list((elsewhere / "_build" / "html" / "data" / "runs" / "smoke").glob("*/summary.json"))
     (site / "_generated" / "03_biases.ipynb").unlink()
     problems = publish.check_links(site, cfg["url"], cfg["branch"])
     assert any("names _generated/03_biases.ipynb, which the site does not hold" in p for p in problems), problems

@@ -92,8 +92,9 @@ def with_install_cell(nb: dict, spec: str) -> dict:
     return {**nb, "cells": [install_cell(spec), *cells]}
 
 
-def prepare(build: Path, repository: str, commit: str) -> Path:
-    """The site of the book built in ``build`` (``build/<profile>``), made ready to publish; returns its folder."""
+def prepare(build: Path, repository: str, commit: str, profile: str | None = None) -> Path:
+    """The site of the book built in ``build`` (``build/<profile>``, or a build made elsewhere, at ``profile``), made
+    ready to publish; returns its folder."""
     site = build / "_build" / "html"
     (site / "_generated").mkdir(parents=True, exist_ok=True)
     spec = f"attnid[book] @ git+{repository}@{commit}"
@@ -104,7 +105,7 @@ def prepare(build: Path, repository: str, commit: str) -> Path:
         for d in sorted((ROOT / "data" / "runs" / profile).glob("*/")):
             if (d / "summary.json").is_file():
                 publish_record(d, site / "data" / "runs" / profile / d.name)
-    built = build.name  # the profile the book was built at, which its executed notebooks' parameters name: its runs
+    built = profile or build.name  # the profile the book was built at, which its notebooks' parameters name: its runs
     if built not in COMMITTED:  # ride along, so that a launched chapter reads them instead of training them again
         for d in sorted((records.runs_root() / built).glob("*/")):
             if (d / "summary.json").is_file():
@@ -190,9 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="cpu", help="the profile the book was built at (build/<profile>)")
     ap.add_argument("--repository", required=True, help="the repository's URL, https://github.com/OWNER/REPO")
     ap.add_argument("--commit", required=True, help="the commit the Binder environment installs attnid at")
+    ap.add_argument("--build", type=Path, help="the built book's folder (default build/<profile>; a build made "
+                    "elsewhere, its runs found through ATTNID_RUNS)")  # fmt: skip
     a = ap.parse_args(argv)
+    build = a.build if a.build is not None else ROOT / "build" / a.profile
+    if not (build / "_build" / "html").is_dir():
+        ap.error(f"{build}: no built book there (_build/html); build it with make book, or name it with --build")
     try:
-        site = prepare(ROOT / "build" / a.profile, a.repository, a.commit)
+        site = prepare(build, a.repository, a.commit, a.profile)
     except PublishError as e:
         print(f"site: {e}", file=sys.stderr)
         return 1
