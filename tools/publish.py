@@ -101,11 +101,11 @@ def prepare(build: Path, repository: str, commit: str, profile: str | None = Non
     for nb in sorted((build / "_generated").glob("*.ipynb")):
         if not nb.name.startswith("."):
             (site / "_generated" / nb.name).write_text(json.dumps(with_install_cell(json.loads(nb.read_text()), spec)))
-    for profile in COMMITTED:
-        for d in sorted((ROOT / "data" / "runs" / profile).glob("*/")):
-            if (d / "summary.json").is_file():
-                publish_record(d, site / "data" / "runs" / profile / d.name)
     built = profile or build.name  # the profile the book was built at, which its notebooks' parameters name: its runs
+    for committed in COMMITTED:
+        for d in sorted((ROOT / "data" / "runs" / committed).glob("*/")):
+            if (d / "summary.json").is_file():
+                publish_record(d, site / "data" / "runs" / committed / d.name)
     if built not in COMMITTED:  # ride along, so that a launched chapter reads them instead of training them again
         for d in sorted((records.runs_root() / built).glob("*/")):
             if (d / "summary.json").is_file():
