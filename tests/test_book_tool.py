@@ -384,3 +384,30 @@ def test_the_page_check_under_a_memory_cap_is_one_line(tmp_path, cap_gb):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
     assert "could not start" in lines[0] and "no page was checked" in lines[0]
+
+
+def test_each_chapter_gets_the_cores_that_other_work_leaves_free(monkeypatch):
+    """Beside busy processes a chapter's kernel gets one thread (OpenMP's threads spin waiting for one another
+    when they outnumber the free cores), on a quiet machine every core; a count the user set is kept."""
+    import torch
+
+    book = book_tool()
+    measure = book.busy_cores
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(book, "USER_THREADS", False)
+        for var in book.THREAD_VARS:
+            monkeypatch.delenv(var, raising=False)
+        cores = os.cpu_count() or 1
+        monkeypatch.setattr(book, "busy_cores", lambda: float(cores))  # every core busy: one thread still
+        assert book.share_the_cores() == 1 and os.environ["OMP_NUM_THREADS"] == "1"
+        monkeypatch.setattr(book, "busy_cores", lambda: 0.0)
+        assert book.share_the_cores() == cores and os.environ["MKL_NUM_THREADS"] == str(cores)
+        monkeypatch.setattr(book, "USER_THREADS", True)
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        monkeypatch.setattr(book, "busy_cores", lambda: 0.0)
+        assert book.share_the_cores() == 1  # the user's count, whatever the load
+        busy = measure(0.05)
+        assert busy is None or 0.0 <= busy <= cores + 0.01  # read from /proc/stat where there is one
+    finally:
+        torch.set_num_threads(before)

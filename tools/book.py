@@ -389,13 +389,58 @@ def placeholders(out: Path, order: list[Path]) -> list[Path]:
     return missing
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+USER_THREADS = any(v in os.environ for v in THREAD_VARS)  # a count the user set is theirs, and kept
+
+
+def busy_cores(window_s: float = 0.3) -> float | None:
+    """How many cores other work keeps busy now: the machine's CPU time outside idle over ``window_s`` (from
+    ``/proc/stat``, while this process sleeps and no chapter of ours runs), in cores; None where there is no
+    ``/proc/stat``. Unlike the load average it does not remember the chapter that just finished."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+
+    try:
+        t0, i0 = sample()
+        time.sleep(window_s)
+        t1, i1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(1, t1 - t0))
+
+
+def share_the_cores() -> int:
+    """The torch/BLAS threads of the next chapter (its kernel, and the runs trained for it here): the cores not
+    busy with other work at its start (:func:`busy_cores`; the load average where it cannot be read,
+    :func:`attnid.lm.profiles.default_threads`), unless the user set a count.
+    With more threads than free cores, OpenMP's threads spin waiting for one another: beside two CPU-bound
+    processes on 2 cores a loop of small products took 12 s with two threads and 1.1 s with one (0.2 s either
+    way on the quiet machine; BENCHMARKS.md). Returns the count."""
+    import torch
+
+    from attnid.lm.profiles import default_threads
+
+    n = int(os.environ["OMP_NUM_THREADS"]) if USER_THREADS and os.environ.get("OMP_NUM_THREADS", "").isdigit() else 0
+    if not USER_THREADS:
+        busy = busy_cores()
+        cores = os.cpu_count() or 1
+        n = default_threads() if busy is None else max(1, min(cores, cores - int(busy + 0.5)))
+        for var in THREAD_VARS:
+            os.environ[var] = str(n)
+    if n:
+        torch.set_num_threads(n)
+    return n
+
+
 def _execute_job(
     nb: Path, out_dir: Path, params: dict, src_digest: str, force: bool, threads: int | None = None
 ) -> tuple[str, str, float]:
     """:func:`execute_one` (in a worker process when ``threads`` is set: the kernel's torch/BLAS threads,
     so that chapters run side by side do not oversubscribe the cores): ``(status, failure message, seconds)``."""
     if threads is not None:
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        for var in THREAD_VARS:
             os.environ[var] = str(threads)
         import torch  # already imported with this module: its threads for the runs trained here (train_before)
 
@@ -457,6 +502,7 @@ def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced
     if jobs <= 1 or len(todo) <= 1:
         for i, a in enumerate(args):
             try:
+                share_the_cores()
                 report(a[0], _execute_job(*a))
             except KeyboardInterrupt as e:
                 raise Interrupted([x[0] for x in args[i:]], str(e) or "SIGINT") from None
