@@ -190,12 +190,14 @@ def test_a_gzip_bomb_of_rows_is_refused_at_the_bound(sealed_run, tmp_path, monke
 
 
 def test_a_model_file_past_the_bound_is_refused_before_it_is_read_or_hashed(sealed_run, tmp_path, capsys):
-    """Planted: model.pt grown past 2 GiB (sparse) and listed with that size in a resealed summary."""
+    """Planted: model.pt grown to exactly 2 GiB (sparse; the bound is under 2 GiB) and listed with that size in a
+    resealed summary."""
     d = tmp_path / "run"
     shutil.copytree(sealed_run, d)
-    os.truncate(d / "model.pt", records.MAX_TENSOR_BYTES + 1)
+    assert records.MAX_TENSOR_BYTES + 1 == 2**31
+    os.truncate(d / "model.pt", 2**31)
     summary = json.loads((d / "summary.json").read_text())
-    summary["files"]["model.pt"]["bytes"] = records.MAX_TENSOR_BYTES + 1
+    summary["files"]["model.pt"]["bytes"] = 2**31
     summary["seal"] = records.seal_of(summary)
     (d / "summary.json").write_text(json.dumps(summary))
     assert main(["audit", "--run", str(d), "--json", "--layer", "1"]) == 2

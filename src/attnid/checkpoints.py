@@ -101,6 +101,7 @@ def load_checkpoint(path: str | Path, max_memory: float | None = None) -> tuple[
                 local_files_only=True,
                 dtype=torch.float64,
                 attn_implementation="eager" if eager else "sdpa",
+                experts_implementation="eager",  # the experts' own loop: the grouped product has no float64
                 output_loading_info=True,
             )
         except Exception as e:  # a damaged or mismatched weight file (safetensors has its own error types)

@@ -48,7 +48,7 @@ ROWS_FILE = "metrics.jsonl.gz"
 # is refused instead of filling the memory
 MAX_JSON_BYTES = 64 * 2**20
 MAX_ROWS_BYTES = 256 * 2**20  # metrics.jsonl(.gz), decompressed
-MAX_TENSOR_BYTES = 2**31  # model.pt, checkpoint.pt
+MAX_TENSOR_BYTES = 2**31 - 1  # model.pt, checkpoint.pt: under 2 GiB (a file of exactly 2 GiB is refused too)
 LEGACY_ROWS_FILE = "metrics.jsonl"
 
 
