@@ -198,7 +198,7 @@ def test_a_checkpoints_nope_layer_is_audited_against_its_own_count(tmp_path, hf_
 def test_a_mixture_of_experts_checkpoint_is_audited_in_float64(tmp_path):
     """A genuine save_pretrained folder of a mixture family: transformers runs its experts through a grouped product
     that has no float64, unless the experts' own loop is asked for; each layer is read at its generic count."""
-    cfg, model = tiny("mixtral")
+    _, model = tiny("mixtral")
     model.config._experts_implementation = "grouped_mm"  # what a saved model asks for by default
     rows = audit_checkpoint(save(model, tmp_path))
     assert [r["layer"] for r in rows] == [1, 2]
