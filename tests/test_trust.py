@@ -367,6 +367,8 @@ def test_a_model_file_whose_config_declares_another_model_is_refused_before_buil
         (lambda s: s[0].__setitem__(next(iter(s[0])), next(iter(s[0].values())) * float("nan")), "not finite"),
         (lambda s: s.__setitem__("0", s.pop(0)), "not a dict of steps"),
         (lambda s: s.__setitem__(0, {k: v.repeat(64, 1) for k, v in s[0].items()}), "do not fit"),
+        # more snapshots than the run has evaluations, each the same small tensors: counted before any is checked
+        (lambda s: s.update({10_000 + i: s[0] for i in range(2_000)}), "snapshots, more than the"),
     ],
 )
 def test_the_snapshots_of_a_model_file_are_checked_like_its_weights(sealed_run, tmp_path, plant, word):

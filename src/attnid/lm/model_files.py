@@ -37,7 +37,23 @@ def read_model_file(d: Path) -> tuple[dict, str]:
     ck = records.load_tensors(data, f)
     if not (isinstance(ck, dict) and isinstance(ck.get("model"), dict) and isinstance(ck.get("gpt_config"), dict)):
         raise RecordError(f"{f}: not a trained model of attnid (a dict with 'model' and 'gpt_config')")
+    snaps = ck.get("snapshots", {})
+    most = _most_snapshots(Path(d))
+    if isinstance(snaps, dict) and most is not None and len(snaps) > most:  # before each is checked (their cost)
+        raise RecordError(f"{f}: {len(snaps):,} snapshots, more than the {most:,} its run takes (one per evaluation)")
     return ck, digest
+
+
+def _most_snapshots(d: Path) -> int | None:
+    """How many snapshots the run of record ``d`` takes: one before training and one per evaluation (from its
+    sealed ``config.json``); None where the record has none to read."""
+    import json
+
+    try:
+        config = json.loads(records.sealed_bytes(d, "config.json")[0])
+        return 1 + len(records.expected_steps(config, metrics=False))
+    except (FileNotFoundError, KeyError, TypeError, ValueError):
+        return None
 
 
 def load_model(d: Path, device: str = "cpu") -> GPT:
