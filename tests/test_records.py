@@ -408,9 +408,10 @@ def test_an_unlisted_rows_file_beside_the_listed_one_is_refused_not_read(run):
     [
         (lambda rows: [dict(r, val_loss="2.0") if "val_loss" in r else r for r in rows], "not a finite number >= 0"),
         (lambda rows: [dict(r, val_loss=-0.5) if "val_loss" in r else r for r in rows], "not a finite number >= 0"),
-        (lambda rows: [*rows, *({} for _ in range(100_000))], "rows, more than the"),
+        (lambda rows: [*rows, *({} for _ in range(100_000))], "lines, more than the [0-9,]+ rows its run records"),
+        (lambda rows: [*rows, *({} for _ in range(len(rows) + 1))], r"rows, more than the [0-9,]+ rows its run"),
     ],
-    ids=["string loss", "negative loss", "a flood of rows"],
+    ids=["string loss", "negative loss", "a flood of rows (counted in the bytes)", "rows beyond the run's"],
 )
 def test_rows_with_losses_no_run_gives_or_far_too_many_are_refused_in_one_line(run, rows_of, says):
     _base, d, _cfg, _corpus = run

@@ -319,9 +319,12 @@ def read_rows(d: Path, max_rows: int | None = None) -> list[dict]:
             raw = f.read(MAX_ROWS_BYTES + 1)  # decompression stops at the bound
         if len(raw) > MAX_ROWS_BYTES:
             raise Refused(f"{path}: refused: more than {MAX_ROWS_BYTES:,} bytes of rows once decompressed")
+        newlines = raw.count(b"\n")  # counted in the bytes, before any split (64 MiB of "{}" rows: 21 M strings)
+        if max_rows is not None and newlines > 2 * max_rows + 1:
+            raise Refused(f"{path}: refused: {newlines:,} lines, more than the {max_rows:,} rows its run records")
         lines = [line for line in raw.decode().splitlines() if line.strip()]
         if max_rows is not None and len(lines) > max_rows:
-            raise Refused(f"{path}: refused: {len(lines):,} rows, more than the {max_rows:,} its run records")
+            raise Refused(f"{path}: refused: {len(lines):,} rows, more than the {max_rows:,} rows its run records")
         return [json.loads(line) for line in lines]
     except FileNotFoundError:
         raise _fail(path, "missing") from None
