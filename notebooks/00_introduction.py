@@ -134,10 +134,10 @@ table(shares, formats={"unidentified share": "{:.4f}", "1/(2H)": "{:.4f}"})
 # %% tags=["hide-input"]
 import matplotlib.pyplot as plt
 
-from attnid.chapters.landing import fig_headline, published_layers
+from attnid.chapters.landing import headline_figure, published_layers
 
 models = published_layers()  # every preset, latent attention included
-fig = fig_headline(models)
+fig = headline_figure(models)
 glue("headline", fig, display=False)
 glue("n_models", len(models), display=False)
 glue("worst_share", float(models["share"].max()), display=False)

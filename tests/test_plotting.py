@@ -100,13 +100,13 @@ def test_the_landing_figure_counts_every_published_layer_and_its_labels_neither_
     as one (coinciding layers merged); no two labels overlap, and each stays inside the axes."""
     import matplotlib.pyplot as plt
 
-    from attnid.chapters.landing import fig_headline, published_layers
+    from attnid.chapters.landing import headline_figure, published_layers
     from attnid.presets import MLA_PRESETS, PRESETS
 
     set_style()
     models = published_layers()
     assert len(models) == len(PRESETS) + len(MLA_PRESETS) and "deepseek-v3" in set(models["name"])
-    fig = fig_headline(models)
+    fig = headline_figure(models)
     fig.canvas.draw()
     ax = fig.axes[0]
     notes = [t for t in ax.texts]

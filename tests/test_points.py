@@ -168,6 +168,8 @@ def test_the_cache_key_names_the_bytes_that_were_read(reader, tiny_run, tmp_path
 
     def read_then_swap(folder, name):
         data, digest = real_read(folder, name)
+        if name != "model.pt":  # the run's config (how many snapshots it takes), read apart
+            return data, digest
         read.append(hashlib.sha256(data).hexdigest())
         ck = torch.load(io.BytesIO(data), weights_only=False)
         ck["model"]["blocks.1.attn.c_proj.bias"] += 1.0

@@ -22,9 +22,10 @@ def published_layers() -> pd.DataFrame:
     return out[["name", "heads", "groups", "share", "kind"]]
 
 
-def fig_headline(models: pd.DataFrame):
+def headline_figure(models: pd.DataFrame):
     """The unidentified share of each published layer against its query heads H (log-log), beside 1/(2H); a label
-    per point that the eye sees as one (coinciding layers share it)."""
+    per point that the eye sees as one (coinciding layers share it). Glued, not shown: the landing page places it
+    with its own caption (so not named ``fig_*``, the chapters' shown figures)."""
     import matplotlib.pyplot as plt
     import numpy as np
 
