@@ -2,8 +2,8 @@
 called on a pasted or dropped ``config.json`` written to a file first, so that the page shows exactly what
 ``attnid count`` prints, its JSON and its one-line refusals. Standard library only, as the rest of the core.
 
-The page (``book/counter.md``, its script ``book/_static/counter-worker.js``) calls :func:`count_page`; the book's
-build writes :func:`manifest` beside it (``book/_ext/counter.py``)."""
+The page (``book/counter.md``, its worker ``book/_counter/worker.js``) calls :func:`count_page`; the book's build
+writes :func:`manifest` beside it (``book/_ext/counter.py``)."""
 
 from __future__ import annotations
 
