@@ -88,6 +88,12 @@ function ask(message) {
       state.waiting.get(data.id)?.(data);
       state.waiting.delete(data.id);
     };
+    // a worker that cannot start (its module or Pyodide missing from the site) answers every Count waiting on it
+    state.worker.onerror = (e) => {
+      for (const [id, resolve] of state.waiting) resolve({ id, failure: e.message || "Python could not start" });
+      state.waiting.clear();
+      state.worker = null; // the next Count starts a new one
+    };
   }
   const id = state.next++;
   return new Promise((resolve) => {
