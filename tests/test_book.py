@@ -315,6 +315,33 @@ def test_the_counter_page_counts_in_the_browser_what_the_command_prints(smoke_bo
             page.pick("config:configs/gpt2.json")  # still counting after all of that
             assert page.count("attention")["json"]["total_params"] == 2_362_368
             assert page.errors == [] and page.outside == []
+            page.close()
+            browser.close()
+    finally:
+        server.shutdown()
+
+
+def test_a_counter_page_whose_python_is_missing_says_so_and_stays_usable(smoke_book, tmp_path):
+    """Planted: a site copied without Pyodide's module. Count answers with one line naming the failure (the button
+    is usable again), instead of waiting forever."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
+        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
+    from playwright.sync_api import sync_playwright
+
+    html = tmp_path / "html"
+    shutil.copytree(smoke_book / "_build" / "html", html)
+    (html / "_counter" / "pyodide" / "pyodide.mjs").unlink()
+    server, base = tool("check_pages")._serve(html)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=tool("check_pages").ARGS)
+            page = tool("counter_page").CounterPage(browser, base, timeout_s=60)
+            page.pick("preset:gpt2")
+            got = page.count("attention")
+            assert got["json"] is None and got["error"].startswith("The counter could not run"), got
+            assert page.page.is_enabled("#counter-run")
             browser.close()
     finally:
         server.shutdown()
