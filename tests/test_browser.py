@@ -94,10 +94,12 @@ def test_the_page_asks_for_one_thing_at_a_known_scope():
 def test_the_manifest_lists_every_preset_and_the_versions():
     from attnid import __version__
     from attnid.library_configs import supported_version
-    from attnid.presets import PRESETS
+    from attnid.presets import MLA_PRESETS, PRESETS
 
     m = manifest()
-    assert [p["name"] for p in m["presets"]] == list(PRESETS)
+    assert [p["name"] for p in m["presets"]] == [*PRESETS, *MLA_PRESETS] and "deepseek-v3" in MLA_PRESETS
+    for p in m["presets"]:  # each preset the page lists counts, at the scope the page opens with
+        assert json.loads(count_page("attention", preset=p["name"]))["status"] == 0, p["name"]
     assert (m["attnid"], m["transformers"]) == (__version__, supported_version())
 
 

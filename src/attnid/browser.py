@@ -69,13 +69,13 @@ def count_page(scope: str, text: str | None = None, name: str = PASTED, preset: 
 
 def manifest() -> dict:
     """What the page lists before Python is loaded: attnid's version, the transformers release whose rules the
-    counts follow, and the presets (name and description)."""
+    counts follow, and every preset, latent attention's included (name and description)."""
     from . import __version__
     from .library_configs import supported_version
-    from .presets import PRESETS
+    from .presets import MLA_PRESETS, PRESETS
 
     return {
         "attnid": __version__,
         "transformers": supported_version(),
-        "presets": [{"name": k, "description": p.description} for k, p in PRESETS.items()],
+        "presets": [{"name": k, "description": p.description} for k, p in {**PRESETS, **MLA_PRESETS}.items()],
     }
