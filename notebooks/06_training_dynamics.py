@@ -179,8 +179,9 @@ md(ch.weights_only_sentence(rho_rows, live))
 # record holds both.
 #
 # How large can $R_T$ be? Plain SGD with the same seed and schedule has no decay, so its drift is the
-# remainder alone (of a run of its own: where each run draws its own dropout masks the two share their noise, but the
-# committed paper-scale records shared one stream across their stack, so there they share the seed only); divided by $c_T$ it says how large the remainder is against what the law predicts. A
+# remainder alone (of a run of its own: where each run draws its own dropout masks the two share their noise,
+# but the committed paper-scale records shared one stream across their stack, so there they share the seed
+# only); divided by $c_T$ it says how large the remainder is against what the law predicts. A
 # layer is *tested* where that ratio, median over the seeds, is below one (`attnid.lm.claims.LAW_CUT`): there
 # the first-order term $c_T\beta_0$ is the larger part of $\beta_T$, and the test reads whether the residual
 # is below 1 % (`attnid.lm.claims.LAW_TOLERANCE`). The same layers are tested in every seed, and the claims
