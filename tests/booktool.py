@@ -67,3 +67,13 @@ def execute_here(monkeypatch, nb: Path, out: Path, src_dir: Path = ROOT / "src",
 
 def statuses(stdout: str) -> dict[str, str]:
     return dict((m.group(2), m.group(1)) for m in re.finditer(r"^\s*(executed|cached|failed)\s+(\S+)", stdout, re.M))
+
+
+def need_chromium() -> None:
+    """Skip a test that drives the browser where none is installed; in CI (``CI`` set), fail: .ci/run installs it."""
+    import pytest
+
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
+        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")

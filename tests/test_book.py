@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from booktool import CHROMIUM, ROOT, RUNS, book, execute_here, statuses, tool
+from booktool import ROOT, RUNS, book, execute_here, need_chromium, statuses, tool
 
 pytestmark = pytest.mark.slow  # the whole file: it executes and builds the smoke book
 
@@ -178,10 +178,7 @@ def test_every_page_reads_well_in_chromium(smoke_book):
     mode, code fits its box, images load and show at least 500 px wide, no console errors, no request leaves
     the machine, math is typeset, every chapter opens with a glued number; at 390 px the navigation opens, images fit
     and the page does not scroll sideways. With ATTNID_SCREENSHOTS set, screenshots of every page go there."""
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
-        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
+    need_chromium()
     pages = tool("check_pages")
     check_book, pages_of = pages.check_book, pages.pages_of
 
@@ -267,81 +264,59 @@ def test_the_counter_page_counts_in_the_browser_what_the_command_prints(smoke_bo
     scope and a preset, the JSON the page shows is `attnid count --json`'s, and its table's total is the JSON's;
     a refused file, malformed JSON, an empty box and a 5 MB paste each give one line (the command's own where the
     command refuses) and leave the page counting; nothing leaves the machine and the console stays clean."""
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
-        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
-    from playwright.sync_api import sync_playwright
-
+    need_chromium()
     counter_page = tool("counter_page")
-    html = smoke_book / "_build" / "html"
-    server, base = tool("check_pages")._serve(html)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=tool("check_pages").ARGS)
-            page = counter_page.CounterPage(browser, base, timeout_s=120)
-            for file in COUNTED:
-                text = (ROOT / "data" / "configs" / file).read_text()
-                page.pick(f"config:configs/{file}")
-                assert page.page.input_value("#counter-text") == text  # the box holds the file as shipped
-                for scope in SCOPES:
-                    got = page.count(scope)
-                    want = json.loads(_cli_json(tmp_path, Path(file).name, text, scope).stdout)
-                    assert got["error"] is None and got["json"] == want, (file, scope)
-                    assert got["total"][:2] == ["total", f"{want['total_params']:,}"], (file, scope)
-            page.pick("preset:llama-4-scout")
-            got = page.count("model")
-            cmd = [sys.executable, "-m", "attnid", "count", "--preset", "llama-4-scout", "--scope", "model", "--json"]
-            assert got["json"] == json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout)
-
-            mine = tmp_path / "mine" / "my-model.json"  # a file of the reader's, opened: counted under its name
-            mine.parent.mkdir()
-            mine.write_text((ROOT / "data" / "configs" / "released" / "qwen3-8b.json").read_text())
-            page.open_file(mine)
-            got = page.count("block")
-            assert got["json"] == json.loads(_cli_json(mine.parent, mine.name, mine.read_text(), "block").stdout)
-            assert got["json"]["source"]["path"] == "my-model.json"
-
-            refused = '{"model_type": "llama", "mlp_bias": true}'  # an MLP bias: refused for the decoder layer
-            malformed = '{"model_type": "llama",'
-            for text, scope in ((refused, "block"), (malformed, "attention"), ("x" * 5_000_000, "attention")):
-                page.paste(text)
+    with counter_page.served(smoke_book / "_build" / "html") as (browser, base):
+        page = counter_page.CounterPage(browser, base, timeout_s=120)
+        for file in COUNTED:
+            text = (ROOT / "data" / "configs" / file).read_text()
+            page.pick(f"config:configs/{file}")
+            assert page.page.input_value("#counter-text") == text  # the box holds the file as shipped
+            for scope in SCOPES:
                 got = page.count(scope)
-                cli = _cli_json(tmp_path, "config.json", text, scope)
-                assert cli.returncode == 2 and got["json"] is None
-                assert got["error"] == cli.stderr.strip() and "\n" not in got["error"], got["error"][:300]
-            page.paste("   ")
-            assert page.count("attention")["error"].startswith("Nothing to count: paste a config.json")
-            page.pick("config:configs/gpt2.json")  # still counting after all of that
-            assert page.count("attention")["json"]["total_params"] == 2_362_368
-            assert page.errors == [] and page.outside == []
-            page.close()
-            browser.close()
-    finally:
-        server.shutdown()
+                want = json.loads(_cli_json(tmp_path, Path(file).name, text, scope).stdout)
+                assert got["error"] is None and got["json"] == want, (file, scope)
+                assert got["total"][:2] == ["total", f"{want['total_params']:,}"], (file, scope)
+        page.pick("preset:llama-4-scout")
+        got = page.count("model")
+        cmd = [sys.executable, "-m", "attnid", "count", "--preset", "llama-4-scout", "--scope", "model", "--json"]
+        assert got["json"] == json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout)
+
+        mine = tmp_path / "mine" / "my-model.json"  # a file of the reader's, opened: counted under its name
+        mine.parent.mkdir()
+        mine.write_text((ROOT / "data" / "configs" / "released" / "qwen3-8b.json").read_text())
+        page.open_file(mine)
+        got = page.count("block")
+        assert got["json"] == json.loads(_cli_json(mine.parent, mine.name, mine.read_text(), "block").stdout)
+        assert got["json"]["source"]["path"] == "my-model.json"
+
+        refused = '{"model_type": "llama", "mlp_bias": true}'  # an MLP bias: refused for the decoder layer
+        malformed = '{"model_type": "llama",'
+        for text, scope in ((refused, "block"), (malformed, "attention"), ("x" * 5_000_000, "attention")):
+            page.paste(text)
+            got = page.count(scope)
+            cli = _cli_json(tmp_path, "config.json", text, scope)
+            assert cli.returncode == 2 and got["json"] is None
+            assert got["error"] == cli.stderr.strip() and "\n" not in got["error"], got["error"][:300]
+        page.paste("   ")
+        assert page.count("attention")["error"].startswith("Nothing to count: paste a config.json")
+        page.pick("config:configs/gpt2.json")  # still counting after all of that
+        assert page.count("attention")["json"]["total_params"] == 2_362_368
+        assert page.errors == [] and page.outside == []
+        page.close()
 
 
 def test_a_counter_page_whose_python_is_missing_says_so_and_stays_usable(smoke_book, tmp_path):
     """Planted: a site copied without Pyodide's module. Count answers with one line naming the failure (the button
     is usable again), instead of waiting forever."""
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing in CI: .ci/run installs it with apt-get")
-        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
-    from playwright.sync_api import sync_playwright
-
+    need_chromium()
     html = tmp_path / "html"
     shutil.copytree(smoke_book / "_build" / "html", html)
     (html / "_counter" / "pyodide" / "pyodide.mjs").unlink()
-    server, base = tool("check_pages")._serve(html)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=tool("check_pages").ARGS)
-            page = tool("counter_page").CounterPage(browser, base, timeout_s=60)
-            page.pick("preset:gpt2")
-            got = page.count("attention")
-            assert got["json"] is None and got["error"].startswith("The counter could not run"), got
-            assert page.page.is_enabled("#counter-run")
-            browser.close()
-    finally:
-        server.shutdown()
+    counter_page = tool("counter_page")
+    with counter_page.served(html) as (browser, base):
+        page = counter_page.CounterPage(browser, base, timeout_s=60)
+        page.pick("preset:gpt2")
+        got = page.count("attention")
+        assert got["json"] is None and got["error"].startswith("The counter could not run"), got
+        assert page.page.is_enabled("#counter-run")

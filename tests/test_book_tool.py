@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from booktool import CHROMIUM, HEAD, ROOT, RUNS, book, book_tool, execute_here, refusal, statuses, tool
+from booktool import HEAD, ROOT, RUNS, book, book_tool, execute_here, need_chromium, refusal, statuses, tool
 
 pytestmark = pytest.mark.slow  # kernels and browsers: seconds each
 
@@ -254,8 +254,7 @@ def test_a_stopped_build_stops_its_kernels_and_stamps_nothing(tmp_path, sig, job
 
 
 def test_a_page_that_never_loads_is_a_finding_and_the_others_are_kept(tmp_path):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
+    need_chromium()
     check_book = tool("check_pages").check_book
 
     html = tmp_path / "html"
@@ -366,8 +365,7 @@ def test_a_stop_while_the_tool_trains_a_chapters_runs_is_the_builds_stop(monkeyp
 def test_the_page_check_under_a_memory_cap_is_one_line(tmp_path, cap_gb):
     """Under ulimit -v the Playwright driver dies at start, printing a native backtrace: the check says so in one
     line (exit 2), with the backtrace kept off the terminal."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no {CHROMIUM} (apt-get install chromium, or set ATTNID_CHROMIUM)")
+    need_chromium()
     import resource
 
     html = tmp_path / "html"

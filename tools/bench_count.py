@@ -52,27 +52,20 @@ def core_install(workdir: Path) -> dict:
 def page_times(html: Path, runs: int) -> dict:
     """Seconds from Count to the page's first table (:mod:`counter_page`): ``runs`` cold counts, each in a fresh
     browser context (no cache, a new worker that loads Pyodide), each followed by a warm one on the same page."""
-    from check_pages import ARGS, CHROMIUM, _serve
-    from counter_page import CounterPage
-    from playwright.sync_api import sync_playwright
+    from counter_page import CounterPage, served
 
-    cold, warm = [], []
-    server, base = _serve(html)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            for _ in range(runs):
-                page = CounterPage(browser, base)
-                page.pick(f"config:configs/released/{RELEASED.name}")
-                for times, scope in ((cold, "model"), (warm, "block")):
-                    r = page.count(scope)
-                    if r["json"] is None:
-                        raise RuntimeError(f"the page did not count: {r['error']}")
-                    times.append(r["seconds"])
-                page.close()
-            browser.close()
-    finally:
-        server.shutdown()
+    cold: list[float] = []
+    warm: list[float] = []
+    with served(html) as (browser, base):
+        for _ in range(runs):
+            page = CounterPage(browser, base)
+            page.pick(f"config:configs/released/{RELEASED.name}")
+            for times, scope in ((cold, "model"), (warm, "block")):
+                r = page.count(scope)
+                if r["json"] is None:
+                    raise RuntimeError(f"the page did not count: {r['error']}")
+                times.append(r["seconds"])
+            page.close()
     return {"cold_s": statistics.median(cold), "warm_s": statistics.median(warm), "cold": cold, "warm": warm}
 
 

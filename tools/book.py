@@ -424,9 +424,7 @@ def share_the_cores() -> int:
 
     n = int(os.environ["OMP_NUM_THREADS"]) if USER_THREADS and os.environ.get("OMP_NUM_THREADS", "").isdigit() else 0
     if not USER_THREADS:
-        busy = busy_cores()
-        cores = os.cpu_count() or 1
-        n = default_threads() if busy is None else max(1, min(cores, cores - int(busy + 0.5)))
+        n = default_threads(busy_cores())  # the load average where /proc/stat cannot be read
         for var in THREAD_VARS:
             os.environ[var] = str(n)
     if n:

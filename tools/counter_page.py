@@ -10,6 +10,7 @@ prints the page's JSON (as ``attnid count --json`` would) or its refusal line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -18,6 +19,25 @@ from urllib.parse import urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_pages import ARGS, CHROMIUM, _serve
+
+
+@contextlib.contextmanager
+def served(html: Path, chromium: str = CHROMIUM):
+    """``(browser, base)``: the built site ``html`` served on 127.0.0.1 and a headless Chromium, both stopped on
+    exit (what every reader of the counter page here needs: this tool, the benchmark, the tests)."""
+    from playwright.sync_api import sync_playwright
+
+    server, base = _serve(html)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=ARGS)
+            try:
+                yield browser, base
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+
 
 EMPTIED = "() => document.getElementById('counter-result').replaceChildren()"
 ANSWERED = "() => document.getElementById('counter-result').children.length > 0"
@@ -100,18 +120,10 @@ def main() -> int:
         ap.error("give --preset or --config")
     if not (a.html / "counter.html").is_file():
         ap.error(f"{a.html}: no counter.html (build the book first: make book)")
-    from playwright.sync_api import sync_playwright
-
-    server, base = _serve(a.html)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = CounterPage(browser, base)
-            page.pick(f"preset:{a.preset}" if a.preset else f"config:configs/{a.config}")
-            r = page.count(a.scope)
-            browser.close()
-    finally:
-        server.shutdown()
+    with served(a.html) as (browser, base):
+        page = CounterPage(browser, base)
+        page.pick(f"preset:{a.preset}" if a.preset else f"config:configs/{a.config}")
+        r = page.count(a.scope)
     print(json.dumps(r["json"], indent=2) if r["json"] is not None else r["error"])
     return 0 if r["json"] is not None else 1
 

@@ -48,7 +48,7 @@ def cmd_claims(a) -> int:
     print(f"profile {a.profile}: the paper's §5 claims on {sum(len(v) for v in runs.runs.values())} records")
     print(f"records: {source_text(sources)}" if sources else "records: none found")
     by_precision: dict[str, list[str]] = {}
-    for case, p in record_precisions([runs, points]).items():
+    for case, p in precisions.items():
         by_precision.setdefault(p, []).append(case)
     if by_precision:
         print(
@@ -63,21 +63,22 @@ def cmd_claims(a) -> int:
 def record_sources(suites) -> dict[str, str]:
     """``case -> the folder its records were read from`` (the runs folder above ``<profile>/<case>``), over the
     suites' records; a case read from two folders names both."""
-    out: dict[str, set[str]] = {}
-    for suite in suites:
-        for case, by_seed in suite.runs.items():
-            out.setdefault(case, set()).update(str(rec.path.parent.parent) for rec in by_seed.values())
-    return {case: " + ".join(sorted(where)) for case, where in sorted(out.items())}
+    return _per_case(suites, lambda rec: str(rec.path.parent.parent))
 
 
 def record_precisions(suites) -> dict[str, str]:
     """``case -> the precision its records were trained at`` (``summary.json``'s ``precision``), over the suites'
     records; a case whose records differ names each (``tf32 + bf16``), so that a mix read together is said."""
+    return _per_case(suites, lambda rec: str(rec.summary.get("precision", "unknown")))
+
+
+def _per_case(suites, of) -> dict[str, str]:
+    """``case -> the values of(record) over its records``, distinct, sorted and joined by `` + ``."""
     out: dict[str, set[str]] = {}
     for suite in suites:
         for case, by_seed in suite.runs.items():
-            out.setdefault(case, set()).update(str(r.summary.get("precision", "unknown")) for r in by_seed.values())
-    return {case: " + ".join(sorted(p)) for case, p in sorted(out.items())}
+            out.setdefault(case, set()).update(of(rec) for rec in by_seed.values())
+    return {case: " + ".join(sorted(v)) for case, v in sorted(out.items())}
 
 
 def source_text(sources: dict[str, str]) -> str:

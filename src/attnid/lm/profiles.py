@@ -115,17 +115,19 @@ OPTIMIZERS = ("sgd", "adamw")
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 
 
-def default_threads() -> int:
-    """CPU threads for one process: the cores not already busy (1-minute load average), at least one,
-    so that several processes on a shared machine do not oversubscribe it."""
+def default_threads(busy: float | None = None) -> int:
+    """CPU threads for one process: the cores not already busy, at least one, so that several processes on a
+    shared machine do not oversubscribe it. ``busy``: the cores other work keeps busy, as measured by the caller
+    (the book tool reads ``/proc/stat``); by default the 1-minute load average."""
     import os
 
     cores = os.cpu_count() or 1
-    try:
-        busy = int(os.getloadavg()[0] + 0.5)
-    except OSError:
-        busy = 0
-    return max(1, min(cores, cores - busy))
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0]
+        except OSError:
+            busy = 0.0
+    return max(1, min(cores, cores - int(busy + 0.5)))
 
 
 def resolve_precision(precision: str, device: str) -> str:

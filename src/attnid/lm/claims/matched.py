@@ -174,9 +174,6 @@ def up_to_loss(rec: Record, target: float) -> Record:
     return cut_at(rec, reading_at(rec, target))
 
 
-METHODS = ("estimate", "below", "above", "evaluations")  # band_sides' readings, in its order
-
-
 def at_matched_loss(c: Cases, cases: tuple[str, ...], shift: float = 0.0, method: str = "estimate") -> Cases:
     """``c`` with each of ``cases`` cut where it first reaches :func:`matched_loss` of them (``+ shift`` nats), read
     by :func:`reading_at` (``method="estimate"``; a target below a run's reach reads it at its closest approach)
@@ -197,7 +194,7 @@ def reading_band(c: Cases, cases: tuple[str, ...]) -> float:
 
 
 def band_sides(claim: Claim, per_seed: list[Cases], cases: tuple[str, ...]) -> list[list[bool | None]]:
-    """Per seed, whether ``claim`` holds read four ways (:data:`METHODS`): at the target, at the target moved down
+    """Per seed, whether ``claim`` holds read four ways, in this order: at the target, at the target moved down
     and up by the seed's :func:`reading_band` (a run that never reaches the lower target read at its closest
     approach), and from the evaluations alone (:func:`evaluation_reading`). None where the value is not finite or
     cannot be read: a verdict that a seed's side crosses among them is not decided by the reading."""
