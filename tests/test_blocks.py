@@ -35,6 +35,8 @@ BLOCK_SHAPES = {
     # norms after attention and MLP (OLMo 2) and on both sides (Gemma 2 and 3), all at ε = 0
     "olmo2": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
               dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
+    "olmo3": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
+              dict(heads=2, bias="all", ffn=20), dict(embed=6, heads=3, groups=3)],
     "gemma2": [dict(heads=2, ffn=12), dict(heads=1, ffn=12), dict(heads=4, groups=2, ffn=12),
                dict(heads=4, groups=1, head_dim=4, ffn=12), dict(heads=2, head_dim=6, bias="all", ffn=20),
                dict(embed=12, heads=3, groups=1, bias="all", ffn=16)],

@@ -23,6 +23,7 @@ CASES = {
     "phi": dict(groups=2, rope_dims=2),  # partial rotary, biases, GQA
     "qwen3": dict(groups=2, bias="all"),  # QK-norm per head, one weight for all heads (tests/test_modern_attention.py)
     "olmo2": dict(groups=1),  # QK-norm over the whole projection, multi-query
+    "olmo3": dict(groups=2),  # OLMo 2's attention in OLMo 3 (its sliding-window layers differ only in the mask)
     "gemma2": dict(groups=2),  # logit soft-capping (eager attention, its softmax kept in float64)
     "gemma3": dict(groups=1, bias="all"),  # QK-norm per head with Gemma's (1 + w) RMSNorm, multi-query
     "granite": dict(groups=2, bias="all"),  # Llama with fixed multipliers (its own score scale)

@@ -22,6 +22,7 @@ from attnid.library_configs import LibraryConfigError, default_dict, library_con
 
 FILES = sorted([*CONFIG_DIR.glob("*.json"), *(CONFIG_DIR / "released").glob("*.json")])
 FILES = [p for p in FILES if p.name != "SOURCES.json"]
+FILES += sorted((ROOT / "tests" / "families").glob("*.json"))  # the families' released files (tests/test_families.py)
 UNCOMPARED = ("dtype", "transformers_version", "_name_or_path")  # a torch dtype object there, a version, a path
 
 
@@ -83,7 +84,7 @@ def test_the_snapshot_is_the_installed_transformers():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem if p.parent == CONFIG_DIR else f"released/{p.stem}")
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem if p.parent == CONFIG_DIR else f"{p.parent.name}/{p.stem}")
 def test_every_field_left_out_in_turn_reads_as_transformers_reads_it(path):
     """The file, and the file with each field removed (its default, or what the class derives, in its place): the
     fields transformers' class holds, and the whole reading, agree."""

@@ -116,7 +116,7 @@ class HFType:
             )
         if cfg.qk_norm:
             kw["layer_norm_eps" if cfg.qk_norm == "layer" else "rms_norm_eps"] = cfg.qk_norm_eps
-        if name == "olmo2":  # its default end-of-text id lies outside the tiny vocabulary (transformers warns)
+        if name in ("olmo2", "olmo3"):  # its default end-of-text id lies outside the tiny vocabulary
             kw["eos_token_id"] = 0
         # transformers takes int(D * factor) rotary dims; R/D itself can land just below R (30/44 * 44 =
         # 29.99...), so the factor is aimed at the middle of [R, R + 1)
@@ -143,6 +143,7 @@ ATTENTION_BIAS_TYPES = (
     "llama",
     "qwen3",
     "olmo2",
+    "olmo3",
     "gemma2",
     "gemma3",
     "gpt_oss",
@@ -173,6 +174,8 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
         return dict(no_ids, use_bias=bool(cfg.bias))
     if name == "seed_oss":  # its q/k/v biases and its output bias switched apart
         return dict(no_ids, attention_bias="q" in cfg.bias, attention_out_bias="o" in cfg.bias, residual_dropout=0.0)
+    if name == "olmo3":  # one full-attention layer (its sliding-window layers differ only in the mask)
+        return {"layer_types": ["full_attention"]}
     if name == "qwen3_next":  # one full (softmax) attention layer
         return dict(no_ids, layer_types=["full_attention"])
     if name == "llama4":  # the audited layer a RoPE one (L2 QK-norm) or a NoPE one with a temperature that varies
@@ -259,6 +262,11 @@ HF_TYPES: dict[str, HFType] = {
     "olmo2": HFType(
         "olmo2", "Olmo2Config", "Olmo2Attention", "Olmo2RotaryEmbedding", biases=("", "qkvo"), groups=True,
         qk_norm="proj", layer="Olmo2DecoderLayer", lm="Olmo2ForCausalLM", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, norm_position="post",
+    ),
+    "olmo3": HFType(  # OLMo 3: OLMo 2's block, three sliding-window layers to one full-attention layer
+        "olmo3", "Olmo3Config", "Olmo3Attention", "Olmo3RotaryEmbedding", biases=("", "qkvo"), groups=True,
+        qk_norm="proj", layer="Olmo3DecoderLayer", lm="Olmo3ForCausalLM", norm="rms", mlp="swiglu",
         ffn_ratio=8 / 3, norm_position="post",
     ),
     "smollm3": HFType(

@@ -274,10 +274,30 @@ def _convert_rope_gemma3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
     _standardize_rope(c, spec, values.get("rope_theta"), values.get("partial_rotary_factor"))
 
 
+def _convert_rope_olmo3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+    """OLMo 3's: one RoPE dict per layer type, a ``rope_scaling`` for the full-attention layers only, and the file's
+    ``rope_theta`` taken by the full-attention layers (the sliding ones then get the class's default, as the class
+    pops the field twice)."""
+    values = c.__dict__["_values"]
+    rope_scaling = kwargs.pop("rope_scaling", None)
+    rp = values.get("rope_parameters")
+    if rp is None:
+        rp = {"sliding_attention": {"rope_type": "default"}, "full_attention": {"rope_type": "default"}}
+    values["rope_parameters"] = rp
+    if rope_scaling is not None:
+        rp["full_attention"].update(rope_scaling)
+    for kind in ("full_attention", "sliding_attention"):
+        if rp.get(kind) is None:
+            rp[kind] = {"rope_type": "default"}
+        rp[kind].setdefault("rope_theta", kwargs.pop("rope_theta", spec["default_theta"]))
+    _standardize_rope(c, spec, values.get("rope_theta"), values.get("partial_rotary_factor"))
+
+
 CONVERT_ROPE: dict[str, Callable[[LibraryConfig, dict, dict], None]] = {
     "gpt_neox": _convert_rope_gpt_neox,
     "phi3": _convert_rope_phi3,
     "gemma3_text": _convert_rope_gemma3,
+    "olmo3": _convert_rope_olmo3,
 }
 
 
@@ -420,6 +440,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "gemma2": _alternating(2),
     "gemma3_text": _gemma3,
     "olmo2": _kv_heads,
+    "olmo3": _both(_kv_heads, _alternating(4)),
     "smollm3": _smollm3,
     "gpt_oss": _gpt_oss,
     "mixtral": _kv_heads,

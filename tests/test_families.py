@@ -1,0 +1,58 @@
+"""The families that are known ones in new clothes (OLMo 3, ...): each released file (``tests/families``, its source
+named in the file) is counted at every scope, every field accounted for, and its whole model's total equals the
+parameters of transformers' own model built from the same file (on the meta device: no weights are made)."""
+
+import copy
+import json
+import logging
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch
+import transformers
+
+from attnid.configs import SOURCE_KEY, config_preset
+from attnid.counting import SCOPES
+from attnid.presets import scope_count
+
+FAMILIES = Path(__file__).with_name("families")
+FILES = sorted(FAMILIES.glob("*.json"))
+
+
+def library_total(fields: dict) -> int:
+    """The parameters of transformers' causal LM for ``fields`` (a multimodal file: its text model)."""
+    fields = {k: v for k, v in copy.deepcopy(fields).items() if k != SOURCE_KEY}
+    if isinstance(fields.get("text_config"), dict):
+        fields = {**fields["text_config"], "tie_word_embeddings": fields.get("tie_word_embeddings", True)}
+    model_type = fields.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        config = transformers.AutoConfig.for_model(model_type, **fields)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_every_file_names_its_release():
+    assert len(FILES) >= 1
+    for path in FILES:
+        note = json.loads(path.read_text())[SOURCE_KEY]
+        assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_a_family_file_is_counted_at_every_scope_with_transformers_total(path):
+    p = config_preset(path)
+    counts = {scope: scope_count(p, scope, path.stem) for scope in SCOPES}
+    for c in counts.values():
+        assert 0 < c.unidentified < c.total_params
+    fields = json.loads(path.read_text())
+    fields.pop(SOURCE_KEY)
+    r = p.reading
+    assert set(fields) == set(r["read"]) | set(r["neutral"]) | set(r["fixed"]) | set(r["at_default"])
+    assert counts["model"].total_params == library_total(fields)
