@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 import torch
 import transformers
 
-from attnid.configs import SOURCE_KEY, config_preset
+from attnid.configs import SOURCE_KEY, ConfigError, config_preset
 from attnid.counting import SCOPES
 from attnid.presets import scope_count
 
@@ -56,3 +56,18 @@ def test_a_family_file_is_counted_at_every_scope_with_transformers_total(path):
     r = p.reading
     assert set(fields) == set(r["read"]) | set(r["neutral"]) | set(r["fixed"]) | set(r["at_default"])
     assert counts["model"].total_params == library_total(fields)
+
+
+def test_internlm3_is_read_as_the_llama_its_library_builds(tmp_path):
+    """InternLM3's class keeps qkv_bias and bias under Llama's names, and its validator requires them equal (Llama's
+    code biases all four attention maps alike): biases on both give Llama's attention with biases, its MLP biases
+    refusing the block by name; biases on one only are refused, as transformers refuses them."""
+    d = json.loads((FAMILIES / "internlm3-8b-instruct.json").read_text())
+    p = config_preset(FAMILIES / "internlm3-8b-instruct.json")
+    assert p.hf_type == "llama" and {"qkv_bias", "bias"} <= set(p.reading["read"]) | set(p.reading["at_default"])
+    (tmp_path / "config.json").write_text(json.dumps({**d, "qkv_bias": True, "bias": True}))
+    biased = config_preset(tmp_path)
+    assert biased.config.bias == "qkvo" and biased.model is None and "mlp_bias" in biased.attention_only
+    (tmp_path / "config.json").write_text(json.dumps({**d, "qkv_bias": True}))
+    with pytest.raises(ConfigError, match="qkv_bias different from bias"):
+        config_preset(tmp_path)

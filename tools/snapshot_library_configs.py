@@ -160,10 +160,18 @@ def snapshot() -> dict:
 
 
 def _family_reads(lib: Path, cls) -> set[str]:
-    """The fields a family's own modules read: its modeling module and its config class's module."""
+    """The fields a family's own modules read: its modeling module and its config class's module, and the modeling
+    module of the causal LM the library builds for it where another family's code builds it (InternLM3: Llama's)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     folder = lib / "models" / cls.__module__.split(".")[-2]
+    folders = {folder}
+    lm = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(cls.model_type)
+    if isinstance(lm, str) and hasattr(transformers, lm):
+        folders.add(lib / "models" / getattr(transformers, lm).__module__.split(".")[-2])
     out = set()
-    for f in sorted(folder.glob("modeling_*.py")):
+    for f in sorted(f for d in folders for f in d.glob("modeling_*.py")):
         out |= code_reads(f.read_text())
     for f in sorted(folder.glob("configuration_*.py")):
         out |= code_reads(f.read_text(), config_module=True)

@@ -88,7 +88,11 @@ def _text_fields(fields: dict, model_type: str) -> dict:
 
 ATTENTION_ONLY_TYPES = ("bert", "falcon", "gemma")  # counted at scope attention (no block attnid models)
 
-CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES)
+# model types with a config class of their own whose model another family's code builds (transformers' auto mapping
+# names that family's causal LM): each is read as that family
+BUILT_AS = {"internlm3": "llama"}
+
+CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES, *BUILT_AS)
 
 # families transformers ships whose layers hold what attnid does not model yet, and what that is (none at present:
 # Llama 4, Qwen3-Next and Command R, once here, are read below)
@@ -148,7 +152,7 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
     if model_type in TEXT_MODELS:  # a multimodal release
         fields, source, model_type = _text_model(fields, source, model_type)
-    hf_type = {"gemma3_text": "gemma3", "llama4_text": "llama4"}.get(model_type, model_type)
+    hf_type = {"gemma3_text": "gemma3", "llama4_text": "llama4", **BUILT_AS}.get(model_type, model_type)
     if hf_type in UNMODELLED:
         raise ConfigError(f"config: model_type {model_type!r}: {UNMODELLED[hf_type]}; attnid refuses rather than count "
                           "it as another family")  # fmt: skip
@@ -225,20 +229,25 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: 
     lib = c.to_dict()
     if "rope_parameters" in read:
         read = read | set(ROPE_FIELDS)
+    amap = c.__dict__.get("_map", {})  # a file's name for a field the class keeps under another (qkv_bias)
+    read = read | {k for k in fields if amap.get(k) in read}
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
     unread = unread_reason(family)
     neutral.update({k: unread for k in sorted(fields) if k not in read and k not in NEUTRAL and k not in by_code
-                    and k not in FIXED_BY_CODE and k != REMOTE_CODE})  # fmt: skip
+                    and amap.get(k) not in by_code and k not in FIXED_BY_CODE and k != REMOTE_CODE})  # fmt: skip
     if remote_code:
         neutral[REMOTE_CODE] = REMOTE_CODE_NOTE
     listed = set(read) | set(neutral) | set(FIXED_BY_CODE)
+    at_default = [k for k in fields if k not in listed and amap.get(k, k) in default
+                  and default[amap.get(k, k)] == fields[k]]  # fmt: skip
+    given = set(fields) | {amap[k] for k in fields if k in amap}
     return {
         "read": sorted(k for k in fields if k in read),
         # neither read nor neutral, at the class default: the value the family's audits were verified at
-        "at_default": sorted(k for k in fields if k not in listed and k in default and default[k] == fields[k]),
+        "at_default": sorted(at_default),
         "neutral": neutral,
         "fixed": {k: fields[k] for k in sorted(fields) if k in FIXED_BY_CODE},
-        "defaults": {k: lib[k] for k in sorted(read) if k in lib and k not in fields and k not in ACTIVATION_FIELDS},
+        "defaults": {k: lib[k] for k in sorted(read) if k in lib and k not in given and k not in ACTIVATION_FIELDS},
     }
 
 

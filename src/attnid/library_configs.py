@@ -144,6 +144,9 @@ def _validate(c: LibraryConfig, spec: dict) -> None:
     if spec["heads_divide_width"] and c.hidden_size % c.num_attention_heads:
         raise LibraryConfigError(f"the hidden size ({c.hidden_size}) is not a multiple of the number of attention "
                                  f"heads ({c.num_attention_heads})")  # fmt: skip
+    if c.model_type == "internlm3" and c.attention_bias != c.mlp_bias:  # Llama's code biases all four maps or none
+        raise LibraryConfigError("InternLM3 with qkv_bias different from bias is not supported (Llama's code that "
+                                 "builds it biases the query, key, value and output maps alike)")  # fmt: skip
     kinds = c.__dict__["_values"].get("layer_types")
     layers = c.__dict__["_values"].get("num_hidden_layers")
     if kinds is None or layers is None:
@@ -441,6 +444,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "gemma3_text": _gemma3,
     "olmo2": _kv_heads,
     "olmo3": _both(_kv_heads, _alternating(4)),
+    "internlm3": _both(_head_dim, _kv_heads),
     "smollm3": _smollm3,
     "gpt_oss": _gpt_oss,
     "mixtral": _kv_heads,
