@@ -285,6 +285,25 @@ for name, value in rel.released_facts(mechanisms, released).items():
 table(released)
 
 # %% [markdown]
+# ## Known families in new clothes
+#
+# Several releases of 2025 name a model type of their own for a block the chapters above already count. OLMo 3 is
+# OLMo 2's block with three sliding-window layers to each full-attention one, and a window of at least two tokens
+# leaves the count of causal attention as it is. InternLM3 has a config class of its own, but `transformers` builds
+# its model with Llama's code, so it is read as Llama. Command R7B and EXAONE 4 rotate queries and keys in their
+# sliding-window layers only: their full-attention layers are NoPE layers, each with the whole $GL(D)$ query/key gauge
+# of chapter 2, counted apart as SmolLM3's are. Each of these decoder layers equals the Jacobian rank of the real
+# module on six shapes (`tests/test_blocks.py`), and each released file's whole-model total equals that of the model
+# `transformers` builds from it (`tests/test_families.py`).
+#
+# One shape needs care. Behind a LayerNorm without a shift (Command R7B's), the norm's output $u = \gamma \odot \hat x$
+# lies in the $E - 1$ dimensions orthogonal to $1/\gamma$, so every row of a map reading it has a free mean direction.
+# In a NoPE layer whose key/value group holds one query head, the gauge $S = I + a b^\top$ leaves both maps unchanged
+# on every such $u$ when $b$ is orthogonal to the values $W_Q u$ can take and $a$ to those of $W_K u$; with
+# $D > E - 1$ that gives $(D - E + 1)^2$ gauge directions that are mean directions already counted. Only a one-head
+# layer with $D = E$ meets it, by one direction: its real module's Jacobian shows it, and the closed form subtracts it.
+
+# %% [markdown]
 # ## Norms and gates of 2025–2026
 #
 # Five more changes come with Llama 4, StableLM 2, Command R and Qwen3-Next.

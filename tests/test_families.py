@@ -71,3 +71,27 @@ def test_internlm3_is_read_as_the_llama_its_library_builds(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**d, "qkv_bias": True}))
     with pytest.raises(ConfigError, match="qkv_bias different from bias"):
         config_preset(tmp_path)
+
+
+def test_a_nope_layer_is_not_counted_as_a_rope_layer():
+    """Command R7B's full-attention layers have no RoPE: the real layer's Jacobian shows the whole GL(D) gauge, which
+    the closed form of a RoPE layer misses; behind its shift-free LayerNorm, a one-head NoPE layer at D = E shares
+    one direction between the gauge and the norm's mean directions, and a closed form that counts it twice is refused
+    by the audit."""
+    from attnid.counting import count, models
+    from attnid.hf import HFAuditError, audit_hf, equivalent_config
+
+    r = audit_hf("cohere2", scope="attention", embed=8, heads=2, nope=True)
+    assert (
+        r.unidentified
+        == r.details["theory_unidentified"]
+        != count(equivalent_config("cohere2", embed=8, heads=2)).unidentified
+    )
+    assert audit_hf("cohere2", scope="block", embed=8, heads=1, nope=True, ffn=16).unidentified == 207
+    real = models._nope_overlap
+    try:
+        models._nope_overlap = lambda cfg: 0
+        with pytest.raises(HFAuditError, match="closed form 208"):
+            audit_hf("cohere2", scope="block", embed=8, heads=1, nope=True, ffn=16)
+    finally:
+        models._nope_overlap = real

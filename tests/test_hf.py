@@ -39,6 +39,8 @@ CASES = {
     "qwen3_next": dict(groups=2),  # gated heads, (1 + w) QK-norm, a quarter of each head rotated
     "ernie4_5": dict(groups=2, bias="all"),  # interleaved rotary pairs, use_bias on every map
     "seed_oss": dict(groups=2, bias="qkvo"),  # q/k/v biases and an output bias, switched apart
+    "cohere2": dict(groups=2),  # a sliding-window layer: RoPE (its NoPE layers: tests/test_blocks.py)
+    "exaone4": dict(groups=2),  # QK-norm per head in a sliding-window layer (its NoPE layers: tests/test_blocks.py)
     "cohere": dict(groups=2),  # interleaved rotary pairs (its QK LayerNorm: tests/test_modern_attention.py)
 }
 

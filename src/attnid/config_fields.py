@@ -71,6 +71,9 @@ MIN_WINDOW = 2  # the shortest sliding window whose attention has the count of f
 FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1,
                                     "position_embedding_type": "absolute", "use_mrope": False,
                                     "apply_residual_connection_post_layernorm": False}  # fmt: skip
+# a family whose released files name what its code implements otherwise (Command R7B's original Cohere keys: its
+# interleaved-pair RoPE, GPT-J's)
+FAMILY_FIXED: dict[str, dict[str, object]] = {"cohere2": {"position_embedding_type": "rope_gptj"}}
 
 # fields read by families attnid counts at scope attention only (their blocks are not modelled)
 ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "ffn_hidden_size", "num_hidden_layers", "vocab_size", "type_vocab_size",
@@ -136,4 +139,12 @@ SPLIT_BIAS_FIELDS = {"seed_oss": (("attention_bias", "qkv"), ("attention_out_bia
 
 GRANITE_MULTIPLIERS = ("embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling")
 
-FAMILY_BIAS = {"gpt2": "qkvo", "qwen2": "qkv", "phi": "qkvo", "mistral": "", "mixtral": "", "phi3": ""}  # by its code
+FAMILY_BIAS = {
+    "gpt2": "qkvo",
+    "qwen2": "qkv",
+    "phi": "qkvo",
+    "mistral": "",
+    "mixtral": "",
+    "phi3": "",
+    "exaone4": "",
+}  # by its code (fmt: skip)

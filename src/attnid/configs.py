@@ -25,6 +25,7 @@ from .config_fields import (
     BIAS_FIELDS,
     BLOCK_ONLY_FIELDS,
     FAMILY_BIAS,
+    FAMILY_FIXED,
     FIXED_BY_CODE,
     GRANITE_MULTIPLIERS,
     LINEAR_ATTENTION_FIELDS,
@@ -227,17 +228,20 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: 
     the family's audits were verified at); ``fixed``, those at the one value transformers' code implements;
     ``defaults``, the fields the count reads that the file left out, at the library's defaults."""
     lib = c.to_dict()
+    fixed_by_code = {**FIXED_BY_CODE, **FAMILY_FIXED.get(family, {})}
     if "rope_parameters" in read:
-        read = read | set(ROPE_FIELDS)
+        # GPT-NeoX's names are gathered by its own class only
+        read = read | {f for f in ROPE_FIELDS if f not in ("rotary_pct", "rotary_emb_base") or family == "gpt_neox"}
     amap = c.__dict__.get("_map", {})  # a file's name for a field the class keeps under another (qkv_bias)
     read = read | {k for k in fields if amap.get(k) in read}
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
     unread = unread_reason(family)
     neutral.update({k: unread for k in sorted(fields) if k not in read and k not in NEUTRAL and k not in by_code
-                    and amap.get(k) not in by_code and k not in FIXED_BY_CODE and k != REMOTE_CODE})  # fmt: skip
+                    and amap.get(k) not in by_code and k not in fixed_by_code and k != REMOTE_CODE})  # fmt: skip
     if remote_code:
         neutral[REMOTE_CODE] = REMOTE_CODE_NOTE
-    listed = set(read) | set(neutral) | set(FIXED_BY_CODE)
+    fixed = {k: fields[k] for k in sorted(fields) if k in fixed_by_code}
+    listed = set(read) | set(neutral) | set(fixed)
     at_default = [k for k in fields if k not in listed and amap.get(k, k) in default
                   and default[amap.get(k, k)] == fields[k]]  # fmt: skip
     given = set(fields) | {amap[k] for k in fields if k in amap}
@@ -246,7 +250,7 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: 
         # neither read nor neutral, at the class default: the value the family's audits were verified at
         "at_default": sorted(at_default),
         "neutral": neutral,
-        "fixed": {k: fields[k] for k in sorted(fields) if k in FIXED_BY_CODE},
+        "fixed": fixed,
         "defaults": {k: lib[k] for k in sorted(read) if k in lib and k not in given and k not in ACTIVATION_FIELDS},
     }
 
@@ -283,7 +287,7 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
         return cfg, None, read | _full_attention_layers(c)
     if hf_type == "llama4":
         return cfg, _llama4_model(c, read), read
-    if hf_type == "cohere":
+    if hf_type in ("cohere", "cohere2"):
         read |= _logit_scale(c)
     if hf_type == "gpt2":
         ffn = _positive(c, "n_inner", default=4 * E)
@@ -450,8 +454,9 @@ def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
     ``final_logit_softcapping``: an untied head's logit shift is then identified)."""
     nope = 0
     if t.nope_layers:
-        read |= {"no_rope_layers", "no_rope_layer_interval", "layer_types", "use_sliding_window"}
-        nope = sum(1 for u in c.no_rope_layers if not u)
+        read |= {"no_rope_layers", "no_rope_layer_interval", "layer_types", "use_sliding_window", "sliding_window",
+                 "sliding_window_pattern"}  # fmt: skip
+        nope = _nope_layers(c, t.module)
     d = c.to_dict()
     cap = d.get("final_logit_softcapping")
     if "final_logit_softcapping" in d:
@@ -459,6 +464,21 @@ def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
     if not positive_number(cap):
         cap = None  # None, or a value refused by name in _refuse_unmodelled (POSITIVE)
     return {"nope_layers": nope, "final_softcap": None if cap is None else float(cap)}
+
+
+def _nope_layers(c, hf_type: str) -> int:
+    """How many layers have no RoPE: SmolLM3's ``no_rope_layers`` (0 marks one); Command R7B's and EXAONE 4's layers
+    that are not sliding-window ones (RoPE is applied only where a window is; EXAONE 4 applies it everywhere when the
+    file sets no window). A model without any RoPE layer is refused: its attention scope would show a layer it has
+    not."""
+    if hf_type not in ("cohere2", "exaone4"):
+        return sum(1 for u in c.no_rope_layers if not u)
+    if c.sliding_window is None:
+        if hf_type == "exaone4":
+            return 0
+        raise ConfigError("sliding_window: null leaves every Cohere2 layer without RoPE (it rotates queries and keys "
+                          "in sliding-window layers only); attnid counts models with RoPE layers")  # fmt: skip
+    return sum(k != "sliding_attention" for k in c.layer_types[: c.num_hidden_layers])
 
 
 def _multipliers(c, hf_type: str) -> tuple[str, ...]:
@@ -557,6 +577,7 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict, by_code: 
     if "rope_parameters" in read:  # Phi-3 keeps partial_rotary_factor beside the rope_parameters it was read into
         read |= set(ROPE_FIELDS)
     bad = []
+    fixed_by_code = {**FIXED_BY_CODE, **FAMILY_FIXED.get(hf_type, {})}
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):
             bad.append(f"{k} = {v!r} (attnid counts norms with ε > 0)")
@@ -566,9 +587,9 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict, by_code: 
             bad.append(f"{k} = {printable(repr(v))} (a window of one token: each query sees only itself, its scores "
                        "do nothing and every query and key weight is unidentified; attnid counts windows of at least "
                        f"{MIN_WINDOW} tokens, where the count of full causal attention holds)")  # fmt: skip
-        elif k in FIXED_BY_CODE:
-            if v != FIXED_BY_CODE[k]:
-                bad.append(f"{k} = {v!r} (transformers' code implements {FIXED_BY_CODE[k]!r} only)")
+        elif k in fixed_by_code:
+            if v != fixed_by_code[k]:
+                bad.append(f"{k} = {v!r} (transformers' code implements {fixed_by_code[k]!r} only)")
         elif k not in read and k not in NEUTRAL and k in by_code and (k not in default or default[k] != v):
             bad.append(printable(f"{k} = {v!r}", 120) + (f" (default {printable(repr(default[k]))})" if k in default
                                                          else " (a field unknown here)"))  # fmt: skip

@@ -154,6 +154,7 @@ ATTENTION_BIAS_TYPES = (
     "llama4",
     "qwen3_next",
     "cohere",
+    "cohere2",
 )
 
 
@@ -162,18 +163,19 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
     no_ids: dict = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # outside a tiny vocabulary
     if name == "smollm3":  # the audited layer may be a NoPE one
         return no_ids if cfg.rope else {**no_ids, "no_rope_layers": [0]}
-    if name in ("phi3", "glm4"):
-        return no_ids
-    if name == "starcoder2":
-        return dict(no_ids, use_bias=bool(cfg.bias))
-    if name == "stablelm":
-        return dict(no_ids, use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer")
-    if name == "cohere":
-        return dict(no_ids, use_qk_norm=cfg.qk_norm == "layer")
-    if name == "ernie4_5":
-        return dict(no_ids, use_bias=bool(cfg.bias))
+    switches = {  # the family's own switches of biases and QK-norm
+        "phi3": {}, "glm4": {}, "starcoder2": dict(use_bias=bool(cfg.bias)), "ernie4_5": dict(use_bias=bool(cfg.bias)),
+        "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
+        "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"),
+    }  # fmt: skip
+    if name in switches:
+        return dict(no_ids, **switches[name])
     if name == "seed_oss":  # its q/k/v biases and its output bias switched apart
         return dict(no_ids, attention_bias="q" in cfg.bias, attention_out_bias="o" in cfg.bias, residual_dropout=0.0)
+    if name in ("cohere2", "exaone4"):  # RoPE in the sliding-window layers only: the audited layer one of them or
+        # a full-attention (NoPE) one; the window longer than any audit's input
+        kind = "sliding_attention" if cfg.rope else "full_attention"
+        return dict(no_ids, layer_types=[kind], sliding_window=4096)
     if name == "olmo3":  # one full-attention layer (its sliding-window layers differ only in the mask)
         return {"layer_types": ["full_attention"]}
     if name == "qwen3_next":  # one full (softmax) attention layer
@@ -317,6 +319,18 @@ HF_TYPES: dict[str, HFType] = {
         "cohere", "CohereConfig", "CohereAttention", "CohereRotaryEmbedding", biases=("", "qkvo"), groups=True,
         other_qk_norm="layer", layer="CohereDecoderLayer", lm="CohereForCausalLM", norm="layer_noshift",
         mlp="swiglu", ffn_ratio=8 / 3, residual="shared_norm", tied=True,
+    ),
+    "cohere2": HFType(  # Command R7B and A: Cohere's block without a QK-norm, RoPE in its sliding-window layers only
+        # (three to each full-attention layer, which has no position map)
+        "cohere2", "Cohere2Config", "Cohere2Attention", "Cohere2RotaryEmbedding", biases=("", "qkvo"), groups=True,
+        nope_layers=True, layer="Cohere2DecoderLayer", lm="Cohere2ForCausalLM", norm="layer_noshift",
+        mlp="swiglu", ffn_ratio=8 / 3, residual="shared_norm", tied=True,
+    ),
+    "exaone4": HFType(  # EXAONE 4: OLMo 2's norms after each sub-layer with Qwen3's QK-norm per head, and (where a
+        # window is set) RoPE in the sliding-window layers only
+        "exaone4", "Exaone4Config", "Exaone4Attention", "Exaone4RotaryEmbedding", biases=("",), groups=True,
+        head_dim=True, qk_norm="head", nope_layers=True, layer="Exaone4DecoderLayer", lm="Exaone4ForCausalLM",
+        norm="rms", mlp="swiglu", ffn_ratio=8 / 3, norm_position="post",
     ),
 }  # fmt: skip
 

@@ -333,6 +333,25 @@ def _alternating(every: int) -> Callable[[LibraryConfig, dict], None]:
     return post_init
 
 
+def _cohere2(c: LibraryConfig, kw: dict) -> None:
+    _kv_heads(c, kw)
+    c.head_dim = c.hidden_size // c.num_attention_heads
+    if c.layer_types is None:  # the pattern an older file gives, popped
+        _alternating(kw.pop("sliding_window_pattern", 4))(c, kw)
+
+
+def _exaone4(c: LibraryConfig, kw: dict) -> None:
+    if c.sliding_window is None:
+        c.sliding_window_pattern = 0
+    if c.layer_types is None:
+        every = c.sliding_window_pattern
+        if not isinstance(every, int) or isinstance(every, bool):  # the class takes (i + 1) % pattern
+            raise LibraryConfigError(f"sliding_window_pattern {every!r:.40} without layer_types: the class "
+                                     "computes the layer types from an integer pattern only")  # fmt: skip
+        c.layer_types = ["sliding_attention" if (i + 1) % every != 0 and i < c.num_hidden_layers
+                         else "full_attention" for i in range(c.num_hidden_layers)]  # fmt: skip
+
+
 def _gemma3(c: LibraryConfig, kw: dict) -> None:
     if c.use_bidirectional_attention:
         c.sliding_window = c.sliding_window // 2 + 1
@@ -445,6 +464,8 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "olmo2": _kv_heads,
     "olmo3": _both(_kv_heads, _alternating(4)),
     "internlm3": _both(_head_dim, _kv_heads),
+    "cohere2": _cohere2,
+    "exaone4": _exaone4,
     "smollm3": _smollm3,
     "gpt_oss": _gpt_oss,
     "mixtral": _kv_heads,

@@ -215,7 +215,8 @@ def count_block(block: BlockConfig) -> Count:
     * ``norm_mean``: per LayerNorm, one direction per row of a reader *with* a bias: ``x̂`` has zero mean,
       so ``W + a (1/γ)ᵀ`` only moves ``W x̂ + b`` by the constant ``a Σ β_i/γ_i``, which the bias takes back; behind
       a LayerNorm without a shift (Command R) the constant is 0, so every reader row has one, with or without a bias
-      (a gated MLP's gate and up rows: ``2F``);
+      (a gated MLP's gate and up rows: ``2F``), less those a one-head NoPE layer's gauge already moves
+      (:func:`_nope_overlap`);
     * ``mlp_rescaling``: ``F`` for ReLU (``relu(c z) = c relu(z)``, ``c > 0``) and gated MLPs (up-projection
       row ``j`` against down-projection column ``j``), for each expert of a mixture; none for GELU. A
       mixture's sigmoid router is identified (its scores have no shift or scale to give);
@@ -270,8 +271,20 @@ def _norm_mean_rows(block: BlockConfig) -> int:
     cfg, F = block.attention, block.ffn
     assert isinstance(cfg, AttentionConfig)
     if block.norm == "layer_noshift":
-        return biased_reader_rows(cfg.with_(bias="qkv")) + (2 if block.mlp in GATED_MLPS else 1) * F
+        rows = biased_reader_rows(cfg.with_(bias="qkv")) + (2 if block.mlp in GATED_MLPS else 1) * F
+        return rows - _nope_overlap(cfg)
     return biased_reader_rows(cfg) + (F if block.mlp_bias else 0)
+
+
+def _nope_overlap(cfg: AttentionConfig) -> int:
+    """The directions counted twice behind a LayerNorm without a shift (Command R7B) in a NoPE layer whose every
+    key/value group has one query head (``H = G``) with ``D`` above the ``E − 1`` dimensions the centred input
+    spans: the query/key gauge ``S = I + a bᵀ`` with ``b`` off the query map's ``E − 1`` columns and ``a`` off the
+    key map's leaves both maps on that input unchanged, so ``(D − E + 1)²`` of each group's ``GL(D)`` directions are
+    mean directions already counted (the Jacobian of a one-head layer at ``D = E`` shows it: one)."""
+    if cfg.rope or cfg.qk_norm or cfg.H != cfg.G:
+        return 0
+    return cfg.G * max(0, cfg.D - (cfg.E - 1)) ** 2
 
 
 POSITIONS = ("rope", "learned")

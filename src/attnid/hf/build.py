@@ -92,7 +92,8 @@ def _l2_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _shiftless_layer_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
-    # Cohere's LayerNorm (a weight, no shift; over the last axis, per head for its QK-norm), also in float32
+    # Cohere's and Command R7B's LayerNorm (a weight, no shift; over the last axis, per head for Cohere's QK-norm),
+    # also in float32
     centred = x - x.mean(-1, keepdim=True)
     return self.weight * centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
 
@@ -127,7 +128,7 @@ def set_norms(module: torch.nn.Module, *, exact: bool = True, norm_eps: float | 
                 m.forward = types.MethodType(_gemma_rms_norm_float64 if gemma else _rms_norm_float64, m)
             if norm_eps is not None:
                 setattr(m, "eps" if gemma or not hasattr(m, "variance_epsilon") else "variance_epsilon", norm_eps)
-        elif name.endswith("L2Norm") or name == "CohereLayerNorm":
+        elif name.endswith("L2Norm") or name in ("CohereLayerNorm", "Cohere2LayerNorm"):
             if exact:
                 m.forward = types.MethodType(_l2_norm_float64 if name.endswith("L2Norm") else
                                              _shiftless_layer_norm_float64, m)  # fmt: skip
@@ -185,7 +186,7 @@ def _first(out):
 
 
 # the modeling modules whose rotation computes in float32 whatever the input, and the function that does it
-FLOAT32_ROTARY = {"llama4": "apply_rotary_emb", "cohere": "apply_rotary_pos_emb",
+FLOAT32_ROTARY = {"llama4": "apply_rotary_emb", "cohere": "apply_rotary_pos_emb", "cohere2": "apply_rotary_pos_emb",
                   "ernie4_5": "apply_rotary_pos_emb"}  # fmt: skip
 
 
