@@ -259,7 +259,9 @@ def _convert_rope_phi3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
         rp["rope_type"] = "longrope"
 
 
-def _convert_rope_gemma3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+def _convert_rope_by_layer_type(c: LibraryConfig, kwargs: dict, spec: dict, thetas: dict[str, tuple]) -> None:
+    """Gemma 3's and OLMo 3's: one RoPE dict per layer type, a ``rope_scaling`` for the full-attention layers only, and
+    each type's base from ``thetas`` (``{type: (field, default)}``, the field popped from the file in that order)."""
     values = c.__dict__["_values"]
     rope_scaling = kwargs.pop("rope_scaling", None)
     rp = values.get("rope_parameters")
@@ -268,32 +270,25 @@ def _convert_rope_gemma3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
     values["rope_parameters"] = rp
     if rope_scaling is not None:
         rp["full_attention"].update(rope_scaling)
-    if rp.get("full_attention") is None:
-        rp["full_attention"] = {"rope_type": "default"}
-    rp["full_attention"].setdefault("rope_theta", kwargs.pop("rope_theta", spec["default_theta"]["global"]))
-    if rp.get("sliding_attention") is None:
-        rp["sliding_attention"] = {"rope_type": "default"}
-    rp["sliding_attention"].setdefault("rope_theta", kwargs.pop("rope_local_base_freq", spec["default_theta"]["local"]))
+    for kind, (field, default) in thetas.items():
+        if rp.get(kind) is None:
+            rp[kind] = {"rope_type": "default"}
+        rp[kind].setdefault("rope_theta", kwargs.pop(field, default))
     _standardize_rope(c, spec, values.get("rope_theta"), values.get("partial_rotary_factor"))
+
+
+def _convert_rope_gemma3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+    theta = spec["default_theta"]
+    thetas = {"full_attention": ("rope_theta", theta["global"]), "sliding_attention": ("rope_local_base_freq",
+                                                                                        theta["local"])}  # fmt: skip
+    _convert_rope_by_layer_type(c, kwargs, spec, thetas)
 
 
 def _convert_rope_olmo3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
-    """OLMo 3's: one RoPE dict per layer type, a ``rope_scaling`` for the full-attention layers only, and the file's
-    ``rope_theta`` taken by the full-attention layers (the sliding ones then get the class's default, as the class
-    pops the field twice)."""
-    values = c.__dict__["_values"]
-    rope_scaling = kwargs.pop("rope_scaling", None)
-    rp = values.get("rope_parameters")
-    if rp is None:
-        rp = {"sliding_attention": {"rope_type": "default"}, "full_attention": {"rope_type": "default"}}
-    values["rope_parameters"] = rp
-    if rope_scaling is not None:
-        rp["full_attention"].update(rope_scaling)
-    for kind in ("full_attention", "sliding_attention"):
-        if rp.get(kind) is None:
-            rp[kind] = {"rope_type": "default"}
-        rp[kind].setdefault("rope_theta", kwargs.pop("rope_theta", spec["default_theta"]))
-    _standardize_rope(c, spec, values.get("rope_theta"), values.get("partial_rotary_factor"))
+    """The file's ``rope_theta`` goes to the full-attention layers; the sliding ones get the class's default (the
+    class pops the field twice)."""
+    both = ("rope_theta", spec["default_theta"])
+    _convert_rope_by_layer_type(c, kwargs, spec, {"full_attention": both, "sliding_attention": both})
 
 
 CONVERT_ROPE: dict[str, Callable[[LibraryConfig, dict, dict], None]] = {
