@@ -24,10 +24,8 @@ FILES = sorted(FAMILIES.glob("*.json"))
 
 
 def library_total(fields: dict) -> int:
-    """The parameters of transformers' causal LM for ``fields`` (a multimodal file: its text model)."""
+    """The parameters of transformers' causal LM for ``fields``."""
     fields = {k: v for k, v in copy.deepcopy(fields).items() if k != SOURCE_KEY}
-    if isinstance(fields.get("text_config"), dict):
-        fields = {**fields["text_config"], "tie_word_embeddings": fields.get("tie_word_embeddings", True)}
     model_type = fields.pop("model_type")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -73,7 +71,7 @@ def test_internlm3_is_read_as_the_llama_its_library_builds(tmp_path):
         config_preset(tmp_path)
 
 
-def test_a_nope_layer_is_not_counted_as_a_rope_layer():
+def test_a_nope_layer_is_not_counted_as_a_rope_layer(monkeypatch):
     """Command R7B's full-attention layers have no RoPE: the real layer's Jacobian shows the whole GL(D) gauge, which
     the closed form of a RoPE layer misses; behind its shift-free LayerNorm, a one-head NoPE layer at D = E shares
     one direction between the gauge and the norm's mean directions, and a closed form that counts it twice is refused
@@ -88,10 +86,24 @@ def test_a_nope_layer_is_not_counted_as_a_rope_layer():
         != count(equivalent_config("cohere2", embed=8, heads=2)).unidentified
     )
     assert audit_hf("cohere2", scope="block", embed=8, heads=1, nope=True, ffn=16).unidentified == 207
-    real = models._nope_overlap
-    try:
-        models._nope_overlap = lambda cfg: 0
-        with pytest.raises(HFAuditError, match="closed form 208"):
-            audit_hf("cohere2", scope="block", embed=8, heads=1, nope=True, ffn=16)
-    finally:
-        models._nope_overlap = real
+    monkeypatch.setattr(models, "_nope_overlap", lambda cfg: 0)
+    with pytest.raises(HFAuditError, match="closed form 208"):
+        audit_hf("cohere2", scope="block", embed=8, heads=1, nope=True, ffn=16)
+
+
+def test_which_layers_have_no_rope_is_one_rule_for_configs_and_checkpoints():
+    """Command R7B rotates in its sliding-window layers only, EXAONE 4 too unless no window is set (then in every
+    layer); a checkpoint's NoPE layers (audit --checkpoint) are the ones the config count takes apart."""
+    from attnid.checkpoints import layer_config
+    from attnid.families import nope_layer_flags
+
+    kinds = ["sliding_attention"] * 3 + ["full_attention"]
+    r7b = transformers.Cohere2Config(num_hidden_layers=4, layer_types=kinds, sliding_window=8)
+    assert nope_layer_flags("cohere2", r7b) == [False, False, False, True]
+    windowless = transformers.Cohere2Config(num_hidden_layers=4, sliding_window=None)
+    assert nope_layer_flags("cohere2", windowless) == [True] * 4
+    exaone = transformers.Exaone4Config(num_hidden_layers=4, sliding_window=None, layer_types=["full_attention"] * 4)
+    assert nope_layer_flags("exaone4", exaone) == [False] * 4
+    cfg = config_preset(FAMILIES / "command-r7b-12-2024.json").config
+    assert layer_config(cfg, "cohere2", r7b, 0) == cfg and not layer_config(cfg, "cohere2", r7b, 3).rope
+    assert config_preset(FAMILIES / "command-r7b-12-2024.json").model.nope_layers == 8

@@ -28,7 +28,7 @@ from .attention import AttentionConfig
 from .audit import RTOL, audit_module, check_seed, default_data_size
 from .configs import ConfigError, config_preset
 from .counting import biased_reader_rows, count, nope_attention
-from .families import HF_TYPES
+from .families import HF_TYPES, nope_layer_flags
 from .hf.build import HFAuditError, _exact_rotary, _float64_softmax, _modeling, _transformers, set_norms
 from .hf.scopes import _check_memory
 from .inputs import check_layers, printable
@@ -189,12 +189,11 @@ def generic_count_on(cfg: AttentionConfig, x: torch.Tensor) -> tuple[int, bool]:
 
 def layer_config(cfg: AttentionConfig, hf_type: str, config: Any, k: int) -> AttentionConfig:
     """The attention of layer ``k`` (from 0) of a checkpoint whose layers are ``cfg``'s: a NoPE layer of a type with
-    them (SmolLM3, Llama 4: ``no_rope_layers``, 0 marks one) has no rotation, and no QK-norm where the type
-    normalises in its RoPE layers only."""
-    t = HF_TYPES[hf_type]
-    flags = getattr(config, "no_rope_layers", None)
-    if t.nope_layers and flags and not flags[k]:
-        return nope_attention(cfg, t.nope_qk_norm)
+    them (:func:`attnid.families.nope_layer_flags`: SmolLM3's and Llama 4's ``no_rope_layers``, Command R7B's and
+    EXAONE 4's full-attention layers) has no rotation, and no QK-norm where the type normalises in its RoPE layers
+    only."""
+    if nope_layer_flags(hf_type, config)[k]:
+        return nope_attention(cfg, HF_TYPES[hf_type].nope_qk_norm)
     return cfg
 
 

@@ -44,7 +44,7 @@ from .config_fields import (
 )
 from .config_rope import positive_number, rope_of, unread_rotary_share
 from .counting import Count, MLAConfig
-from .families import HF_TYPES, MLA_TYPES, equivalent_config
+from .families import HF_TYPES, MLA_TYPES, equivalent_config, nope_layer_flags
 from .hub import ConfigSource, locate_config
 from .inputs import printable
 from .library_configs import (
@@ -232,19 +232,18 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: 
     if "rope_parameters" in read:
         # GPT-NeoX's names are gathered by its own class only
         read = read | {f for f in ROPE_FIELDS if f not in ("rotary_pct", "rotary_emb_base") or family == "gpt_neox"}
-    amap = c.__dict__.get("_map", {})  # a file's name for a field the class keeps under another (qkv_bias)
-    read = read | {k for k in fields if amap.get(k) in read}
+    stored = {k: c.attribute_map.get(k, k) for k in fields}  # the name the class keeps each field under
+    read = read | {k for k in fields if stored[k] in read}
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
     unread = unread_reason(family)
-    neutral.update({k: unread for k in sorted(fields) if k not in read and k not in NEUTRAL and k not in by_code
-                    and amap.get(k) not in by_code and k not in fixed_by_code and k != REMOTE_CODE})  # fmt: skip
+    neutral.update({k: unread for k in sorted(fields) if k not in read and k not in NEUTRAL and stored[k] not in by_code
+                    and k not in by_code and k not in fixed_by_code and k != REMOTE_CODE})  # fmt: skip
     if remote_code:
         neutral[REMOTE_CODE] = REMOTE_CODE_NOTE
     fixed = {k: fields[k] for k in sorted(fields) if k in fixed_by_code}
     listed = set(read) | set(neutral) | set(fixed)
-    at_default = [k for k in fields if k not in listed and amap.get(k, k) in default
-                  and default[amap.get(k, k)] == fields[k]]  # fmt: skip
-    given = set(fields) | {amap[k] for k in fields if k in amap}
+    at_default = [k for k in fields if k not in listed and stored[k] in default and default[stored[k]] == fields[k]]
+    given = set(fields) | set(stored.values())
     return {
         "read": sorted(k for k in fields if k in read),
         # neither read nor neutral, at the class default: the value the family's audits were verified at
@@ -454,9 +453,14 @@ def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
     ``final_logit_softcapping``: an untied head's logit shift is then identified)."""
     nope = 0
     if t.nope_layers:
-        read |= {"no_rope_layers", "no_rope_layer_interval", "layer_types", "use_sliding_window", "sliding_window",
-                 "sliding_window_pattern"}  # fmt: skip
-        nope = _nope_layers(c, t.module)
+        read |= ({"layer_types", "sliding_window", "sliding_window_pattern"} if t.rope_in_windows else
+                 {"no_rope_layers", "no_rope_layer_interval", "layer_types", "use_sliding_window"})  # fmt: skip
+        nope = sum(nope_layer_flags(t.module, c))
+        if t.rope_in_windows and nope == c.num_hidden_layers:
+            raise ConfigError(
+                f"sliding_window: null leaves every {t.module} layer without RoPE (it rotates queries "
+                "and keys in sliding-window layers only); attnid counts models with RoPE layers"
+            )
     d = c.to_dict()
     cap = d.get("final_logit_softcapping")
     if "final_logit_softcapping" in d:
@@ -464,21 +468,6 @@ def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
     if not positive_number(cap):
         cap = None  # None, or a value refused by name in _refuse_unmodelled (POSITIVE)
     return {"nope_layers": nope, "final_softcap": None if cap is None else float(cap)}
-
-
-def _nope_layers(c, hf_type: str) -> int:
-    """How many layers have no RoPE: SmolLM3's ``no_rope_layers`` (0 marks one); Command R7B's and EXAONE 4's layers
-    that are not sliding-window ones (RoPE is applied only where a window is; EXAONE 4 applies it everywhere when the
-    file sets no window). A model without any RoPE layer is refused: its attention scope would show a layer it has
-    not."""
-    if hf_type not in ("cohere2", "exaone4"):
-        return sum(1 for u in c.no_rope_layers if not u)
-    if c.sliding_window is None:
-        if hf_type == "exaone4":
-            return 0
-        raise ConfigError("sliding_window: null leaves every Cohere2 layer without RoPE (it rotates queries and keys "
-                          "in sliding-window layers only); attnid counts models with RoPE layers")  # fmt: skip
-    return sum(k != "sliding_attention" for k in c.layer_types[: c.num_hidden_layers])
 
 
 def _multipliers(c, hf_type: str) -> tuple[str, ...]:

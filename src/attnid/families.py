@@ -41,7 +41,10 @@ class HFType:
     qk_norm: str = ""  # attention.QK_NORMS: RMSNorm on queries and keys per head ("head") or per projection
     softcap: float | None = None  # the scores capped to c tanh(a / c) (its released c); its attention runs eager
     sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss); its attention runs eager
-    nope_layers: bool = False  # some layers without RoPE (no_rope_layers: SmolLM3, Llama 4)
+    nope_layers: bool = False  # some layers without RoPE (no_rope_layers: SmolLM3, Llama 4; see rope_in_windows)
+    # RoPE in the sliding-window layers only, the others NoPE: "only" (Command R7B: with no window set, in none), or
+    # "when_windowed" (EXAONE 4: with no window set, in every layer)
+    rope_in_windows: str = ""
     nope_qk_norm: bool = True  # its NoPE layers keep the QK-norm (False: Llama 4 normalises in RoPE layers only)
     # the other QK-norm its config can choose (None: none): StableLM 2's qk_layernorm and Cohere's use_qk_norm switch
     # "layer" on, Llama 4's use_qk_norm switches its "l2" off ("")
@@ -172,7 +175,7 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
         return dict(no_ids, **switches[name])
     if name == "seed_oss":  # its q/k/v biases and its output bias switched apart
         return dict(no_ids, attention_bias="q" in cfg.bias, attention_out_bias="o" in cfg.bias, residual_dropout=0.0)
-    if name in ("cohere2", "exaone4"):  # RoPE in the sliding-window layers only: the audited layer one of them or
+    if HF_TYPES[name].rope_in_windows:  # RoPE in the sliding-window layers only: the audited layer one of them or
         # a full-attention (NoPE) one; the window longer than any audit's input
         kind = "sliding_attention" if cfg.rope else "full_attention"
         return dict(no_ids, layer_types=[kind], sliding_window=4096)
@@ -323,14 +326,14 @@ HF_TYPES: dict[str, HFType] = {
     "cohere2": HFType(  # Command R7B and A: Cohere's block without a QK-norm, RoPE in its sliding-window layers only
         # (three to each full-attention layer, which has no position map)
         "cohere2", "Cohere2Config", "Cohere2Attention", "Cohere2RotaryEmbedding", biases=("", "qkvo"), groups=True,
-        nope_layers=True, layer="Cohere2DecoderLayer", lm="Cohere2ForCausalLM", norm="layer_noshift",
-        mlp="swiglu", ffn_ratio=8 / 3, residual="shared_norm", tied=True,
+        nope_layers=True, rope_in_windows="only", layer="Cohere2DecoderLayer", lm="Cohere2ForCausalLM",
+        norm="layer_noshift", mlp="swiglu", ffn_ratio=8 / 3, residual="shared_norm", tied=True,
     ),
     "exaone4": HFType(  # EXAONE 4: OLMo 2's norms after each sub-layer with Qwen3's QK-norm per head, and (where a
         # window is set) RoPE in the sliding-window layers only
         "exaone4", "Exaone4Config", "Exaone4Attention", "Exaone4RotaryEmbedding", biases=("",), groups=True,
-        head_dim=True, qk_norm="head", nope_layers=True, layer="Exaone4DecoderLayer", lm="Exaone4ForCausalLM",
-        norm="rms", mlp="swiglu", ffn_ratio=8 / 3, norm_position="post",
+        head_dim=True, qk_norm="head", nope_layers=True, rope_in_windows="when_windowed", layer="Exaone4DecoderLayer",
+        lm="Exaone4ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3, norm_position="post",
     ),
 }  # fmt: skip
 
@@ -396,6 +399,22 @@ def _qk_norm_choice(hf_type: str, qk_norm: str | None, nope: bool) -> str:
         named = " or ".join(repr(q or "none") for q in t.qk_norms())
         raise ValueError(f"qk_norm: {hf_type} can have QK-norm {named}, not {norm or 'none'!r}")
     return "" if nope and not t.nope_qk_norm else norm
+
+
+def nope_layer_flags(hf_type: str, config) -> list[bool]:
+    """Which layers of a ``hf_type`` model have no RoPE, from its config (transformers' own or
+    :mod:`attnid.library_configs`' reading): SmolLM3's and Llama 4's ``no_rope_layers`` (0 marks one; a layer past the
+    list has RoPE), or the layers that are not sliding-window ones where the type rotates in those only
+    (:attr:`HFType.rope_in_windows`)."""
+    t, layers = HF_TYPES[hf_type], config.num_hidden_layers
+    if not t.nope_layers:
+        return [False] * layers
+    if t.rope_in_windows:
+        if getattr(config, "sliding_window", None) is None:
+            return [t.rope_in_windows == "only"] * layers
+        return [kind != "sliding_attention" for kind in config.layer_types[:layers]]
+    flags = list(getattr(config, "no_rope_layers", None) or [])[:layers]
+    return [not u for u in flags] + [False] * (layers - len(flags))
 
 
 def _check_nope(hf_type: str, nope: bool, rope_dims: int | None) -> None:

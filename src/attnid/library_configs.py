@@ -77,6 +77,12 @@ class LibraryConfig:
     def __setattr__(self, name: str, value: Any) -> None:
         self.__dict__["_values"][self.__dict__["_map"].get(name, name)] = value
 
+    @property
+    def attribute_map(self) -> dict[str, str]:
+        """The class's other names for fields, as transformers' configs have it (InternLM3's ``qkv_bias`` is kept as
+        ``attention_bias``)."""
+        return self.__dict__["_map"]
+
     def to_dict(self) -> dict[str, Any]:
         """Every field with its value, as transformers' ``to_dict()`` gives them."""
         out = copy.deepcopy(self.__dict__["_values"])
