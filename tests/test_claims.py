@@ -822,3 +822,26 @@ def test_the_law_row_reads_each_layer_at_the_median_over_seeds_as_the_chapter_do
     by_seed = np.array(row["per_layer_by_seed"])
     assert row["per_layer"] == pytest.approx(np.median(by_seed, axis=0).tolist())
     assert row["per_layer"] != pytest.approx(np.mean(by_seed, axis=0).tolist())
+
+
+def test_a_dip_of_noise_on_a_slow_runs_plateau_is_not_its_crossing():
+    """Planted: a slow run falling 0.1 nats over 1,000 steps through the target at step 700, its training loss with
+    noise of 0.01 nats, and a stretch of 4 rows 0.06 nats low at step 450 (the estimate dips below the target there).
+    Read at the first row below the target it would be read at the dip, 300 steps early; read where the crossing holds
+    for an interval between evaluations, the dip moves the reading by at most one row."""
+    rng = np.random.default_rng(2)
+    val = lambda s: 2.5 - 0.1 * s / 1000  # noqa: E731  crosses 2.43 at step 700
+    evals = (*range(1, 1001, 100), 1000)
+    plain = _curve_record(val, evals=evals)
+    for row in plain.rows:
+        row[Key.TRAIN_LOSS] += float(rng.normal(0, 0.01))
+    dipped = Record(plain.path, plain.config, plain.summary, [dict(r) for r in plain.rows])
+    for row in dipped.rows:
+        if 441 <= row[Key.STEP] <= 471:  # between evaluations (one inside it would move the measured gap too)
+            row[Key.TRAIN_LOSS] -= 0.06
+    target = 2.43
+    steps, est, _, _ = claims.val_loss_estimate(dipped)
+    first_below = int(steps[np.nonzero(est <= target)[0][0]])
+    assert first_below < 500  # the dip: where "first reaches" alone would read it
+    a, b = claims.reading_at(plain, target), claims.reading_at(dipped, target)
+    assert abs(b.step - a.step) <= 10 and abs(b.step - 700) <= 60, (a, b)

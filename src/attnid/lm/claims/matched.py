@@ -102,14 +102,32 @@ def prediction_error(loo: np.ndarray, coverage: float = COVERAGE) -> float:
     return float(stats.t.ppf((1 + coverage) / 2, n) * math.sqrt(1 + 1 / n) * math.sqrt(float(np.mean(r**2))))
 
 
+def _holding_rows(steps: np.ndarray, se: np.ndarray) -> int:
+    """How many rows a crossing must hold for (:func:`reading_at`): the rows of one interval between evaluations (the
+    estimate's gap is measured once per interval), at least :data:`SMOOTH_ROWS`."""
+    if len(steps) < 2 or len(se) < 2:
+        return SMOOTH_ROWS
+    return max(SMOOTH_ROWS, round(float(np.median(np.diff(se))) / float(np.median(np.diff(steps)))))
+
+
+def crossings_that_hold(est: np.ndarray, target: float, rows: int) -> np.ndarray:
+    """The rows whose estimate is at or below ``target`` and from which the median of the next ``rows`` estimates (the
+    row's own among them; fewer at the end) is too: the curve has reached the target, not dipped to it (a stretch of
+    noise shorter than half the window leaves that median where the curve is)."""
+    below = est <= target * (1 + 1e-6)  # float32 rounding of the records allowed
+    return np.array([i for i in np.nonzero(below)[0] if np.median(est[i : i + rows]) <= target * (1 + 1e-6)], int)
+
+
 def reading_at(rec: Record, target: float, or_best: bool = False) -> Reading:
-    """Where ``rec`` first reaches validation loss ``target`` (:func:`val_loss_estimate`): of the rows up to the first
-    whose estimate is at or below it, the one whose estimate is nearest (unique even for a run whose loss rises
-    again later). Its error is the run's :func:`prediction_error` (nan before the second evaluation, where the
-    estimate has no measured gap yet). A run that never reaches ``target`` is :class:`Undecidable`, or with
-    ``or_best`` read where its estimate is lowest (its closest approach)."""
+    """Where ``rec`` first reaches validation loss ``target`` (:func:`val_loss_estimate`) and holds it: of the rows up
+    to the first whose estimate is at or below it and stays there for most of the next interval between evaluations
+    (:func:`crossings_that_hold`; on a slow run's plateau a dip of noise is not a crossing), the one whose estimate
+    is nearest (unique even for a run whose loss rises again later). Its error is the run's
+    :func:`prediction_error` (nan before the second evaluation, where the estimate has no measured gap yet). A run
+    that never reaches ``target`` is :class:`Undecidable`, or with ``or_best`` read where its estimate is lowest
+    (its closest approach)."""
     steps, est, se, loo = val_loss_estimate(rec)
-    below = np.nonzero(est <= target * (1 + 1e-6))[0]  # float32 rounding of the records allowed
+    below = crossings_that_hold(est, target, _holding_rows(steps, se))
     if len(below) == 0:
         if not or_best:
             raise Undecidable(f"{rec.name} never reaches a validation loss of {target:.4g}")
