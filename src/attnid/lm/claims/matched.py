@@ -110,30 +110,32 @@ def _holding_rows(steps: np.ndarray, se: np.ndarray) -> int:
     return max(SMOOTH_ROWS, round(float(np.median(np.diff(se))) / float(np.median(np.diff(steps)))))
 
 
-def crossings_that_hold(est: np.ndarray, target: float, rows: int) -> np.ndarray:
-    """The rows whose estimate is at or below ``target`` and from which the median of the next ``rows`` estimates (the
-    row's own among them; fewer at the end) is too: the curve has reached the target, not dipped to it (a stretch of
-    noise shorter than half the window leaves that median where the curve is)."""
-    below = est <= target * (1 + 1e-6)  # float32 rounding of the records allowed
-    return np.array([i for i in np.nonzero(below)[0] if np.median(est[i : i + rows]) <= target * (1 + 1e-6)], int)
+def first_crossing_that_holds(est: np.ndarray, target: float, rows: int) -> int | None:
+    """The first row whose estimate is at or below ``target`` and from which the median of the next ``rows`` estimates
+    (the row's own among them; fewer at the end) is too: the curve has reached the target, not dipped to it (a
+    stretch of noise shorter than half the window leaves that median where the curve is). None: no such row."""
+    reached = target * (1 + 1e-6)  # float32 rounding of the records allowed
+    for i in np.nonzero(est <= reached)[0]:
+        if np.median(est[i : i + rows]) <= reached:
+            return int(i)
+    return None
 
 
 def reading_at(rec: Record, target: float, or_best: bool = False) -> Reading:
     """Where ``rec`` first reaches validation loss ``target`` (:func:`val_loss_estimate`) and holds it: of the rows up
     to the first whose estimate is at or below it and stays there for most of the next interval between evaluations
-    (:func:`crossings_that_hold`; on a slow run's plateau a dip of noise is not a crossing), the one whose estimate
-    is nearest (unique even for a run whose loss rises again later). Its error is the run's
+    (:func:`first_crossing_that_holds`; on a slow run's plateau a dip of noise is not a crossing), the one whose
+    estimate is nearest (unique even for a run whose loss rises again later). Its error is the run's
     :func:`prediction_error` (nan before the second evaluation, where the estimate has no measured gap yet). A run
     that never reaches ``target`` is :class:`Undecidable`, or with ``or_best`` read where its estimate is lowest
     (its closest approach)."""
     steps, est, se, loo = val_loss_estimate(rec)
-    below = crossings_that_hold(est, target, _holding_rows(steps, se))
-    if len(below) == 0:
+    first = first_crossing_that_holds(est, target, _holding_rows(steps, se))
+    if first is None:
         if not or_best:
             raise Undecidable(f"{rec.name} never reaches a validation loss of {target:.4g}")
         i = int(np.argmin(est))
     else:
-        first = int(below[0])
         i = first if first == 0 or abs(est[first] - target) <= abs(est[first - 1] - target) else first - 1
     after = int(np.searchsorted(se, steps[i]))  # the evaluation at or after the reading
     before_second = after <= 1 and not (after == 1 and se[1] == steps[i])
