@@ -107,3 +107,40 @@ def test_which_layers_have_no_rope_is_one_rule_for_configs_and_checkpoints():
     cfg = config_preset(FAMILIES / "command-r7b-12-2024.json").config
     assert layer_config(cfg, "cohere2", r7b, 0) == cfg and not layer_config(cfg, "cohere2", r7b, 3).rope
     assert config_preset(FAMILIES / "command-r7b-12-2024.json").model.nope_layers == 8
+
+
+MISTRAL_SMALL_3_1 = {  # mistralai/Mistral-Small-3.1-24B-Instruct-2503's config.json, its text model transcribed
+    "architectures": ["Mistral3ForConditionalGeneration"], "image_token_index": 10, "model_type": "mistral3",
+    "multimodal_projector_bias": False, "projector_hidden_act": "gelu", "spatial_merge_size": 2,
+    "text_config": {"head_dim": 128, "hidden_act": "silu", "hidden_size": 5120, "initializer_range": 0.02,
+                    "intermediate_size": 32768, "max_position_embeddings": 131072, "model_type": "mistral",
+                    "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+                    "rope_theta": 1000000000.0, "sliding_window": None, "use_cache": True, "vocab_size": 131072},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"model_type": "pixtral", "hidden_size": 1024, "num_hidden_layers": 24},
+    "vision_feature_layer": -1,
+}  # fmt: skip
+
+
+def test_mistral3s_text_model_is_counted_once_its_tying_is_not_in_doubt(tmp_path):
+    """Mistral 3 (Mistral Small 3.1) wraps Mistral's text model. transformers 5.24 ties its embeddings by the outer
+    tie_word_embeddings, True by default, while the text model's says False: a file that sets neither is refused
+    (the two counts differ by V E); with the outer field set, the text model is counted, its total that of the
+    model transformers builds; a text model of another type is refused by name."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MISTRAL_SMALL_3_1))
+    with pytest.raises(ConfigError, match=r"by its class's default .* refuses to choose"):
+        config_preset(path)
+    path.write_text(json.dumps({**MISTRAL_SMALL_3_1, "tie_word_embeddings": False}))
+    p = config_preset(path)
+    assert p.hf_type == "mistral" and "vision tower is not counted" in p.description
+    text = {**MISTRAL_SMALL_3_1["text_config"], "tie_word_embeddings": False}
+    assert scope_count(p, "model", "mistral-small").total_params == library_total(text)
+    path.write_text(json.dumps({**MISTRAL_SMALL_3_1, "tie_word_embeddings": True}))
+    with pytest.raises(ConfigError, match="refuses to choose"):
+        config_preset(path)
+    other = {**MISTRAL_SMALL_3_1, "tie_word_embeddings": False,
+             "text_config": {**MISTRAL_SMALL_3_1["text_config"], "model_type": "ministral3"}}  # fmt: skip
+    path.write_text(json.dumps(other))
+    with pytest.raises(ConfigError, match="'ministral3' is not one attnid reads inside mistral3"):
+        config_preset(path)

@@ -50,7 +50,10 @@ NEUTRAL: dict[str, str] = {
 MULTIMODAL_FIELDS = ("text_config", "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
                      "image_token_index", "tie_word_embeddings", "model_type", "architectures", "_name_or_path",
                      "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id",
-                     "initializer_range", "_commit_hash", "use_cache", "quantization_config")  # fmt: skip
+                     "initializer_range", "_commit_hash", "use_cache", "quantization_config",
+                     # Mistral 3's vision tower and projector (not counted)
+                     "multimodal_projector_bias", "projector_hidden_act", "spatial_merge_size",
+                     "vision_feature_layer")  # fmt: skip
 
 # a field naming remote code: data here (attnid never imports model code), accepted for a family transformers ships
 REMOTE_CODE = "auto_map"

@@ -62,15 +62,19 @@ MAX_CONFIG_BYTES = 16 * 2**20  # the largest config.json read (a file past it is
 SOURCE_KEY = "_attnid"  # in a shipped file: {"source": the released file, "note": what was transcribed}
 
 
-# multimodal releases whose text model attnid counts: its model type, and its config class's tie_word_embeddings
-TEXT_MODELS = {"gemma3": ("gemma3_text", True), "llama4": ("llama4_text", False)}
+# multimodal releases whose text model attnid counts: its model type, its config class's tie_word_embeddings, and
+# the multimodal class's own where that one decides the tying (Mistral 3: its model ties by the outer field)
+TEXT_MODELS = {"gemma3": ("gemma3_text", True, None), "llama4": ("llama4_text", False, None),
+               "mistral3": ("mistral", False, True)}  # fmt: skip
 
 
 def _text_fields(fields: dict, model_type: str) -> dict:
-    """The text model's fields of a multimodal Gemma 3 or Llama 4 file: its ``text_config``, once every field beside it
-    is one the multimodal config holds (:data:`MULTIMODAL_FIELDS`) and a ``tie_word_embeddings`` beside it agrees with
-    the text model's; :class:`ConfigError` naming the field otherwise."""
-    text_type, tie_default = TEXT_MODELS[model_type]
+    """The text model's fields of a multimodal Gemma 3, Llama 4 or Mistral 3 file: its ``text_config``, once every field
+    beside it is one the multimodal config holds (:data:`MULTIMODAL_FIELDS`), its model type is the one the family
+    builds, and the tying of the embeddings is not in doubt: a ``tie_word_embeddings`` beside it agrees with the text
+    model's, and where the outer field decides (Mistral 3, outer default True) it agrees, given or not;
+    :class:`ConfigError` naming the field otherwise."""
+    text_type, tie_default, outer_default = TEXT_MODELS[model_type]
     for k in fields:
         if k not in MULTIMODAL_FIELDS:
             raise ConfigError(
@@ -78,11 +82,16 @@ def _text_fields(fields: dict, model_type: str) -> dict:
                 "reads the text model's fields from text_config only; move it there (or remove it)"
             )
     text = fields["text_config"]
-    tie = fields.get("tie_word_embeddings")
-    if tie is not None and tie != text.get("tie_word_embeddings", tie_default):
+    inner_type = text.get("model_type", text_type)
+    if inner_type != text_type:
+        raise ConfigError(f"config: text_config's model_type {printable(repr(inner_type), 40)} is not one attnid reads "
+                          f"inside {model_type} (it reads {text_type!r})")  # fmt: skip
+    tie, inner = fields.get("tie_word_embeddings", outer_default), text.get("tie_word_embeddings", tie_default)
+    if tie is not None and tie != inner:
+        where = "beside text_config" if "tie_word_embeddings" in fields else "by its class's default (which decides)"
         raise ConfigError(
-            f"config: tie_word_embeddings is {printable(tie, 20)} beside text_config and "
-            f"{printable(text.get('tie_word_embeddings', tie_default), 20)} in it; attnid refuses to choose"
+            f"config: tie_word_embeddings is {printable(tie, 20)} {where} and {printable(inner, 20)} in text_config; "
+            "attnid refuses to choose (set it beside text_config to the tying of the released weights)"
         )
     return {**text, "model_type": text_type}
 
