@@ -90,7 +90,7 @@ def _text_fields(fields: dict, model_type: str) -> dict:
     if tie is not None and tie != inner:
         where = "beside text_config" if "tie_word_embeddings" in fields else "by its class's default (which decides)"
         raise ConfigError(
-            f"config: tie_word_embeddings is {printable(tie, 20)} {where} and {printable(inner, 20)} in text_config; "
+            f"config: tie_word_embeddings is {printable(tie, 20)} {where} and {printable(inner, 20)} in it; "
             "attnid refuses to choose (set it beside text_config to the tying of the released weights)"
         )
     return {**text, "model_type": text_type}
