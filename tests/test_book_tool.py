@@ -319,17 +319,20 @@ def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypa
     first, so the records do not change while the chapter runs (it would be executed a second time); at the paper
     profile without a GPU, or for a fork that only reads records (``load_suite``), it trains nothing."""
     import attnid.lm.launch as chapters
+    from attnid.lm.profiles import SUITES
 
-    calls: list[tuple[str, str, str]] = []
+    calls: list[tuple[str, set[str], str]] = []
 
-    def run_suite(profile: str, suite: str, device: str = "auto", report=None) -> int:
-        calls.append((profile, suite, device))
+    def train_configs(cfgs, device: str = "auto", report=None, parallel=None) -> int:
+        calls.append((cfgs[0].profile, {c.case for c in cfgs}, device))
         return 0
 
-    monkeypatch.setattr(chapters, "run_suite", run_suite)
+    monkeypatch.setattr(chapters, "train_configs", train_configs)
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))  # none trained: every run is one to train
     heads = ROOT / "notebooks" / "07_heads.py"
     book_tool().train_before(heads, {"profile": "smoke", "seed": 0, "device": "cpu"})
-    assert calls == [("smoke", "dynamics", "cpu"), ("smoke", "heads", "cpu")]
+    both = set(SUITES["dynamics"].cases_at("smoke")) | set(SUITES["heads"].cases_at("smoke"))
+    assert calls == [("smoke", both, "cpu")]  # one launch: the longest runs of both suites first
     calls.clear()
     book_tool().train_before(heads, {"profile": "paper", "seed": 0, "device": "cpu"})
     fork = tmp_path / "fork.py"
@@ -337,6 +340,90 @@ def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypa
     book_tool().train_before(fork, {"profile": "smoke", "seed": 0, "device": "cpu"})
     book_tool().train_before(ROOT / "notebooks" / "02_invariances.py", {"profile": "smoke"})
     assert calls == []
+
+
+def test_a_cold_cpu_book_trains_its_runs_beside_the_chapters_that_read_none(monkeypatch, tmp_path):
+    """On the CPU beyond the smoke profile the runs that chapters train are trained in the background, and the
+    chapters that read none of them execute first; not at smoke (inline runs), not where every run is trained,
+    and not for a build whose every chapter reads them (nothing to execute beside them)."""
+    book = book_tool()
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))
+    nbs = {p.stem: p for p in book.chapters()}
+    suites, order = book.plan_ahead(book.chapters(), {"profile": "cpu", "device": "cpu"})
+    assert suites == ["dynamics", "heads", "points"]
+    readers = ["06_training_dynamics", "07_heads", "10_your_model"]
+    assert [p.stem for p in order[-3:]] == readers and sorted(order) == sorted(book.chapters())
+    assert book.plan_ahead(book.chapters(), {"profile": "smoke", "device": "cpu"}) == ([], book.chapters())
+    assert book.plan_ahead(book.chapters(), {"profile": "paper", "device": "cpu"})[0] == []  # trains nothing
+    only_readers = [nbs[n] for n in readers]
+    assert book.plan_ahead(only_readers, {"profile": "cpu", "device": "cpu"}) == ([], only_readers)
+    import attnid.lm.launch as launch
+
+    monkeypatch.setattr(launch, "suite_configs", lambda *a, **k: [])  # every run already trained
+    assert book.plan_ahead(book.chapters(), {"profile": "cpu", "device": "cpu"})[0] == []
+
+
+def test_the_chapters_that_read_runs_trained_ahead_wait_for_them_and_a_stop_stops_them(monkeypatch, tmp_path):
+    """execute_all waits for the training before the first chapter that reads its runs (not before the others) and
+    stops it when the build stops."""
+    book = book_tool()
+    events: list[str] = []
+    free, reader = ROOT / "notebooks" / "02_invariances.py", ROOT / "notebooks" / "06_training_dynamics.py"
+
+    class Ahead:
+        def __init__(self, profile, suites, device):
+            events.append(f"start {profile} {','.join(suites)}")
+
+        def wait(self):
+            events.append("wait")
+
+        def stop(self):
+            events.append("stop")
+
+    monkeypatch.setattr(book, "TrainingAhead", Ahead)
+    monkeypatch.setattr(book, "plan_ahead", lambda todo, params: (["dynamics"], [free, reader]))
+    monkeypatch.setattr(book, "share_the_cores", lambda: 1)
+
+    def execute(nb, *args):
+        events.append(nb.stem)
+        return "executed", "", 0.1
+
+    monkeypatch.setattr(book, "_execute_job", execute)
+    book.execute_all(tmp_path, {"profile": "cpu"}, [reader, free], ROOT / "src", set())
+    assert events == ["start cpu dynamics", "02_invariances", "wait", "06_training_dynamics", "stop"]
+    events.clear()
+
+    def stopped(nb, *args):
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(book, "_execute_job", stopped)
+    with pytest.raises(book.Interrupted, match=r"interrupted \(SIGTERM\): 2 chapter"):
+        book.execute_all(tmp_path, {"profile": "cpu"}, [reader, free], ROOT / "src", set())
+    assert events == ["start cpu dynamics", "stop"]
+
+
+def test_training_in_the_background_trains_the_runs_and_stops_on_sigterm(corpus, tmp_path, monkeypatch, capfd):
+    """The child process itself: it trains the runs (each printed, each a finished record) and ends with 0; on
+    SIGTERM (a cpu suite, its runs in processes of their own) it stops its runs and ends with 143 without a
+    traceback, and leaves no finished record behind."""
+    import attnid.lm.records as records
+
+    book = book_tool()
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("ATTNID_RUNS", str(runs))
+    ahead = book.TrainingAhead("smoke", ["points"], "cpu")
+    ahead.wait()
+    out, err = capfd.readouterr()
+    assert "trained    the runs of points in the background" in out and out.count("(in the background)") == 4, err
+    trained = [d for d in (runs / "smoke").iterdir() if d.is_dir()]
+    assert len(trained) == 4 and all(records.is_finished(d) for d in trained)
+    ahead = book.TrainingAhead("cpu", ["dynamics"], "cpu")
+    _wait_for(lambda: (runs / "cpu").is_dir() and any(d.is_dir() for d in (runs / "cpu").iterdir()), timeout=300)
+    proc = ahead.proc
+    ahead.stop()
+    out, err = capfd.readouterr()
+    assert proc is not None and proc.exitcode == 143 and "Traceback" not in err, err[-2000:]
+    assert ahead.proc is None and not any(records.is_finished(d) for d in (runs / "cpu").iterdir() if d.is_dir())
 
 
 def test_a_stop_while_the_tool_trains_a_chapters_runs_is_the_builds_stop(monkeypatch, tmp_path):

@@ -106,6 +106,73 @@ def train_before(nb: Path, params: dict) -> None:
     train_suites(params.get("profile", "cpu"), trained, params.get("device", "auto"), report=report)
 
 
+def plan_ahead(todo: list[Path], params: dict) -> tuple[list[str], list[Path]]:
+    """What to train in the background, and the order in which to execute ``todo``: the suites that its chapters
+    train (:func:`suites_trained`) with runs still to train, where those runs train as processes of their own (on
+    the CPU, beyond the smoke profile); and ``todo`` with the chapters that read none of them first, so that they
+    execute while those runs train. ``([], todo)`` where nothing would train beside a chapter."""
+    from attnid.lm.launch import suite_configs, trains_here
+
+    profile, device = params.get("profile", "cpu"), params.get("device", "auto")
+    if profile == "smoke" or resolve_device(device) != "cpu" or not trains_here(profile, device):
+        return [], todo
+    wanted = sorted(set().union(*(suites_trained(nb.read_text()) for nb in todo)))
+    suites = [name for name in wanted if suite_configs(profile, name, device=device)]
+    waiting = [nb for nb in todo if suites_read(nb.read_text()) & set(suites)]
+    free = [nb for nb in todo if nb not in waiting]
+    if not suites or not free:
+        return [], todo
+    return suites, free + waiting
+
+
+class TrainingAhead:
+    """The runs of ``suites`` trained by a child process (:func:`attnid.lm.launch.train_in_background`, the runs
+    longest first, each a one-thread process) while the chapters that read none of them execute: on 2 cores a
+    cold cpu book's chapters 0-5, 8 and 9 then cost no time of their own. :meth:`wait` before a chapter that reads
+    them; :meth:`stop` on a stop (SIGTERM to the child, which stops its jobs)."""
+
+    def __init__(self, profile: str, suites: list[str], device: str):
+        import multiprocessing
+
+        from attnid.lm.launch import train_in_background
+
+        self.suites, self.started = suites, time.perf_counter()
+        ctx = multiprocessing.get_context("spawn")
+        self.proc: multiprocessing.process.BaseProcess | None = ctx.Process(
+            target=train_in_background, args=(profile, suites, device), name="attnid-training-ahead"
+        )
+        self.proc.start()
+        print(f"  training the runs of {', '.join(suites)} in the background", flush=True)
+
+    def wait(self) -> None:
+        """Wait for the training to end (once); a failure is said in one line, and the chapters that read the
+        runs then train what is missing themselves (:func:`train_before`) and fail with its reason."""
+        if self.proc is None:
+            return
+        t = time.perf_counter()
+        self.proc.join()
+        code, self.proc = self.proc.exitcode, None
+        took, waited = time.perf_counter() - self.started, time.perf_counter() - t
+        if code == 0:
+            done = f"the runs of {', '.join(self.suites)} in the background ({took:.1f} s; waited {waited:.1f} s)"
+            print(f"  trained    {done}", flush=True)
+        else:
+            print(f"  training in the background ended with status {code}: the chapters that read its runs train "
+                  "what is missing themselves", flush=True)  # fmt: skip
+
+    def stop(self, grace_s: float = 60.0) -> None:
+        """Stop the training (SIGTERM: the child stops its jobs and waits for them), killed after ``grace_s``."""
+        if self.proc is None:
+            return
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(grace_s)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+        self.proc = None
+
+
 def records_digest(profiles: list[str], cases: list[str], roots: list[Path] | None = None) -> str:
     """sha256 over every finished record of ``cases`` (any seed) at ``profiles`` under ``roots`` (default: each
     profile's :func:`attnid.lm.records.record_roots`): its ``summary.json`` and the bytes of every file the summary
@@ -498,12 +565,21 @@ def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced
         print(f"  {status[nb.stem]:>8}  {shown(nb)}  ({seconds:.1f} s)", flush=True)
 
     if jobs <= 1 or len(todo) <= 1:
-        for i, a in enumerate(args):
-            try:
-                share_the_cores()
-                report(a[0], _execute_job(*a))
-            except KeyboardInterrupt as e:
-                raise Interrupted([x[0] for x in args[i:]], str(e) or "SIGINT") from None
+        suites, todo = plan_ahead(todo, params)
+        args = [(nb, out / "_generated", params, src_digest, nb in forced) for nb in todo]
+        ahead = TrainingAhead(params.get("profile", "cpu"), suites, params.get("device", "auto")) if suites else None
+        try:
+            for i, a in enumerate(args):
+                try:
+                    if ahead is not None and suites_read(a[0].read_text()) & set(suites):
+                        ahead.wait()
+                    share_the_cores()
+                    report(a[0], _execute_job(*a))
+                except KeyboardInterrupt as e:
+                    raise Interrupted([x[0] for x in args[i:]], str(e) or "SIGINT") from None
+        finally:
+            if ahead is not None:
+                ahead.stop()
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed

@@ -315,6 +315,66 @@ def pending_configs(configs: Sequence[RunConfig], base: Path | None = None) -> l
     return out
 
 
+def suite_configs(profile: str, suite: str, *, seeds: Sequence[int] | None = None, device: str = "auto") -> list:
+    """The configs of ``suite``'s runs at ``profile`` (``seeds``, default the suite's) that have no finished record."""
+    from .profiles import SUITES, make_config
+
+    if suite not in SUITES:
+        raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
+    seeds = list(SUITES[suite].seeds[profile] if seeds is None else seeds)
+    cases = SUITES[suite].cases_at(profile)
+    return pending_configs([make_config(profile, c, seed=s, device=device) for s in seeds for c in cases])
+
+
+def relative_cost(cfg: RunConfig) -> float:
+    """A run's training time in arbitrary units, for starting the longest runs first: a step costs each layer its
+    width squared and a little per head (small heads run their attention one head at a time), plus a fixed part
+    (embedding, head, optimizer), times the tokens of a batch. Fitted to the cpu profile's runs on one core
+    (seconds: base 2 x 4 x 64, 2,000 steps, 35; 4 layers 68; heads suite, 1,000 steps, H = 1 17, H = 16 39;
+    E = 16 13.7); within 20 % of each."""
+    per_layer = cfg.n_embd**2 / 4096 + 0.1 * cfg.n_head
+    return cfg.max_iters * cfg.batch_size * cfg.block_size / 1024 * (cfg.n_layer * per_layer + 1.0)
+
+
+def train_configs(
+    cfgs: Sequence[RunConfig],
+    device: str = "auto",
+    *,
+    parallel: int | None = None,
+    report: Callable[[str], None] = lambda _: None,
+) -> int:
+    """Train ``cfgs`` (runs of one profile); returns how many.
+
+    On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4), longest first
+    (:func:`relative_cost`, so that no long run is left alone at the end), as local processes of one thread each:
+    the cpu profile's small models are compute-bound, and two one-thread processes on two cores do about 1.5x the
+    work of one two-thread process. On a GPU, where processes time-share the device, the runs of each model shape
+    (seeds and cases) train as one stacked model (:mod:`attnid.lm.batched`), the shapes one after another. The
+    smoke profile's runs train inline, one after another: each takes less time than a process takes to start."""
+    from .profiles import resolve_device
+
+    if not cfgs:
+        return 0
+    dev = resolve_device(device)
+    # one process per core: not the idle cores of the load average, which counts the book's own earlier
+    # chapters and would send a suite one run after another
+    n = min(4, os.cpu_count() or 1) if parallel is None else parallel
+    if dev != "cpu":  # a GPU: the runs of each model shape (seeds and cases) as one stacked model
+        from .batched import stacks, train_stack
+
+        for stack in stacks(list(cfgs)):
+            for s in train_stack(stack, progress=False):
+                report(f"{cfgs[0].profile}/{s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f}")
+    elif n < 2 or len(cfgs) < 2 or cfgs[0].profile == "smoke":
+        launch(cfgs, "inline", report=report, progress=False)
+    else:
+        from . import records
+
+        longest_first = sorted(cfgs, key=relative_cost, reverse=True)
+        launch(longest_first, "local", parallel=n, threads=1, folder=records.runs_root() / ".submitit", report=report)
+    return len(cfgs)
+
+
 def run_suite(
     profile: str,
     suite: str,
@@ -324,43 +384,10 @@ def run_suite(
     parallel: int | None = None,
     report: Callable[[str], None] = lambda _: None,
 ) -> int:
-    """Train every run of ``suite`` at ``profile`` (``seeds``, default the suite's) that has no finished record;
-    returns how many were trained. What chapters 6 and 7 call.
-
-    On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4) as local processes
-    of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
-    two cores do about 1.5x the work of one two-thread process. On a GPU, where processes time-share the
-    device, the runs of each model shape (seeds and cases) train as one stacked model
-    (:mod:`attnid.lm.batched`), the shapes one after another. The smoke profile's runs train inline, one after
-    another: each takes less time than a process takes to start."""
-    from .profiles import SUITES, make_config, resolve_device
-
-    if suite not in SUITES:
-        raise ValueError(f"suite: unknown {suite!r}; choose one of {', '.join(SUITES)}")
-    seeds = list(SUITES[suite].seeds[profile] if seeds is None else seeds)
-    cases = SUITES[suite].cases_at(profile)
-    cfgs = pending_configs([make_config(profile, c, seed=s, device=device) for s in seeds for c in cases])
-    if not cfgs:
-        return 0
-    import os
-
-    dev = resolve_device(device)
-    # one process per core: not the idle cores of the load average, which counts the book's own earlier
-    # chapters and would send a suite one run after another
-    n = min(4, os.cpu_count() or 1) if parallel is None else parallel
-    if dev != "cpu":  # a GPU: the runs of each model shape (seeds and cases) as one stacked model
-        from .batched import stacks, train_stack
-
-        for stack in stacks(cfgs):
-            for s in train_stack(stack, progress=False):
-                report(f"{profile}/{s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f}")
-    elif n < 2 or len(cfgs) < 2 or profile == "smoke":
-        launch(cfgs, "inline", report=report, progress=False)
-    else:
-        from . import records
-
-        launch(cfgs, "local", parallel=n, threads=1, folder=records.runs_root() / ".submitit", report=report)
-    return len(cfgs)
+    """Train every run of ``suite`` at ``profile`` (``seeds``, default the suite's) that has no finished record
+    (:func:`train_configs`); returns how many were trained."""
+    cfgs = suite_configs(profile, suite, seeds=seeds, device=device)
+    return train_configs(cfgs, device, parallel=parallel, report=report)
 
 
 def trains_here(profile: str, device: str = "auto") -> bool:
@@ -379,4 +406,29 @@ def train_suites(
     that do not change while it runs; a chapter run by hand calls it in its first cell."""
     if not trains_here(profile, device):
         return 0
-    return sum(run_suite(profile, suite, device=device, report=report) for suite in suites)
+    cfgs = [c for suite in dict.fromkeys(suites) for c in suite_configs(profile, suite, device=device)]
+    return train_configs(cfgs, device, report=report)
+
+
+def train_in_background(profile: str, suites: Sequence[str], device: str = "auto") -> None:
+    """:func:`train_suites` as the book tool's child process runs it while chapters that read none of these runs
+    execute: each finished run printed on one line, a stop (SIGTERM, Ctrl-C) ends it with status 143 once its jobs
+    have stopped, a failure with its one line on stderr and status 1 (the chapters that read the runs then train
+    what is missing themselves, and report it)."""
+    import sys
+
+    from .lifecycle import Interrupted
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def report(message: str) -> None:
+        print(f"    trained {message}  (in the background)", flush=True)
+
+    try:
+        with sigterm_as_interrupt():
+            train_suites(profile, suites, device, report=report)
+    except (KeyboardInterrupt, Stopped, Interrupted):
+        sys.exit(143)
+    except Exception as e:  # one line: the chapters that read the runs name it again
+        print(f"training in the background failed: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
