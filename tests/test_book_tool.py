@@ -344,14 +344,15 @@ def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypa
 
 def test_a_cold_cpu_book_trains_its_runs_beside_the_chapters_that_read_none(monkeypatch, tmp_path):
     """On the CPU beyond the smoke profile the runs that chapters train are trained in the background, and the
-    chapters that read none of them execute first; not at smoke (inline runs), not where every run is trained,
-    and not for a build whose every chapter reads them (nothing to execute beside them)."""
+    chapters that read none of them execute first; then those that read them, the cheapest runs first, and the
+    suites are trained in that order of need. Not at smoke (inline runs), not where every run is trained, and not
+    for a build whose every chapter reads them (nothing to execute beside them)."""
     book = book_tool()
     monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))
     nbs = {p.stem: p for p in book.chapters()}
     suites, order = book.plan_ahead(book.chapters(), {"profile": "cpu", "device": "cpu"})
-    assert suites == ["dynamics", "heads", "points"]
-    readers = ["06_training_dynamics", "07_heads", "10_your_model"]
+    assert suites == ["dynamics", "points", "heads"]  # chapter 6 needs dynamics, 10 adds points (cheaper than heads)
+    readers = ["06_training_dynamics", "10_your_model", "07_heads"]
     assert [p.stem for p in order[-3:]] == readers and sorted(order) == sorted(book.chapters())
     assert book.plan_ahead(book.chapters(), {"profile": "smoke", "device": "cpu"}) == ([], book.chapters())
     assert book.plan_ahead(book.chapters(), {"profile": "paper", "device": "cpu"})[0] == []  # trains nothing
@@ -364,8 +365,8 @@ def test_a_cold_cpu_book_trains_its_runs_beside_the_chapters_that_read_none(monk
 
 
 def test_the_chapters_that_read_runs_trained_ahead_wait_for_them_and_a_stop_stops_them(monkeypatch, tmp_path):
-    """execute_all waits for the training before the first chapter that reads its runs (not before the others) and
-    stops it when the build stops."""
+    """execute_all waits for the runs a chapter reads before it executes (not before the others, and only for the
+    suites it reads) and stops the training when the build stops."""
     book = book_tool()
     events: list[str] = []
     free, reader = ROOT / "notebooks" / "02_invariances.py", ROOT / "notebooks" / "06_training_dynamics.py"
@@ -374,14 +375,15 @@ def test_the_chapters_that_read_runs_trained_ahead_wait_for_them_and_a_stop_stop
         def __init__(self, profile, suites, device):
             events.append(f"start {profile} {','.join(suites)}")
 
-        def wait(self):
-            events.append("wait")
+        def wait_for(self, names):
+            events.append(f"wait {','.join(names)}")
 
         def stop(self):
             events.append("stop")
 
     monkeypatch.setattr(book, "TrainingAhead", Ahead)
-    monkeypatch.setattr(book, "plan_ahead", lambda todo, params: (["dynamics"], [free, reader]))
+    heads = ROOT / "notebooks" / "07_heads.py"
+    monkeypatch.setattr(book, "plan_ahead", lambda todo, params: (["dynamics", "heads"], [free, reader, heads]))
     monkeypatch.setattr(book, "share_the_cores", lambda: 1)
 
     def execute(nb, *args):
@@ -389,17 +391,18 @@ def test_the_chapters_that_read_runs_trained_ahead_wait_for_them_and_a_stop_stop
         return "executed", "", 0.1
 
     monkeypatch.setattr(book, "_execute_job", execute)
-    book.execute_all(tmp_path, {"profile": "cpu"}, [reader, free], ROOT / "src", set())
-    assert events == ["start cpu dynamics", "02_invariances", "wait", "06_training_dynamics", "stop"]
+    book.execute_all(tmp_path, {"profile": "cpu"}, [reader, heads, free], ROOT / "src", set())
+    assert events == ["start cpu dynamics,heads", "02_invariances", "wait dynamics", "06_training_dynamics",
+                      "wait dynamics,heads", "07_heads", "stop"]  # fmt: skip
     events.clear()
 
     def stopped(nb, *args):
         raise KeyboardInterrupt("SIGTERM")
 
     monkeypatch.setattr(book, "_execute_job", stopped)
-    with pytest.raises(book.Interrupted, match=r"interrupted \(SIGTERM\): 2 chapter"):
-        book.execute_all(tmp_path, {"profile": "cpu"}, [reader, free], ROOT / "src", set())
-    assert events == ["start cpu dynamics", "stop"]
+    with pytest.raises(book.Interrupted, match=r"interrupted \(SIGTERM\): 3 chapter"):
+        book.execute_all(tmp_path, {"profile": "cpu"}, [reader, heads, free], ROOT / "src", set())
+    assert events == ["start cpu dynamics,heads", "stop"]
 
 
 def test_training_in_the_background_trains_the_runs_and_stops_on_sigterm(corpus, tmp_path, monkeypatch, capfd):
@@ -412,7 +415,8 @@ def test_training_in_the_background_trains_the_runs_and_stops_on_sigterm(corpus,
     runs = tmp_path / "runs"
     monkeypatch.setenv("ATTNID_RUNS", str(runs))
     ahead = book.TrainingAhead("smoke", ["points"], "cpu")
-    ahead.wait()
+    ahead.wait_for(["points"])
+    assert ahead.proc is None or ahead.proc.is_alive()
     out, err = capfd.readouterr()
     assert "trained    the runs of points in the background" in out and out.count("(in the background)") == 4, err
     trained = [d for d in (runs / "smoke").iterdir() if d.is_dir()]

@@ -110,33 +110,39 @@ def plan_ahead(todo: list[Path], params: dict) -> tuple[list[str], list[Path]]:
     """What to train in the background, and the order in which to execute ``todo``: the suites that its chapters
     train (:func:`suites_trained`) with runs still to train, where those runs train as processes of their own (on
     the CPU, beyond the smoke profile); and ``todo`` with the chapters that read none of them first, so that they
-    execute while those runs train. ``([], todo)`` where nothing would train beside a chapter."""
-    from attnid.lm.launch import suite_configs, trains_here
+    execute while those runs train. The chapters that read them follow, those whose runs cost least first
+    (:func:`attnid.lm.launch.relative_cost`), and the suites are trained in the order these chapters need them: each
+    executes as soon as its runs are trained, while the others' train. ``([], todo)`` where nothing would train
+    beside a chapter."""
+    from attnid.lm.launch import relative_cost, suite_configs, trains_here
 
     profile, device = params.get("profile", "cpu"), params.get("device", "auto")
     if profile == "smoke" or resolve_device(device) != "cpu" or not trains_here(profile, device):
         return [], todo
     wanted = sorted(set().union(*(suites_trained(nb.read_text()) for nb in todo)))
-    suites = [name for name in wanted if suite_configs(profile, name, device=device)]
-    waiting = [nb for nb in todo if suites_read(nb.read_text()) & set(suites)]
-    free = [nb for nb in todo if nb not in waiting]
-    if not suites or not free:
+    cost = {name: sum(map(relative_cost, suite_configs(profile, name, device=device))) for name in wanted}
+    cost = {name: c for name, c in cost.items() if c > 0}
+    needs = {nb: sorted(suites_read(nb.read_text()) & set(cost), key=cost.__getitem__) for nb in todo}
+    waiting = sorted((nb for nb in todo if needs[nb]), key=lambda nb: sum(cost[n] for n in needs[nb]))
+    free = [nb for nb in todo if not needs[nb]]
+    if not cost or not free:
         return [], todo
-    return suites, free + waiting
+    return list(dict.fromkeys(name for nb in waiting for name in needs[nb])), free + waiting
 
 
 class TrainingAhead:
-    """The runs of ``suites`` trained by a child process (:func:`attnid.lm.launch.train_in_background`, the runs
-    longest first, each a one-thread process) while the chapters that read none of them execute: on 2 cores a
-    cold cpu book's chapters 0-5, 8 and 9 then cost no time of their own. :meth:`wait` before a chapter that reads
-    them; :meth:`stop` on a stop (SIGTERM to the child, which stops its jobs)."""
+    """The runs of ``suites`` trained by a child process (:func:`attnid.lm.launch.train_in_background`: the suites
+    in order, each one's runs longest first, each run a one-thread process) while the chapters that read none of
+    them execute: on 2 cores a cold cpu book's chapters 0-5, 8 and 9 then cost little time of their own.
+    :meth:`wait_for` before a chapter that reads some of them; :meth:`stop` on a stop (SIGTERM to the child, which
+    stops its jobs)."""
 
     def __init__(self, profile: str, suites: list[str], device: str):
         import multiprocessing
 
         from attnid.lm.launch import train_in_background
 
-        self.suites, self.started = suites, time.perf_counter()
+        self.profile, self.device, self.suites, self.started = profile, device, suites, time.perf_counter()
         ctx = multiprocessing.get_context("spawn")
         self.proc: multiprocessing.process.BaseProcess | None = ctx.Process(
             target=train_in_background, args=(profile, suites, device), name="attnid-training-ahead"
@@ -144,21 +150,26 @@ class TrainingAhead:
         self.proc.start()
         print(f"  training the runs of {', '.join(suites)} in the background", flush=True)
 
-    def wait(self) -> None:
-        """Wait for the training to end (once); a failure is said in one line, and the chapters that read the
-        runs then train what is missing themselves (:func:`train_before`) and fail with its reason."""
+    def wait_for(self, names: list[str]) -> None:
+        """Wait until the runs of the suites ``names`` are trained (their records finished) or the training has
+        ended. A failure is said in one line, once; the chapters that read the runs then train what is missing
+        themselves (:func:`train_before`) and fail with its reason."""
+        from attnid.lm.launch import suite_configs
+
         if self.proc is None:
             return
         t = time.perf_counter()
-        self.proc.join()
-        code, self.proc = self.proc.exitcode, None
+        while self.proc.is_alive() and any(suite_configs(self.profile, n, device=self.device) for n in names):
+            self.proc.join(1.0)  # the records checked once a second: the runs take minutes
         took, waited = time.perf_counter() - self.started, time.perf_counter() - t
-        if code == 0:
-            done = f"the runs of {', '.join(self.suites)} in the background ({took:.1f} s; waited {waited:.1f} s)"
+        done = f"the runs of {', '.join(names)} in the background ({took:.1f} s since the start; waited {waited:.1f} s)"
+        if self.proc.is_alive() or self.proc.exitcode == 0:
             print(f"  trained    {done}", flush=True)
-        else:
-            print(f"  training in the background ended with status {code}: the chapters that read its runs train "
-                  "what is missing themselves", flush=True)  # fmt: skip
+        if not self.proc.is_alive():
+            if self.proc.exitcode != 0:
+                print(f"  training in the background ended with status {self.proc.exitcode}: the chapters that read "
+                      "its runs train what is missing themselves", flush=True)  # fmt: skip
+            self.proc = None
 
     def stop(self, grace_s: float = 60.0) -> None:
         """Stop the training (SIGTERM: the child stops its jobs and waits for them), killed after ``grace_s``."""
@@ -571,8 +582,9 @@ def execute_all(out: Path, params: dict, todo: list[Path], src_dir: Path, forced
         try:
             for i, a in enumerate(args):
                 try:
-                    if ahead is not None and suites_read(a[0].read_text()) & set(suites):
-                        ahead.wait()
+                    needed = [name for name in suites if name in suites_read(a[0].read_text())]
+                    if ahead is not None and needed:
+                        ahead.wait_for(needed)
                     share_the_cores()
                     report(a[0], _execute_job(*a))
                 except KeyboardInterrupt as e:

@@ -345,8 +345,8 @@ def train_configs(
 ) -> int:
     """Train ``cfgs`` (runs of one profile); returns how many.
 
-    On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4), longest first
-    (:func:`relative_cost`, so that no long run is left alone at the end), as local processes of one thread each:
+    On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4), in the order given, as local
+    processes of one thread each:
     the cpu profile's small models are compute-bound, and two one-thread processes on two cores do about 1.5x the
     work of one two-thread process. On a GPU, where processes time-share the device, the runs of each model shape
     (seeds and cases) train as one stacked model (:mod:`attnid.lm.batched`), the shapes one after another. The
@@ -370,8 +370,7 @@ def train_configs(
     else:
         from . import records
 
-        longest_first = sorted(cfgs, key=relative_cost, reverse=True)
-        launch(longest_first, "local", parallel=n, threads=1, folder=records.runs_root() / ".submitit", report=report)
+        launch(cfgs, "local", parallel=n, threads=1, folder=records.runs_root() / ".submitit", report=report)
     return len(cfgs)
 
 
@@ -384,9 +383,10 @@ def run_suite(
     parallel: int | None = None,
     report: Callable[[str], None] = lambda _: None,
 ) -> int:
-    """Train every run of ``suite`` at ``profile`` (``seeds``, default the suite's) that has no finished record
-    (:func:`train_configs`); returns how many were trained."""
-    cfgs = suite_configs(profile, suite, seeds=seeds, device=device)
+    """Train every run of ``suite`` at ``profile`` (``seeds``, default the suite's) that has no finished record,
+    longest first (:func:`relative_cost`: no long run is left alone at the end; :func:`train_configs`); returns how
+    many were trained."""
+    cfgs = sorted(suite_configs(profile, suite, seeds=seeds, device=device), key=relative_cost, reverse=True)
     return train_configs(cfgs, device, parallel=parallel, report=report)
 
 
@@ -402,11 +402,16 @@ def train_suites(
     profile: str, suites: Sequence[str], device: str = "auto", report: Callable[[str], None] = lambda _: None
 ) -> int:
     """Train the runs of ``suites`` at ``profile`` that have no finished record (none at the paper profile without a
-    GPU); returns how many. The book tool calls it before it executes a chapter, so that the chapter reads records
-    that do not change while it runs; a chapter run by hand calls it in its first cell."""
+    GPU), as one launch: the suites in the order given, each one's runs longest first (:func:`relative_cost`);
+    returns how many. The book tool calls it before it executes a chapter, so that the chapter reads records that
+    do not change while it runs; a chapter run by hand calls it in its first cell."""
     if not trains_here(profile, device):
         return 0
-    cfgs = [c for suite in dict.fromkeys(suites) for c in suite_configs(profile, suite, device=device)]
+    cfgs = [
+        c
+        for suite in dict.fromkeys(suites)
+        for c in sorted(suite_configs(profile, suite, device=device), key=relative_cost, reverse=True)
+    ]
     return train_configs(cfgs, device, report=report)
 
 
