@@ -343,10 +343,10 @@ def test_the_runs_a_chapter_trains_are_trained_before_its_kernel_starts(monkeypa
 
 
 def test_a_cold_cpu_book_trains_its_runs_beside_the_chapters_that_read_none(monkeypatch, tmp_path):
-    """On the CPU beyond the smoke profile the runs that chapters train are trained in the background, and the
-    chapters that read none of them execute first; then those that read them, the cheapest runs first, and the
-    suites are trained in that order of need. Not at smoke (inline runs), not where every run is trained, and not
-    for a build whose every chapter reads them (nothing to execute beside them)."""
+    """On the CPU beyond the smoke profile the runs that chapters train are trained in the background, and the chapters
+    that read none of them execute first; then those that read them, the cheapest runs first. Not at smoke (inline
+    runs), not where every run is trained, and not for a build whose every chapter reads them (nothing to execute
+    beside them)."""
     book = book_tool()
     monkeypatch.setenv("ATTNID_RUNS", str(tmp_path / "runs"))
     nbs = {p.stem: p for p in book.chapters()}

@@ -845,3 +845,27 @@ def test_a_dip_of_noise_on_a_slow_runs_plateau_is_not_its_crossing():
     assert first_below < 500  # the dip: where "first reaches" alone would read it
     a, b = claims.reading_at(plain, target), claims.reading_at(dipped, target)
     assert abs(b.step - a.step) <= 10 and abs(b.step - 700) <= 60, (a, b)
+
+
+def test_the_matched_loss_is_one_the_slowest_run_reaches_and_holds_not_a_dip_of_its_evaluations():
+    """Planted: a slow run falling 0.4 nats over 1,000 steps whose evaluation at step 900 is 0.07 nats low, below
+    its last one (noise). Its best evaluation is that dip, which the reading rightly does not take for a crossing: as
+    the target (the largest of the runs' best evaluations) the slow run would never reach it, and every matched-loss
+    row would be inconclusive. The target is the best each run reaches and holds, and both runs are read at it."""
+
+    def best_evaluation(rec: Record) -> float:
+        return min(row[Key.VAL_LOSS] for row in rec.rows if Key.VAL_LOSS in row)
+
+    evals = (1, *range(100, 1001, 100))
+    slow = _curve_record(lambda s: 2.5 - 0.4 * s / 1000, evals=evals)
+    for row in slow.rows:
+        if row[Key.STEP] == 900:
+            row[Key.VAL_LOSS] -= 0.07
+    fast = _curve_record(lambda s: 1.8 + 0.7 * np.exp(-s / 200), evals=evals)
+    old_target = max(best_evaluation(slow), best_evaluation(fast))
+    assert old_target == pytest.approx(2.07)
+    with pytest.raises(claims.Undecidable, match="never reaches"):
+        claims.reading_at(slow, old_target)
+    target = claims.matched_loss([slow, fast])
+    assert old_target < target <= 2.1 + 1e-9
+    assert claims.reading_at(slow, target).step >= 850 and claims.reading_at(fast, target).step < 600

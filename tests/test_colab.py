@@ -21,7 +21,9 @@ def _fresh_jupyter(where):
     """A virtual environment with a Jupyter kernel and torch (Colab's), and no attnid."""
     venv.create(where, with_pip=True)
     py = where / "bin" / "python"
-    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # --no-compile: each module is compiled when first imported (as the Makefile installs), not the ~4,000 files of
+    # torch up front
+    pip = [str(py), "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check"]
     subprocess.run([*pip, "ipykernel", "nbclient", "nbformat"], check=True, capture_output=True)
     torch = os.environ.get("TORCH_SPEC", "torch==2.13.0")  # the CPU wheel this machine keeps (as the Makefile)
     subprocess.run([*pip, *torch.split()], check=True, capture_output=True)

@@ -61,6 +61,9 @@ def run_make(target: str, clone: Path, log: Path) -> tuple[float, dict[str, floa
     text = log.read_text()
     if r.returncode:
         raise SystemExit(f"bench_busy: make {target} failed (rc {r.returncode}); its log: {log}\n{text[-2000:]}")
+    for line in text.splitlines():  # the book's training in the background, when it waited for it
+        if line.startswith("  trained    the runs of"):
+            print(f"  ({log.stem}){line[len('  trained') :]}", flush=True)
     return seconds, {m[1]: float(m[2]) for m in re.finditer(r"executed\s+(\S+)\s+\(([\d.]+) s\)", text)}
 
 

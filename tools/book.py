@@ -111,9 +111,9 @@ def plan_ahead(todo: list[Path], params: dict) -> tuple[list[str], list[Path]]:
     train (:func:`suites_trained`) with runs still to train, where those runs train as processes of their own (on
     the CPU, beyond the smoke profile); and ``todo`` with the chapters that read none of them first, so that they
     execute while those runs train. The chapters that read them follow, those whose runs cost least first
-    (:func:`attnid.lm.launch.relative_cost`), and the suites are trained in the order these chapters need them: each
-    executes as soon as its runs are trained, while the others' train. ``([], todo)`` where nothing would train
-    beside a chapter."""
+    (:func:`attnid.lm.launch.relative_cost`), each as soon as its own runs are trained; the suites are listed in that
+    order of need (the runs themselves train longest first). ``([], todo)`` where nothing would train beside a
+    chapter."""
     from attnid.lm.launch import relative_cost, suite_configs, trains_here
 
     profile, device = params.get("profile", "cpu"), params.get("device", "auto")
@@ -131,11 +131,10 @@ def plan_ahead(todo: list[Path], params: dict) -> tuple[list[str], list[Path]]:
 
 
 class TrainingAhead:
-    """The runs of ``suites`` trained by a child process (:func:`attnid.lm.launch.train_in_background`: the suites
-    in order, each one's runs longest first, each run a one-thread process) while the chapters that read none of
-    them execute: on 2 cores a cold cpu book's chapters 0-5, 8 and 9 then cost little time of their own.
-    :meth:`wait_for` before a chapter that reads some of them; :meth:`stop` on a stop (SIGTERM to the child, which
-    stops its jobs)."""
+    """The runs of ``suites`` trained by a child process (:func:`attnid.lm.launch.train_in_background`: the longest
+    runs first, each a one-thread process) while the chapters that read none of them execute: on 2 cores a cold cpu
+    book's chapters 0-5, 8 and 9 then cost little time of their own. :meth:`wait_for` before a chapter that reads
+    some of them; :meth:`stop` on a stop (SIGTERM to the child, which stops its jobs)."""
 
     def __init__(self, profile: str, suites: list[str], device: str):
         import multiprocessing

@@ -402,17 +402,15 @@ def train_suites(
     profile: str, suites: Sequence[str], device: str = "auto", report: Callable[[str], None] = lambda _: None
 ) -> int:
     """Train the runs of ``suites`` at ``profile`` that have no finished record (none at the paper profile without a
-    GPU), as one launch: the suites in the order given, each one's runs longest first (:func:`relative_cost`);
-    returns how many. The book tool calls it before it executes a chapter, so that the chapter reads records that
+    GPU), as one launch, the longest runs first whatever their suite (:func:`relative_cost`: the cores stay busy to
+    the end); returns how many. (Trained suite by suite in the order the book's chapters need them, with chapter 10
+    executing beside the last suite, a cold cpu book took longer: 1,067 s against 965 s, the runs beside chapter 10
+    twice as slow.) The book tool calls it before it executes a chapter, so that the chapter reads records that
     do not change while it runs; a chapter run by hand calls it in its first cell."""
     if not trains_here(profile, device):
         return 0
-    cfgs = [
-        c
-        for suite in dict.fromkeys(suites)
-        for c in sorted(suite_configs(profile, suite, device=device), key=relative_cost, reverse=True)
-    ]
-    return train_configs(cfgs, device, report=report)
+    cfgs = [c for suite in dict.fromkeys(suites) for c in suite_configs(profile, suite, device=device)]
+    return train_configs(sorted(cfgs, key=relative_cost, reverse=True), device, report=report)
 
 
 def train_in_background(profile: str, suites: Sequence[str], device: str = "auto") -> None:

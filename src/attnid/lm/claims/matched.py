@@ -12,7 +12,6 @@ import numpy as np
 
 from ..analysis import (
     Cases,
-    best_val_loss,
     series,
 )
 from ..metrics import Key
@@ -30,8 +29,20 @@ MIN_RESIDUALS = 3  # leave-one-out residuals a run needs before its reading's er
 
 
 def matched_loss(recs: list[Record]) -> float:
-    """The best validation loss that every run of ``recs`` reaches: the largest of their best losses."""
-    return max(best_val_loss(r) for r in recs)
+    """The best validation loss that every run of ``recs`` reaches and holds: the largest of their
+    :func:`held_best` (the largest of their best evaluations would be a noise dip of the slowest run's, which
+    :func:`reading_at` rightly does not take for a crossing: that run would never reach the target)."""
+    return max(held_best(r) for r in recs)
+
+
+def held_best(rec: Record) -> float:
+    """The lowest validation loss ``rec`` reaches and holds (:func:`val_loss_estimate`,
+    :func:`first_crossing_that_holds`): over its rows, the least of the larger of the row's estimate and the median
+    of the estimates that follow it over one interval between evaluations. :func:`reading_at` this target finds the
+    run."""
+    steps, est, se, _ = val_loss_estimate(rec)
+    rows = _holding_rows(steps, se)
+    return float(min(max(est[i], np.median(est[i : i + rows])) for i in range(len(est))))
 
 
 @dataclass(frozen=True)
