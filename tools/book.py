@@ -10,7 +10,9 @@ Chapter sources are jupytext percent files ``notebooks/*.py``. Each is converted
 of its source, its parameters, every file under ``src/`` or the run records it reads changes
 (each record's ``summary.json`` and the files it lists, so adding, removing, remaking or damaging a
 record counts). The runs a chapter's module trains and reads (its ``READS``) are trained here first
-(:func:`train_before`), so a chapter reads records that it does not change. The records' digest is taken
+(:func:`train_before`), so a chapter reads records that it does not change; on a cold cpu build they are trained by
+a child process while the chapters that read none of them execute, and each chapter that reads them waits for its
+own (:func:`plan_ahead`, :class:`TrainingAhead`). The records' digest is taken
 before and after a chapter runs: a chapter whose records changed while it ran (another process trained
 them) is executed once more at once, and is stamped only when the records it read are the ones there
 after it.

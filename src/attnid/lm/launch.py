@@ -346,11 +346,11 @@ def train_configs(
     """Train ``cfgs`` (runs of one profile); returns how many.
 
     On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4), in the order given, as local
-    processes of one thread each:
-    the cpu profile's small models are compute-bound, and two one-thread processes on two cores do about 1.5x the
-    work of one two-thread process. On a GPU, where processes time-share the device, the runs of each model shape
-    (seeds and cases) train as one stacked model (:mod:`attnid.lm.batched`), the shapes one after another. The
-    smoke profile's runs train inline, one after another: each takes less time than a process takes to start."""
+    processes of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
+    two cores do about 1.5x the work of one two-thread process. On a GPU, where processes time-share the device, the
+    runs of each model shape (seeds and cases) train as one stacked model (:mod:`attnid.lm.batched`), the shapes one
+    after another. The smoke profile's runs train inline, one after another: each takes less time than a process
+    takes to start."""
     from .profiles import resolve_device
 
     if not cfgs:
