@@ -416,7 +416,6 @@ def test_training_in_the_background_trains_the_runs_and_stops_on_sigterm(corpus,
     monkeypatch.setenv("ATTNID_RUNS", str(runs))
     ahead = book.TrainingAhead("smoke", ["points"], "cpu")
     ahead.wait_for(["points"])
-    assert ahead.proc is None or ahead.proc.is_alive()
     out, err = capfd.readouterr()
     assert "trained    the runs of points in the background" in out and out.count("(in the background)") == 4, err
     trained = [d for d in (runs / "smoke").iterdir() if d.is_dir()]
