@@ -116,10 +116,10 @@ def plan_ahead(todo: list[Path], params: dict) -> tuple[list[str], list[Path]]:
     (:func:`attnid.lm.launch.relative_cost`), each as soon as its own runs are trained; the suites are listed in that
     order of need (the runs themselves train longest first). ``([], todo)`` where nothing would train beside a
     chapter."""
-    from attnid.lm.launch import relative_cost, suite_configs, trains_here
+    from attnid.lm.launch import relative_cost, suite_configs, trains_here, trains_in_processes
 
     profile, device = params.get("profile", "cpu"), params.get("device", "auto")
-    if profile == "smoke" or resolve_device(device) != "cpu" or not trains_here(profile, device):
+    if not (trains_here(profile, device) and trains_in_processes(profile, device)):
         return [], todo
     wanted = sorted(set().union(*(suites_trained(nb.read_text()) for nb in todo)))
     cost = {name: sum(map(relative_cost, suite_configs(profile, name, device=device))) for name in wanted}

@@ -336,6 +336,14 @@ def relative_cost(cfg: RunConfig) -> float:
     return cfg.max_iters * cfg.batch_size * cfg.block_size / 1024 * (cfg.n_layer * per_layer + 1.0)
 
 
+def trains_in_processes(profile: str, device: str = "auto") -> bool:
+    """Whether :func:`train_configs` trains ``profile``'s runs as processes of their own: on the CPU beyond the smoke
+    profile (smoke runs train inline, each quicker than a process starts; a GPU's runs train as stacked models)."""
+    from .profiles import resolve_device
+
+    return profile != "smoke" and resolve_device(device) == "cpu"
+
+
 def train_configs(
     cfgs: Sequence[RunConfig],
     device: str = "auto",
@@ -365,7 +373,7 @@ def train_configs(
         for stack in stacks(list(cfgs)):
             for s in train_stack(stack, progress=False):
                 report(f"{cfgs[0].profile}/{s['case']} seed {s['seed']}: final val loss {s['final_val_loss']:.4f}")
-    elif n < 2 or len(cfgs) < 2 or cfgs[0].profile == "smoke":
+    elif n < 2 or len(cfgs) < 2 or not trains_in_processes(cfgs[0].profile, dev):
         launch(cfgs, "inline", report=report, progress=False)
     else:
         from . import records
