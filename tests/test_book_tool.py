@@ -415,7 +415,10 @@ def test_training_in_the_background_trains_the_runs_and_stops_on_sigterm(corpus,
     runs = tmp_path / "runs"
     monkeypatch.setenv("ATTNID_RUNS", str(runs))
     ahead = book.TrainingAhead("smoke", ["points"], "cpu")
+    child = ahead.proc
     ahead.wait_for(["points"])
+    assert child is not None
+    child.join(120)  # the last run's line is printed a moment after its record is finished
     out, err = capfd.readouterr()
     assert "trained    the runs of points in the background" in out and out.count("(in the background)") == 4, err
     trained = [d for d in (runs / "smoke").iterdir() if d.is_dir()]

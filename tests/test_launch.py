@@ -1,5 +1,6 @@
 """Launchers of `attnid experiments` (submitit): local processes, the debug executor, and a SLURM array."""
 
+import json
 import os
 import stat
 
@@ -270,3 +271,52 @@ def _running(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_workers_train_every_run_once_and_name_the_one_that_fails(corpus, tmp_path, monkeypatch):
+    """The book's runs train in worker processes that take one run after another: each run is trained once (its
+    record finished) and reported once, the summaries come back in the order given, and a run that fails (planted:
+    its folder holds a run of another config) is named in one line while the others finish; then LaunchError names
+    it."""
+    from attnid.lm import records
+    from attnid.lm.launch import LaunchError, train_in_workers
+
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path))
+    cfgs = [make_config("smoke", case, seed=0) for case in ("points_sgd", "points_adamw", "points_sgd_wd")]
+    lines: list[str] = []
+    out = train_in_workers(cfgs[:2], 2, report=lines.append)
+    assert [s["case"] for s in out] == ["points_sgd", "points_adamw"] and len(lines) == 2
+    assert all(records.is_finished(records.run_dir("smoke", c.case, 0)) for c in cfgs[:2])
+    planted = records.run_dir("smoke", "points_sgd_wd", 0)
+    planted.mkdir(parents=True)
+    (planted / "config.json").write_text(json.dumps(make_config("smoke", "points_sgd_wd", seed=0, lr=0.25).as_dict()))
+    lines.clear()
+    again = [make_config("smoke", "points_sgd", seed=1), cfgs[2], make_config("smoke", "points_adamw", seed=1)]
+    with pytest.raises(LaunchError, match=r"^1 of 3 runs did not finish \(points_sgd_wd seed 0\); run the same"):
+        train_in_workers(again, 2, report=lines.append)
+    assert sorted(line.split(":")[0] for line in lines) == ["[1/3] smoke/points_sgd seed 1",
+                                                            "[2/3] smoke/points_sgd_wd seed 0",
+                                                            "[3/3] smoke/points_adamw seed 1"]  # fmt: skip
+    failed = next(line for line in lines if "points_sgd_wd" in line)
+    assert "did not finish (" in failed and "another config" in failed, failed
+    assert records.is_finished(records.run_dir("smoke", "points_adamw", 1))
+
+
+def test_suites_train_in_the_order_given_each_longest_first(tmp_path, monkeypatch):
+    """``train_suites`` is one launch: the suites in the order the chapters need them (a chapter waiting for the
+    first ones executes while the last ones train), the longest runs of each suite first."""
+    import attnid.lm.launch as launch_mod
+    from attnid.lm.launch import relative_cost, train_suites
+    from attnid.lm.profiles import suite_of
+
+    monkeypatch.setenv("ATTNID_RUNS", str(tmp_path))
+    launches: list[list] = []
+    monkeypatch.setattr(launch_mod, "train_configs", lambda cfgs, device, report: launches.append(cfgs) or len(cfgs))
+    assert train_suites("cpu", ["dynamics", "points", "heads", "points"], "cpu") == 24 + 4 + 12
+    (cfgs,) = launches
+    suites = [suite_of(c.case) for c in cfgs]
+    assert list(dict.fromkeys(suites)) == ["dynamics", "points", "heads"]
+    assert suites == sorted(suites, key=["dynamics", "points", "heads"].index)  # each suite's runs together
+    for name in ("dynamics", "heads"):  # the points runs all cost the same
+        costs = [relative_cost(c) for c, s in zip(cfgs, suites) if s == name]
+        assert costs == sorted(costs, reverse=True) and len(set(costs)) > 1

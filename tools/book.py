@@ -114,8 +114,8 @@ def plan_ahead(todo: list[Path], params: dict) -> tuple[list[str], list[Path]]:
     the CPU, beyond the smoke profile); and ``todo`` with the chapters that read none of them first, so that they
     execute while those runs train. The chapters that read them follow, those whose runs cost least first
     (:func:`attnid.lm.launch.relative_cost`), each as soon as its own runs are trained; the suites are listed in that
-    order of need (the runs themselves train longest first). ``([], todo)`` where nothing would train beside a
-    chapter."""
+    order of need, in which they train (each suite's longest runs first). ``([], todo)`` where nothing would train
+    beside a chapter."""
     from attnid.lm.launch import relative_cost, suite_configs, trains_here, trains_in_processes
 
     profile, device = params.get("profile", "cpu"), params.get("device", "auto")
@@ -133,10 +133,11 @@ def plan_ahead(todo: list[Path], params: dict) -> tuple[list[str], list[Path]]:
 
 
 class TrainingAhead:
-    """The runs of ``suites`` trained by a child process (:func:`attnid.lm.launch.train_in_background`: the longest
-    runs first, each a one-thread process) while the chapters that read none of them execute: on 2 cores a cold cpu
-    book's chapters 0-5, 8 and 9 then cost little time of their own. :meth:`wait_for` before a chapter that reads
-    some of them; :meth:`stop` on a stop (SIGTERM to the child, which stops its jobs)."""
+    """The runs of ``suites`` trained by a child process (:func:`attnid.lm.launch.train_in_background`: suite after
+    suite in the order given, each suite's longest runs first, in one-thread worker processes) while the chapters
+    that read none of them execute: on 2 cores a cold cpu book's chapters 0-5, 8 and 9 then cost little time of
+    their own. :meth:`wait_for` before a chapter that reads some of them; :meth:`stop` on a stop (SIGTERM to the
+    child, which stops its runs)."""
 
     def __init__(self, profile: str, suites: list[str], device: str):
         import multiprocessing

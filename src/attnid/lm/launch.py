@@ -2,7 +2,8 @@
 
 * ``inline``: one run after another in the calling process (runs on one GPU time-share it, so
   concurrent processes are no faster there).
-* ``local``: every run a submitit job in its own process on this machine, ``parallel`` at a time.
+* ``local``: every run a submitit job in its own process on this machine, ``parallel`` at a time (the book's
+  runs train in worker processes instead, several runs each: :func:`train_in_workers`).
 * ``slurm``: every run a job of one SLURM job array; returns once submitted (``wait=True`` waits).
 * ``debug``: submitit's in-process executor (for tests and debugging).
 
@@ -192,10 +193,7 @@ def launch(
     n = len(configs)
 
     def done(i: int, cfg: RunConfig, s: dict) -> dict:
-        report(
-            f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: final val loss "
-            f"{s['final_val_loss']:.4f}, {s['wall_seconds']:.1f} s ({printable(s['precision'])})"
-        )
+        report(_trained_line(i, n, cfg, s))
         return s
 
     if launcher == "inline":
@@ -353,12 +351,12 @@ def train_configs(
 ) -> int:
     """Train ``cfgs`` (runs of one profile); returns how many.
 
-    On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4), in the order given, as local
-    processes of one thread each: the cpu profile's small models are compute-bound, and two one-thread processes on
-    two cores do about 1.5x the work of one two-thread process. On a GPU, where processes time-share the device, the
-    runs of each model shape (seeds and cases) train as one stacked model (:mod:`attnid.lm.batched`), the shapes one
-    after another. The smoke profile's runs train inline, one after another: each takes less time than a process
-    takes to start."""
+    On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4), in the order given, in worker
+    processes of one thread each (:func:`train_in_workers`): the cpu profile's small models are compute-bound, and
+    two one-thread processes on two cores do about 1.5x the work of one two-thread process. On a GPU, where processes
+    time-share the device, the runs of each model shape (seeds and cases) train as one stacked model
+    (:mod:`attnid.lm.batched`), the shapes one after another. The smoke profile's runs train inline, one after
+    another: each takes less time than a process takes to start."""
     from .profiles import resolve_device
 
     if not cfgs:
@@ -376,10 +374,165 @@ def train_configs(
     elif n < 2 or len(cfgs) < 2 or not trains_in_processes(cfgs[0].profile, dev):
         launch(cfgs, "inline", report=report, progress=False)
     else:
-        from . import records
-
-        launch(cfgs, "local", parallel=n, threads=1, folder=records.runs_root() / ".submitit", report=report)
+        train_in_workers(cfgs, min(n, len(cfgs)), report=report)
     return len(cfgs)
+
+
+def train_in_workers(cfgs: Sequence[RunConfig], workers: int, report: Callable[[str], None] = print) -> list[dict]:
+    """Train ``cfgs`` in ``workers`` processes of one CPU thread each, each taking the next run when its last one
+    ends (in the order given), torch imported and the corpus read once per process: a process per run (a
+    submitit job) cost 3.3 CPU-s more per run on this project's 2-core machine, 130 CPU-s over the cpu book's 40
+    runs. Returns the summaries (without their rows), in order. A run that fails is reported in one line and the
+    others go on; then :class:`LaunchError` names them. SIGTERM or Ctrl-C stops the running runs (SIGINT: they save
+    nothing more and resume from their last checkpoint), waits for them (:data:`STOP_WAIT_S`, then SIGKILL) and
+    raises :class:`Stopped`."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # not fork: the caller may hold threads and torch's state
+    tasks, results = ctx.Queue(), ctx.Queue()
+    for i, cfg in enumerate(cfgs):
+        tasks.put((i, cfg.as_dict()))
+    stopping = ctx.Event()
+    procs = [
+        ctx.Process(target=_worker, args=(tasks, results, stopping), name=f"attnid-run-{k}") for k in range(workers)
+    ]
+    for _ in procs:
+        tasks.put(None)  # one end mark per process
+    runs = _WorkerRuns(cfgs, report)
+    try:
+        with sigterm_as_interrupt():
+            with _sigint_ignored():  # inherited: a stop while a process starts (imports) ends it, not a traceback
+                for p in procs:
+                    p.start()
+            while any(p.is_alive() for p in procs):
+                runs.collect(results, wait_s=1.0)
+            runs.collect(results, wait_s=0.0)
+    except KeyboardInterrupt as e:
+        names = ", ".join(runs.named(sorted(runs.running))) or "none"
+        _stop_workers(procs, stopping)
+        signame = getattr(e, "signame", "SIGINT")
+        raise Stopped(
+            f"stopped by {signame}: the running jobs ({names}) were stopped and have ended; run the same command "
+            "again: finished runs are reused and stopped ones resume from their checkpoints",
+            signame,
+        ) from None
+    for i in list(runs.running):  # its process ended during the run (killed, out of memory)
+        runs.take("failed", i, "its process ended during the run")
+    missing = [i for i, s in enumerate(runs.out) if s is None]
+    if missing:
+        raise LaunchError(
+            f"{len(missing)} of {len(cfgs)} runs did not finish ({', '.join(runs.named(missing))}); run the same "
+            "command again: finished runs are reused and stopped ones resume from their checkpoints"
+        )
+    return runs.out  # type: ignore[return-value]
+
+
+class _WorkerRuns:
+    """What :func:`train_in_workers` has heard from its processes: the summaries, the runs in training (index ->
+    pid), each run reported once as it ends."""
+
+    def __init__(self, cfgs: Sequence[RunConfig], report: Callable[[str], None]):
+        self.cfgs, self.report = cfgs, report
+        self.out: list[dict | None] = [None] * len(cfgs)
+        self.running: dict[int, int] = {}
+
+    def named(self, indices) -> list[str]:
+        return [f"{self.cfgs[i].case} seed {self.cfgs[i].seed}" for i in indices]
+
+    def take(self, kind: str, i: int, value) -> None:
+        cfg, n = self.cfgs[i], len(self.cfgs)
+        if kind == "started":
+            self.running[i] = value
+            return
+        self.running.pop(i, None)
+        if kind == "done":
+            self.out[i] = value
+            self.report(_trained_line(i + 1, n, cfg, value))
+        else:
+            self.report(f"[{i + 1}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: did not finish ({value})")
+
+    def collect(self, results, wait_s: float) -> None:
+        """Take every message waiting on ``results``, waiting up to ``wait_s`` for the first."""
+        import queue
+
+        try:
+            self.take(*results.get(timeout=wait_s) if wait_s else results.get_nowait())
+            while True:
+                self.take(*results.get_nowait())
+        except queue.Empty:
+            return
+
+
+def _trained_line(i: int, n: int, cfg: RunConfig, s: dict) -> str:
+    return (
+        f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: final val loss {s['final_val_loss']:.4f}, "
+        f"{s['wall_seconds']:.1f} s ({printable(s['precision'])})"
+    )
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored in this block (in the main thread; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _worker(tasks, results, stopping) -> None:
+    """One process of :func:`train_in_workers`: runs from ``tasks`` until its end mark or ``stopping`` is set, each
+    reported on ``results`` as ``("started", i, pid)``, then ``("done", i, summary)`` or ``("failed", i, reason)``.
+    It starts with SIGINT ignored; from here SIGINT (a stop) ends it quietly, the run it was training resumable from
+    its last checkpoint."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        import torch
+
+        from .data import load
+        from .lifecycle import Interrupted
+        from .train import train
+
+        torch.set_num_threads(1)
+        data = load()
+        while not stopping.is_set() and (task := tasks.get()) is not None:
+            i, config = task
+            results.put(("started", i, os.getpid()))
+            try:
+                s = train(RunConfig.from_dict(config), data=data, progress=False)
+            except Interrupted:  # the stop, turned by the training loop into where to resume
+                return
+            except Exception as e:  # one line; the other runs go on
+                results.put(("failed", i, f"{type(e).__name__}: {printable(first_line(e), 300)}"))
+                continue
+            results.put(("done", i, {k: v for k, v in s.items() if k not in ("rows", "heads")}))
+    except KeyboardInterrupt:
+        pass
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's first line of text ("" if it has none)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _stop_workers(procs: list, stopping) -> None:
+    """Stop the processes of :func:`train_in_workers`: ``stopping`` set (one still starting takes no run), SIGINT
+    to each live one, then wait (:data:`STOP_WAIT_S`) and kill what is left."""
+    stopping.set()
+    for p in procs:
+        if p.is_alive() and p.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGINT)
+    deadline = time.monotonic() + STOP_WAIT_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def run_suite(
@@ -410,15 +563,19 @@ def train_suites(
     profile: str, suites: Sequence[str], device: str = "auto", report: Callable[[str], None] = lambda _: None
 ) -> int:
     """Train the runs of ``suites`` at ``profile`` that have no finished record (none at the paper profile without a
-    GPU), as one launch, the longest runs first whatever their suite (:func:`relative_cost`: the cores stay busy to
-    the end); returns how many. (Trained suite by suite in the order the book's chapters need them, with chapter 10
-    executing beside the last suite, a cold cpu book took longer: 1,067 s against 965 s, the runs beside chapter 10
-    twice as slow.) The book tool calls it before it executes a chapter, so that the chapter reads records that
-    do not change while it runs; a chapter run by hand calls it in its first cell."""
+    GPU), as one launch: suite after suite in the order given (the order in which the book's chapters need them),
+    the longest runs of each first (:func:`relative_cost`); returns how many. One launch keeps the cores busy from
+    one suite to the next, and a chapter that waits for the first suites executes while the last ones train. The
+    book tool calls it before it executes a chapter, so that the chapter reads records that do not change while it
+    runs; a chapter run by hand calls it in its first cell."""
     if not trains_here(profile, device):
         return 0
-    cfgs = [c for suite in dict.fromkeys(suites) for c in suite_configs(profile, suite, device=device)]
-    return train_configs(sorted(cfgs, key=relative_cost, reverse=True), device, report=report)
+    cfgs = [
+        cfg
+        for suite in dict.fromkeys(suites)
+        for cfg in sorted(suite_configs(profile, suite, device=device), key=relative_cost, reverse=True)
+    ]
+    return train_configs(cfgs, device, report=report)
 
 
 def train_in_background(profile: str, suites: Sequence[str], device: str = "auto") -> None:
