@@ -302,6 +302,39 @@ table(released)
 # on every such $u$ when $b$ is orthogonal to the values $W_Q u$ can take and $a$ to those of $W_K u$; with
 # $D > E - 1$ that gives $(D - E + 1)^2$ gauge directions that are mean directions already counted. Only a one-head
 # layer with $D = E$ meets it, by one direction: its real module's Jacobian shows it, and the closed form subtracts it.
+#
+# GLM-4.5 (and 4.6) and dots.llm1 put DeepSeek-V3's mixture of experts (chapter 8) around attention that chapter 4
+# counts: GLM's has biases on its queries, keys and values and rotates half of each head; dots.llm1's is Qwen3's, with
+# its QK-norm per head. Their router scores every expert with a sigmoid, lets a token choose only among the experts
+# of its best groups, adds a bias that moves the choice and nothing else, renormalises the chosen scores and
+# multiplies them by a fixed factor. The choice is constant near almost every input, so neither the groups nor the
+# choice bias (a buffer, not a parameter) reaches the Jacobian; the fixed factor is taken up by the experts'
+# down-projections; and a sigmoid has no shift or scale to give, so the router is identified, as DeepSeek-V3's is.
+# What stays free is each expert's own rescaling, one direction per hidden unit of every routed and shared expert.
+# Their real decoder layers agree with the closed form on six shapes each, and a closed form that forgets the shared
+# expert is refused by the audit (`tests/test_families.py`).
+#
+# **ALiBi** (BLOOM and Falcon RW; MPT too, whose model type attnid does not read) gives queries and keys no position map at all: it adds $-m_h (i - j)$ to
+# head $h$'s score of query $i$ on key $j$, a fixed slope per head and no parameter. Every symmetry of a layer
+# without a position map survives, since the added term holds neither a query nor a key: each head keeps the whole
+# $GL(D)$ gauge $(S^\top q_i)^\top (S^{-1} k_j) = q_i^\top k_j$, and the key bias still drops out, since
+# $q_i^\top b_K$ is the same for every key $j$ that query $i$ reads and the softmax ignores a constant. None is added,
+# since the slopes are not weights. An ALiBi layer therefore counts as a NoPE layer, not as a RoPE layer: BLOOM's real
+# attention and decoder layers agree with that closed form (six shapes), and a closed form that takes ALiBi for RoPE
+# is refused (`tests/test_families.py`). Falcon RW's attention (`alibi = true`) is counted the same way. BLOOM's whole
+# model is not counted: a LayerNorm on its token embeddings is a piece attnid's model count does not have, and the
+# count says so by name.
+#
+# The released files of these families:
+#
+# GLM-4.5-Air's whole model leaves {glue:text}`glm_air_share:.3%` of its parameters unidentified and dots.llm1's
+# {glue:text}`dots_share:.3%`.
+
+# %%
+families = rel.families_table()
+for name, value in rel.families_facts(families).items():
+    glue(name, value, display=False)
+table(families)
 
 # %% [markdown]
 # ## Norms and gates of 2025–2026

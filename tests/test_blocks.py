@@ -73,6 +73,16 @@ BLOCK_SHAPES = {
     "smollm3": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
                 dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
     # Llama 4: L2 QK-norm, four experts under a sigmoid router choosing one, a shared expert; a NoPE layer
+    # BLOOM: GPT-2's block with ALiBi; its code fixes the MLP at 4E
+    "bloom": [dict(heads=2), dict(heads=1, ffn=32), dict(heads=4, ffn=32), dict(embed=12, heads=3, ffn=48),
+              dict(embed=6, heads=2, ffn=24), dict(embed=4, heads=1, ffn=16)],
+    # GLM-4.5 and dots.llm1: DeepSeek-V3's mixture (a sigmoid router, one shared expert) around attention of their own
+    "glm4_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, bias="qkv", ffn=4),
+                 dict(heads=4, groups=1, head_dim=4, rope_dims=2, ffn=6), dict(heads=2, qk_norm="head", ffn=4),
+                 dict(heads=2, bias="qkv", qk_norm="head", ffn=6)],
+    "dots1": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
+              dict(heads=4, groups=1, bias="all", ffn=6), dict(heads=2, bias="all", ffn=4),
+              dict(embed=6, heads=3, groups=1, ffn=3)],
     "llama4": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
                dict(heads=4, groups=1, head_dim=4, ffn=6), dict(heads=2, groups=2, nope=True, ffn=4),
                dict(heads=2, bias="all", ffn=4)],

@@ -98,7 +98,6 @@ def test_a_field_left_out_takes_the_librarys_default(tmp_path):
         ("llama-2-7b", {"num_attention_heads": 33}, "not a multiple"),
         ("phi-2", {"qk_layernorm": True}, "qk_layernorm = True"),
         ("opt-6.7b", {"word_embed_proj_dim": 512}, "word_embed_proj_dim"),
-        ("falcon-7b", {"alibi": True}, "alibi"),
         ("deepseek-v3", {"scoring_func": "softmax"}, "scoring_func = 'softmax'"),
         ("deepseek-v3", {"num_experts_per_tok": 1}, "num_experts_per_tok"),
         ("bert-base", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
@@ -370,3 +369,15 @@ def test_ernie45_is_counted_and_its_use_bias_refuses_the_block_not_the_attention
     assert p.config.bias == "qkvo" and scope_count(p, "attention", "ernie").unidentified > 0
     with pytest.raises(ValueError, match="use_bias = True"):
         scope_count(p, "block", "ernie")
+
+
+def test_falcon_with_alibi_is_counted_as_a_layer_without_a_position_map(tmp_path):
+    """Falcon RW's ALiBi (alibi = true) is BLOOM's fixed bias on the scores: its attention counts as a layer without
+    a position map (the whole GL(D) gauge of each head), not as a RoPE layer (tests/test_families.py checks BLOOM's
+    real module)."""
+    from attnid.counting import count
+
+    rope = config_preset(CONFIG_DIR / "falcon-7b.json").config
+    alibi = config_preset(edited(tmp_path, "falcon-7b", alibi=True)).config
+    assert rope.rope and not alibi.rope and alibi == rope.with_(rope=False)
+    assert count(alibi).unidentified > count(rope).unidentified

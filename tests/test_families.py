@@ -1,5 +1,5 @@
-"""The families that are known ones in new clothes (OLMo 3, ...): each released file (``tests/families``, its source
-named in the file) is counted at every scope, every field accounted for, and its whole model's total equals the
+"""The families that are known ones in new clothes (OLMo 3, ...): each released file (``data/configs/families``, its
+source named in the file) is counted at every scope, every field accounted for, and its whole model's total equals the
 parameters of transformers' own model built from the same file (on the meta device: no weights are made)."""
 
 import copy
@@ -17,9 +17,10 @@ import transformers
 
 from attnid.configs import SOURCE_KEY, ConfigError, config_preset
 from attnid.counting import SCOPES
+from attnid.families import HF_TYPES
 from attnid.presets import scope_count
 
-FAMILIES = Path(__file__).with_name("families")
+FAMILIES = Path(__file__).resolve().parents[1] / "data" / "configs" / "families"
 FILES = sorted(FAMILIES.glob("*.json"))
 
 
@@ -37,7 +38,8 @@ def library_total(fields: dict) -> int:
 
 
 def test_every_file_names_its_release():
-    assert [p.stem for p in FILES] == ["command-r7b-12-2024", "exaone-4.0-32b", "internlm3-8b-instruct", "olmo-3-7b"]
+    assert [p.stem for p in FILES] == ["bloom", "command-r7b-12-2024", "dots.llm1.inst", "exaone-4.0-32b",
+                                       "glm-4.5-air", "internlm3-8b-instruct", "olmo-3-7b"]  # fmt: skip
     for path in FILES:
         note = json.loads(path.read_text())[SOURCE_KEY]
         assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name
@@ -45,14 +47,22 @@ def test_every_file_names_its_release():
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_a_family_file_is_counted_at_every_scope_with_transformers_total(path):
+    """Every scope, and the whole model's total equals transformers' model; a model with a LayerNorm on its token
+    embeddings (BLOOM) is refused at scope model, by name, and counted at the others."""
     p = config_preset(path)
-    counts = {scope: scope_count(p, scope, path.stem) for scope in SCOPES}
+    embedding_norm = HF_TYPES[p.hf_type].embedding_norm
+    scopes = [s for s in SCOPES if not (embedding_norm and s == "model")]
+    counts = {scope: scope_count(p, scope, path.stem) for scope in scopes}
     for c in counts.values():
         assert 0 < c.unidentified < c.total_params
     fields = json.loads(path.read_text())
     fields.pop(SOURCE_KEY)
     r = p.reading
     assert set(fields) == set(r["read"]) | set(r["neutral"]) | set(r["fixed"]) | set(r["at_default"])
+    if embedding_norm:
+        with pytest.raises(ValueError, match="word_embeddings_layernorm"):
+            scope_count(p, "model", path.stem)
+        return
     assert counts["model"].total_params == library_total(fields)
 
 
@@ -144,3 +154,67 @@ def test_mistral3s_text_model_is_counted_once_its_tying_is_not_in_doubt(tmp_path
     path.write_text(json.dumps(other))
     with pytest.raises(ConfigError, match="'ministral3' is not one attnid reads inside mistral3"):
         config_preset(path)
+
+
+def test_a_grouped_router_mixture_is_deepseeks_around_attention_of_its_own(monkeypatch, tmp_path):
+    """GLM-4.5 and dots.llm1: DeepSeek-V3's mixture (a sigmoid router whose experts are chosen within groups, its
+    weights renormalised and scaled by a fixed factor, one shared expert beside) around their own attention. The real
+    decoder layer's Jacobian equals the closed form; a closed form without the shared expert is refused by the audit.
+    The released files read their dense first layers and their shared experts' width; a file that leaves the shared
+    experts' number null, or chooses one expert per token, is refused with what transformers would build."""
+    import dataclasses
+
+    from attnid import families
+    from attnid.hf import HFAuditError, audit_hf
+
+    r = audit_hf("glm4_moe", scope="block", embed=8, heads=2, groups=1, bias="qkv", ffn=4)
+    assert r.unidentified == r.details["theory_unidentified"] and r.sv_gap > 1e6
+    assert r.details["terms"]["mlp_rescaling"] == 5 * 4  # four routed experts and the shared one, 4 units each
+    monkeypatch.setitem(families.HF_TYPES, "glm4_moe", dataclasses.replace(families.HF_TYPES["glm4_moe"],
+                                                                           shared_expert=False))  # fmt: skip
+    with pytest.raises(HFAuditError, match="closed form"):
+        audit_hf("glm4_moe", scope="block", embed=8, heads=2, groups=1, bias="qkv", ffn=4)
+    monkeypatch.undo()
+    air = config_preset(FAMILIES / "glm-4.5-air.json")
+    assert (air.model.dense_layers, air.model.experts, air.model.shared_ffn) == (1, 128, 1408)
+    assert air.config.bias == "qkv" and air.config.R == 64 and not air.config.qk_norm
+    dots = config_preset(FAMILIES / "dots.llm1.inst.json")
+    assert (dots.model.shared_ffn, dots.config.qk_norm) == (2 * 1408, "head")
+    fields = json.loads((FAMILIES / "dots.llm1.inst.json").read_text())
+    for change, message in ((dict(n_shared_experts=None), "n_shared_experts: null"),
+                            (dict(num_experts_per_tok=1), "num_experts_per_tok: 1 of 128"),
+                            (dict(first_k_dense_replace=63), "first_k_dense_replace: 63 must be")):  # fmt: skip
+        (tmp_path / "config.json").write_text(json.dumps({**fields, **change}))
+        with pytest.raises(ConfigError, match=message):
+            config_preset(tmp_path)
+
+
+def test_alibi_is_counted_as_the_layer_without_a_position_map_it_is(monkeypatch):
+    """BLOOM's ALiBi adds -m_h (i - j) to head h's scores: a fixed bias, no parameter. Every symmetry of a layer
+    without a position map stays (the whole GL(D) query/key gauge of each head; the key bias still drops out, since
+    q_i . b_K is the same for every key j) and none is added. The real attention module and decoder layer agree with
+    the closed form of that layer; a closed form that counts ALiBi as RoPE is refused by the audit. The released
+    file is counted at scopes attention and block and refused at scope model, naming its LayerNorm on the
+    embeddings."""
+    from attnid.attention import AttentionConfig
+    from attnid.counting import count
+    from attnid.hf import HFAuditError, audit_hf, scopes
+
+    r = audit_hf("bloom", scope="attention", embed=8, heads=2)
+    nope = count(AttentionConfig(8, 2, bias="qkvo", causal=True))
+    assert r.unidentified == r.details["theory_unidentified"] == nope.unidentified and r.sv_gap > 1e6
+    assert nope.unidentified > count(AttentionConfig(8, 2, bias="qkvo", causal=True, rope=True)).unidentified
+    monkeypatch.setattr(scopes, "count", lambda cfg: count(cfg.with_(rope=True)))
+    with pytest.raises(HFAuditError, match="closed form"):
+        audit_hf("bloom", scope="attention", embed=8, heads=2)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="ffn: bloom's code fixes the MLP's inner size to 32"):
+        audit_hf("bloom", scope="block", embed=8, heads=2, ffn=16)
+    with pytest.raises(ValueError, match="LayerNorm on its token embeddings"):
+        audit_hf("bloom", scope="model", embed=8, heads=2)
+    p = config_preset(FAMILIES / "bloom.json")
+    assert (p.hf_type, p.config.E, p.config.H, p.config.rope, p.config.bias) == ("bloom", 14336, 112, False, "qkvo")
+    block = scope_count(p, "block", "bloom")
+    assert block.total_params == 12 * 14336**2 + 13 * 14336  # attention and MLP maps with biases, two LayerNorms
+    with pytest.raises(ValueError, match="word_embeddings_layernorm"):
+        scope_count(p, "model", "bloom")

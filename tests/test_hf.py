@@ -42,6 +42,9 @@ CASES = {
     "cohere2": dict(groups=2),  # a sliding-window layer: RoPE (its NoPE layers: tests/test_blocks.py)
     "exaone4": dict(groups=2),  # QK-norm per head in a sliding-window layer (its NoPE layers: tests/test_blocks.py)
     "cohere": dict(groups=2),  # interleaved rotary pairs (its QK LayerNorm: tests/test_modern_attention.py)
+    "glm4_moe": dict(groups=2, bias="qkv", rope_dims=2, qk_norm="head"),  # q/k/v biases, half rotated, QK-norm
+    "dots1": dict(groups=2, bias="all"),  # Qwen3's attention in dots.llm1
+    "bloom": dict(),  # ALiBi: a fixed bias on the scores, no position map on queries and keys; fused qkv per head
 }
 
 

@@ -22,7 +22,8 @@ from attnid.library_configs import LibraryConfigError, default_dict, library_con
 
 FILES = sorted([*CONFIG_DIR.glob("*.json"), *(CONFIG_DIR / "released").glob("*.json")])
 FILES = [p for p in FILES if p.name != "SOURCES.json"]
-FILES += sorted((ROOT / "tests" / "families").glob("*.json"))  # the families' released files (tests/test_families.py)
+# the families' released files (tests/test_families.py)
+FILES += sorted((ROOT / "data" / "configs" / "families").glob("*.json"))
 UNCOMPARED = ("dtype", "transformers_version", "_name_or_path")  # a torch dtype object there, a version, a path
 
 

@@ -115,7 +115,7 @@ ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation")
 
 # the fields of a config that switch a family's QK-norm on or off, and the norm they switch on
 QK_NORM_FIELDS = {"llama4": ("use_qk_norm", "l2"), "stablelm": ("qk_layernorm", "layer"),
-                  "cohere": ("use_qk_norm", "layer")}  # fmt: skip
+                  "cohere": ("use_qk_norm", "layer"), "glm4_moe": ("use_qk_norm", "head")}  # fmt: skip
 
 # Qwen3-Next: the layers attnid does not count (linear attention, and the blocks around them); read, so that a value
 # is never refused as unknown, and named in the refusal of a block or a model
@@ -131,6 +131,7 @@ TRUTH_FIELDS = ("attn_temperature_tuning",)
 
 # the field that switches a family's attention biases on, and the biases it switches (default: attention_bias, all)
 BIAS_FIELDS = {"opt": ("enable_bias", "qkvo"), "ernie4_5": ("use_bias", "qkvo"), "glm4": ("attention_bias", "qkv"),
+               "glm4_moe": ("attention_bias", "qkv"),
                "stablelm": ("use_qkv_bias", "qkv"), "starcoder2": ("use_bias", "qkvo")}  # fmt: skip
 
 # families whose one bias field also puts biases on the gated MLP, which attnid's block does not model: with it on,
@@ -144,6 +145,7 @@ GRANITE_MULTIPLIERS = ("embedding_multiplier", "attention_multiplier", "residual
 
 FAMILY_BIAS = {
     "gpt2": "qkvo",
+    "bloom": "qkvo",
     "qwen2": "qkv",
     "phi": "qkvo",
     "mistral": "",

@@ -44,7 +44,7 @@ from .config_fields import (
 )
 from .config_rope import positive_number, rope_of, unread_rotary_share
 from .counting import Count, MLAConfig
-from .families import HF_TYPES, MLA_TYPES, equivalent_config, nope_layer_flags
+from .families import GROUPED_ROUTER_TYPES, HF_TYPES, MLA_TYPES, default_ffn, equivalent_config, nope_layer_flags
 from .hub import ConfigSource, locate_config
 from .inputs import printable
 from .library_configs import (
@@ -299,6 +299,10 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
         read |= _logit_scale(c)
     if hf_type == "gpt2":
         ffn = _positive(c, "n_inner", default=4 * E)
+    elif t.fixed_ffn:  # BLOOM: 4E by its code
+        ffn = default_ffn(hf_type, E)
+    elif hf_type in GROUPED_ROUTER_TYPES:
+        return cfg, _grouped_mixture_model(c, t, read), read
     elif t.moe:
         return cfg, _mixture_model(c, hf_type, read), read
     else:
@@ -372,6 +376,33 @@ def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
                           "(attnid counts a mixture in every layer)")  # fmt: skip
     ffn = _positive(c, "moe_intermediate_size" if hf_type == "qwen3_moe" else "intermediate_size", default=None)
     return Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts)
+
+
+def _grouped_mixture_model(c, t, read: set[str]) -> Model:
+    """GLM-4.5's and dots.llm1's text model, DeepSeek-V3's mixture around attention of their own: the first
+    ``first_k_dense_replace`` layers have one MLP (``intermediate_size``), the others ``n_routed_experts`` experts of
+    ``moe_intermediate_size``, ``num_experts_per_tok`` (two or more) chosen by a sigmoid router, beside
+    ``n_shared_experts`` shared ones of that size; the fields read are added to ``read``."""
+    read |= {"n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
+             "first_k_dense_replace", "norm_topk_prob", "intermediate_size"}  # fmt: skip
+    experts, chosen = _positive(c, "n_routed_experts", default=None), _positive(c, "num_experts_per_tok", default=None)
+    if experts is None or chosen is None:
+        raise ConfigError(f"n_routed_experts, num_experts_per_tok: {experts}, {chosen}; transformers builds "
+                          f"{t.module}'s mixture from both (give them)")  # fmt: skip
+    if chosen < 2 or experts < chosen:
+        raise ConfigError(f"num_experts_per_tok: {chosen} of {experts} experts; attnid counts two or more chosen "
+                          "(with one, a renormalised router's weight is 1 whatever its logits)")  # fmt: skip
+    shared = _positive(c, "n_shared_experts", default=None)
+    if shared is None:
+        raise ConfigError(f"n_shared_experts: null; transformers builds {t.module}'s shared experts n_shared_experts "
+                          "x moe_intermediate_size wide (give their number)")  # fmt: skip
+    layers, dense = c.num_hidden_layers, c.first_k_dense_replace
+    if not (isinstance(dense, int) and not isinstance(dense, bool) and 0 <= dense <= layers):
+        raise ConfigError(f"first_k_dense_replace: {printable(repr(dense))} must be a layer count from 0 to {layers}")
+    ffn = _positive(c, "moe_intermediate_size", default=None)
+    return Model(layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts, shared_ffn=shared * ffn,
+                 dense_layers=dense, dense_ffn=_positive(c, "intermediate_size", default=None) if dense else 0,
+                 **_layer_kinds_and_head(c, t, read))  # fmt: skip
 
 
 def _qk_norm_of(c, hf_type: str, read: set[str]) -> tuple[str, float]:
@@ -536,12 +567,11 @@ def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[st
             read |= {"is_decoder"}
             return AttentionConfig(E, H, bias="qkvo", causal=bool(c.is_decoder)), None, read
         base, _ = rope_of(c, partial=False)
-        if hf_type == "falcon":
-            if c.alibi:
-                raise ConfigError("alibi: ALiBi position biases are not modelled (attnid counts RoPE or none)")
+        if hf_type == "falcon":  # RoPE, or ALiBi (Falcon RW): a fixed bias on the scores, counted as BLOOM's is,
+            # as a layer without a position map
             G = c.num_kv_heads if c.new_decoder_architecture else 1 if c.multi_query else H
             read |= {"num_kv_heads", "new_decoder_architecture", "multi_query", "bias", "alibi", "rope_parameters"}
-            cfg = AttentionConfig(E, H, groups=G, bias="qkvo" if c.bias else "", rope=True, causal=True,
+            cfg = AttentionConfig(E, H, groups=G, bias="qkvo" if c.bias else "", rope=not c.alibi, causal=True,
                                   rope_base=base)  # fmt: skip
             return cfg, None, read
         read |= {"num_key_value_heads", "head_dim", "attention_bias", "rope_parameters", "use_bidirectional_attention"}

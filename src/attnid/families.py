@@ -52,6 +52,8 @@ class HFType:
     output_gate: bool = False  # each head's output gated by a sigmoid of its query's input (Qwen3-Next)
     router: str = ""  # its decoder layer's mixture of experts: counting.ROUTERS ("": one MLP)
     shared_expert: bool = False  # beside the routed experts, one expert every token passes (Llama 4)
+    fixed_ffn: bool = False  # its code fixes the MLP's inner size to ffn_ratio x E (BLOOM)
+    embedding_norm: bool = False  # a LayerNorm on the token embeddings (BLOOM): its whole model is not counted
 
     @property
     def moe(self) -> bool:
@@ -74,7 +76,9 @@ class HFType:
         return (self.qk_norm,) if self.other_qk_norm is None else (self.qk_norm, self.other_qk_norm)
 
     def ffn_kwargs(self, ffn: int) -> dict:
-        if self.module == "qwen3_moe":
+        if self.fixed_ffn:
+            return {}
+        if self.module in ("qwen3_moe", *GROUPED_ROUTER_TYPES):
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
         return {"gpt2": {"n_inner": ffn}, "opt": {"ffn_dim": ffn}}.get(self.module, {"intermediate_size": ffn})
 
@@ -83,6 +87,10 @@ class HFType:
         if not experts:
             return {}
         n = {"qwen3_moe": "num_experts"}.get(self.module, "num_local_experts")
+        if self.module in GROUPED_ROUTER_TYPES:  # DeepSeek-V3's mixture in every layer, one shared expert, and a
+            # routed factor other than 1 (absorbed by the experts' weights)
+            return dict(n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
+                        n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5)  # fmt: skip
         if self.module == "llama4":  # one expert chosen per token, as released: its σ is not renormalised
             return {n: experts, "num_experts_per_tok": 1, "moe_layers": [0]}
         return {n: experts, "num_experts_per_tok": 2, **({"decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -94,15 +102,8 @@ class HFType:
         E, H = cfg.E, cfg.H
         common = dict(vocab_size=16, num_hidden_layers=1, attn_implementation=attn_implementation)
         name = self.module
-        if name == "gpt2":
-            return dict(
-                common, n_embd=E, n_head=H, n_positions=64, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
-                bos_token_id=0, eos_token_id=0,
-            )  # fmt: skip
-        if name == "opt":
-            return dict(
-                common, hidden_size=E, num_attention_heads=H, ffn_dim=4 * E, enable_bias=bool(cfg.bias), dropout=0.0
-            )
+        if name in ("gpt2", "opt", "bloom"):
+            return _classic_kwargs(name, cfg, common)
         kw = dict(common, hidden_size=E, num_attention_heads=H, intermediate_size=4 * E, attention_dropout=0.0)
         if self.groups:
             kw["num_key_value_heads"] = cfg.G
@@ -131,7 +132,7 @@ class HFType:
                 "rope_theta": cfg.rope_base,
                 "partial_rotary_factor": factor,
             }
-        if name in ("phi", "phi3", "glm4", "stablelm", "qwen3_next"):
+        if name in ("phi", "phi3", "glm4", "glm4_moe", "stablelm", "qwen3_next"):
             kw["rope_parameters"] = {
                 "rope_type": "default",
                 "rope_theta": cfg.rope_base,
@@ -139,6 +140,23 @@ class HFType:
             }
             kw["resid_pdrop"] = 0.0
         return kw
+
+
+def _classic_kwargs(name: str, cfg: AttentionConfig, common: dict) -> dict:
+    """The config keywords of GPT-2, OPT and BLOOM, whose classes name their fields their own way."""
+    E, H = cfg.E, cfg.H
+    if name == "gpt2":
+        return dict(
+            common, n_embd=E, n_head=H, n_positions=64, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+            bos_token_id=0, eos_token_id=0,
+        )  # fmt: skip
+    if name == "opt":
+        return dict(
+            common, hidden_size=E, num_attention_heads=H, ffn_dim=4 * E, enable_bias=bool(cfg.bias), dropout=0.0
+        )
+    # BLOOM: its MLP is 4E wide by its code
+    return dict(common, hidden_size=E, n_head=H, hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=0,
+                eos_token_id=0, pad_token_id=0)  # fmt: skip
 
 
 # the types whose config switches their attention biases with attention_bias
@@ -154,6 +172,8 @@ ATTENTION_BIAS_TYPES = (
     "smollm3",
     "granite",
     "glm4",
+    "glm4_moe",
+    "dots1",
     "llama4",
     "qwen3_next",
     "cohere",
@@ -169,7 +189,8 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
     switches = {  # the family's own switches of biases and QK-norm
         "phi3": {}, "glm4": {}, "starcoder2": dict(use_bias=bool(cfg.bias)), "ernie4_5": dict(use_bias=bool(cfg.bias)),
         "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
-        "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"),
+        "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
+        "dots1": {},
     }  # fmt: skip
     if name in switches:
         return dict(no_ids, **switches[name])
@@ -301,6 +322,24 @@ HF_TYPES: dict[str, HFType] = {
         layer="Llama4TextDecoderLayer", lm="Llama4ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
         router="sigmoid", shared_expert=True,
     ),
+    "bloom": HFType(  # BLOOM: GPT-2's block (LayerNorm, GELU, biases on every map) with ALiBi, a fixed bias
+        # -m_h (i - j) on head h's scores, instead of position embeddings
+        "bloom", "BloomConfig", "BloomAttention", None, biases=("qkvo",), layer="BloomBlock", lm="BloomForCausalLM",
+        positions="alibi", fixed_ffn=True, embedding_norm=True, tied=True,
+    ),
+    "glm4_moe": HFType(  # GLM-4.5 and 4.6: q/k/v biases, rotary on half of each head, QK-norm per head where
+        # use_qk_norm, and DeepSeek-V3's mixture (a sigmoid router over grouped experts, beside shared ones) after
+        # its first dense layers
+        "glm4_moe", "Glm4MoeConfig", "Glm4MoeAttention", "Glm4MoeRotaryEmbedding", biases=("", "qkv"), groups=True,
+        head_dim=True, partial_rope=True, other_qk_norm="head", layer="Glm4MoeDecoderLayer", lm="Glm4MoeForCausalLM",
+        norm="rms", mlp="swiglu", ffn_ratio=8 / 3, router="sigmoid", shared_expert=True,
+    ),
+    "dots1": HFType(  # dots.llm1: Qwen3's attention (QK-norm per head, biases on all four maps or none) and
+        # DeepSeek-V3's mixture after its first dense layers
+        "dots1", "Dots1Config", "Dots1Attention", "Dots1RotaryEmbedding", biases=("", "qkvo"), groups=True,
+        head_dim=True, qk_norm="head", layer="Dots1DecoderLayer", lm="Dots1ForCausalLM", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, router="sigmoid", shared_expert=True,
+    ),
     "qwen3_next": HFType(  # Qwen3-Next's softmax attention layers: gated heads, (1 + w) QK-norm, a quarter rotated
         "qwen3_next", "Qwen3NextConfig", "Qwen3NextAttention", "Qwen3NextRotaryEmbedding", biases=("", "qkvo"),
         groups=True, head_dim=True, partial_rope=True, qk_norm="head", output_gate=True, norm="rms", mlp="swiglu",
@@ -337,6 +376,10 @@ HF_TYPES: dict[str, HFType] = {
     ),
 }  # fmt: skip
 
+
+# the types whose mixture is DeepSeek-V3's: a sigmoid router (its experts chosen within groups, its chosen weights
+# renormalised where norm_topk_prob) beside shared experts, after the first first_k_dense_replace dense layers
+GROUPED_ROUTER_TYPES = ("glm4_moe", "dots1")
 
 MLA_TYPES = ("deepseek_v3",)  # multi-head latent attention: counting.count_mla, audited by hf.audit_mla_hf
 
@@ -431,12 +474,17 @@ def default_ffn(hf_type: str, embed: int) -> int:
 
 
 def block_config(
-    hf_type: str, cfg: AttentionConfig, ffn: int, norm_eps_zero: bool = False, experts: int = 0
+    hf_type: str,
+    cfg: AttentionConfig,
+    ffn: int,
+    norm_eps_zero: bool = False,
+    experts: int = 0,
+    shared_ffn: int | None = None,
 ) -> BlockConfig:
     """The :class:`~attnid.counting.BlockConfig` of one ``hf_type`` decoder layer around ``cfg``, its norms at
     ``ε = 0`` if ``norm_eps_zero`` (released models have ``ε > 0``), with a mixture of ``experts`` experts of inner
-    size ``ffn`` for a mixture-of-experts type (its router, and a shared expert of inner size ``ffn`` where the type
-    has one)."""
+    size ``ffn`` for a mixture-of-experts type (its router, and where the type has them shared experts of total inner
+    size ``shared_ffn``, default ``ffn``: one)."""
     t = HF_TYPES[hf_type]
     if bool(experts) != t.moe:
         raise ValueError(f"experts: {hf_type} " + ("has a mixture of experts: give their number (2 or more)"
@@ -444,7 +492,8 @@ def block_config(
     return BlockConfig(
         cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual,
         norm_position=t.norm_position, norm_eps_zero=norm_eps_zero, experts=experts,
-        shared_ffn=ffn if t.shared_expert and experts else 0, router=t.router or "sigmoid",
+        shared_ffn=(ffn if shared_ffn is None else shared_ffn) if t.shared_expert and experts else 0,
+        router=t.router or "sigmoid",
     )  # fmt: skip
 
 

@@ -443,6 +443,19 @@ def _opt(c: LibraryConfig, kw: dict) -> None:
     c.word_embed_proj_dim = c.word_embed_proj_dim if c.word_embed_proj_dim is not None else c.hidden_size
 
 
+def _dots1(c: LibraryConfig, kw: dict) -> None:
+    """dots.llm1: Qwen2's windows by depth, without a use_sliding_window switch."""
+    _kv_heads(c, kw)
+    if c.layer_types is None:
+        c.layer_types = ["sliding_attention" if c.sliding_window is not None and i >= c.max_window_layers
+                         else "full_attention" for i in range(c.num_hidden_layers)]  # fmt: skip
+
+
+def _bloom(c: LibraryConfig, kw: dict) -> None:
+    n_embed = kw.pop("n_embed", None)  # an older name of hidden_size
+    c.hidden_size = c.hidden_size if n_embed is None else n_embed
+
+
 def _glm4(c: LibraryConfig, kw: dict) -> None:
     kw.setdefault("partial_rotary_factor", 0.5)
     if c.eos_token_id is None:
@@ -459,6 +472,9 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "phi3": _kv_heads,
     "granite": _kv_heads,
     "glm4": _glm4,
+    "glm4_moe": _partial_rope(0.5),
+    "dots1": _dots1,
+    "bloom": _bloom,
     "stablelm": _partial_rope(0.25),
     "gemma2": _alternating(2),
     "gemma3_text": _gemma3,

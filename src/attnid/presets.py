@@ -376,7 +376,9 @@ def block_of(p: Preset, name: str) -> BlockConfig:
         return BlockConfig(
             p.config, m.ffn, norm="rms", mlp="swiglu", mlp_bias=False, experts=m.experts, shared_ffn=m.shared_ffn
         )
-    return block_config(p.hf_type, p.config.with_(causal=True), p.model.ffn, experts=p.model.experts)
+    m = p.model
+    return block_config(p.hf_type, p.config.with_(causal=True), m.ffn, experts=m.experts,
+                        shared_ffn=m.shared_ffn if m.experts else None)  # fmt: skip
 
 
 def preset_count(name: str, scope: str = "attention") -> Count:
@@ -400,6 +402,11 @@ def scope_count(p: Preset, scope: str, name: str) -> Count:
         return count_block(block)
     assert p.hf_type is not None and p.model is not None
     t = HF_TYPES.get(p.hf_type)
+    if t is not None and t.embedding_norm:
+        raise ValueError(
+            f"scope: {name} ({p.hf_type}) has a LayerNorm on its token embeddings "
+            "(word_embeddings_layernorm), which attnid does not count; use scope block or attention"
+        )
     m = p.model
     return count_model(
         ModelConfig(

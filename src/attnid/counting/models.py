@@ -287,7 +287,9 @@ def _nope_overlap(cfg: AttentionConfig) -> int:
     return cfg.G * max(0, cfg.D - (cfg.E - 1)) ** 2
 
 
-POSITIONS = ("rope", "learned")
+# "learned": position rows added to the embeddings; "rope" and "alibi" add no parameter (a rotation of the queries
+# and keys, or a fixed bias on the scores)
+POSITIONS = ("rope", "learned", "alibi")
 
 
 @dataclass(frozen=True)

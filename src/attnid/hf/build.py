@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..attention import AttentionConfig
 from ..extras import MissingExtra
 from ..families import (
+    GROUPED_ROUTER_TYPES,
     HF_TYPES,
 )
 
@@ -181,6 +182,31 @@ def _hidden_forward(rotary, eager: bool = False, module=None):
     return forward
 
 
+def _alibi_forward(heads: int, module, residual: bool):
+    """``forward(call, x)`` for BLOOM's layers, which take their position map as arguments: the ALiBi table
+    (:func:`build_alibi_tensor` of the modeling ``module``: ``m_h`` times each key's position, for ``heads`` heads),
+    an additive causal mask, and (``residual``, the attention alone) a residual to add, zeros here. The softmax, which
+    BLOOM computes in float32, is kept in float64 (:func:`_float64_softmax`)."""
+
+    def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape
+        alibi = module.build_alibi_tensor(torch.ones(B, L, dtype=torch.long), heads, x.dtype)
+        mask = torch.full((L, L), float("-inf"), dtype=x.dtype).triu(1)[None, None]
+        extra = {"residual": torch.zeros_like(x)} if residual else {}
+        with _float64_softmax():
+            return _first(call(x, alibi=alibi, attention_mask=mask, **extra))
+
+    return forward
+
+
+def _forward_of(hf_type: str, cfg: AttentionConfig, rotary, module, residual: bool):
+    """The forward of a ``hf_type`` layer (:func:`_alibi_forward` for ALiBi, else :func:`_hidden_forward`)."""
+    t = HF_TYPES[hf_type]
+    if t.positions == "alibi":
+        return _alibi_forward(cfg.H, module, residual)
+    return _hidden_forward(rotary, eager=t.eager, module=module)
+
+
 def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
@@ -244,7 +270,7 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the module was built with {built} rotary dims, not the {cfg.R} asked for")
-    return attn, _hidden_forward(rotary, eager=t.eager, module=mod)
+    return attn, _forward_of(hf_type, cfg, rotary, mod, residual=True)
 
 
 def build_block(
@@ -262,6 +288,8 @@ def build_block(
     for m in layer.modules():
         if _is_router(m) and t.router == "softmax":  # gpt-oss's router computes in the input's dtype already
             m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
+        if _is_router(m) and hf_type in GROUPED_ROUTER_TYPES:  # DeepSeek-V3's router, computed in float32
+            m.forward = types.MethodType(_router_float64(m.forward), m)
         if type(m).__name__ == "Llama4Router":
             m.forward = types.MethodType(_llama4_router_float64, m)
     attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
@@ -269,7 +297,7 @@ def build_block(
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the layer was built with {built} rotary dims, not the {cfg.R} asked for")
     rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
-    return layer, _hidden_forward(rotary, eager=t.eager, module=mod)
+    return layer, _forward_of(hf_type, cfg, rotary, mod, residual=False)
 
 
 def build_model(
@@ -340,9 +368,9 @@ def _softmax_router_float64(original: Callable):
 
 
 def _router_float64(original: Callable):
-    """transformers' DeepSeek-V3 router computes its scores in float32; this forward keeps its choice of experts
-    (a discrete one, made as transformers makes it) and recomputes the chosen experts' weights in the input's
-    float64."""
+    """transformers' DeepSeek-V3 router (and GLM-4.5's and dots.llm1's, the same) computes its scores in float32;
+    this forward keeps its choice of experts (a discrete one, made as transformers makes it) and recomputes the chosen
+    experts' weights in the input's float64."""
 
     def forward(self, hidden_states: torch.Tensor):
         _, _, chosen = original(hidden_states)

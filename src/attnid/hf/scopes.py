@@ -175,6 +175,9 @@ def _block_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | No
     _check_layer_norm_width(hf_type, cfg)
     t = HF_TYPES[hf_type]
     F = default_ffn(hf_type, cfg.E) if ffn is None else ffn
+    if t.fixed_ffn and default_ffn(hf_type, cfg.E) != F:
+        raise ValueError(f"ffn: {hf_type}'s code fixes the MLP's inner size to {default_ffn(hf_type, cfg.E)} "
+                         f"({t.ffn_ratio:g} x embed); drop --ffn")  # fmt: skip
     k = AUDIT_EXPERTS if t.moe else 0
     theory = count_block(block_config(hf_type, cfg, F, norm_eps_zero=norm_eps == 0, experts=k))
     B, L = _block_size(cfg, theory.total_params)
@@ -288,6 +291,9 @@ def _check_hf_arguments(
         raise ValueError(f"scope: attnid has no closed form for {hf_type}'s decoder layer; audit its attention")
     if scope == "model" and not HF_TYPES[hf_type].lm:
         raise ValueError(f"scope: attnid has no closed form for a whole {hf_type} model; audit a layer (--block)")
+    if scope == "model" and HF_TYPES[hf_type].embedding_norm:
+        raise ValueError(f"scope: a {hf_type} model has a LayerNorm on its token embeddings, which attnid does not "
+                         "count; audit a layer (--block)")  # fmt: skip
     if scope == "model" and HF_TYPES[hf_type].moe:
         raise ValueError(f"scope: a {hf_type} model is audited layer by layer (--block: its mixture of experts); its "
                          "model count adds the terms of chapter 8")  # fmt: skip
