@@ -312,7 +312,12 @@ table(released)
 # down-projections; and a sigmoid has no shift or scale to give, so the router is identified, as DeepSeek-V3's is.
 # What stays free is each expert's own rescaling, one direction per hidden unit of every routed and shared expert.
 # Their real decoder layers agree with the closed form on six shapes each, and a closed form that forgets the shared
-# expert is refused by the audit (`tests/test_families.py`).
+# expert is refused by the audit (`tests/test_families.py`). ERNIE 4.5's mixtures choose their experts with a softmax
+# router, renormalised over the chosen ones as Mixtral's (so every router row takes the same added vector freely),
+# and add a bias per expert to the scores they choose by, not to the weights they mix with. In transformers that bias
+# is a parameter, so it counts among the model's parameters, and, since the choice it moves is constant near almost
+# every input, all of it is unidentified: one direction per expert and mixture layer, which the real decoder layer's
+# Jacobian shows and a closed form without them fails.
 #
 # **ALiBi** (BLOOM and Falcon RW; MPT too, whose model type attnid does not read) gives queries and keys no position map at all: it adds $-m_h (i - j)$ to
 # head $h$'s score of query $i$ on key $j$, a fixed slope per head and no parameter. Every symmetry of a layer
@@ -327,8 +332,8 @@ table(released)
 #
 # The released files of these families:
 #
-# GLM-4.5-Air's whole model leaves {glue:text}`glm_air_share:.3%` of its parameters unidentified and dots.llm1's
-# {glue:text}`dots_share:.3%`.
+# GLM-4.5-Air's whole model leaves {glue:text}`glm_air_share:.3%` of its parameters unidentified, dots.llm1's
+# {glue:text}`dots_share:.3%` and ERNIE-4.5-21B-A3B's {glue:text}`ernie_share:.3%`.
 
 # %%
 families = rel.families_table()

@@ -76,6 +76,10 @@ BLOCK_SHAPES = {
     # BLOOM: GPT-2's block with ALiBi; its code fixes the MLP at 4E
     "bloom": [dict(heads=2), dict(heads=1, ffn=32), dict(heads=4, ffn=32), dict(embed=12, heads=3, ffn=48),
               dict(embed=6, heads=2, ffn=24), dict(embed=4, heads=1, ffn=16)],
+    # ERNIE 4.5's mixtures: a softmax router whose choice adds a bias per expert (a parameter, unidentified)
+    "ernie4_5_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
+                     dict(heads=4, groups=1, ffn=6), dict(heads=2, groups=1, head_dim=6, ffn=4),
+                     dict(embed=6, heads=3, groups=1, ffn=3)],
     # GLM-4.5 and dots.llm1: DeepSeek-V3's mixture (a sigmoid router, one shared expert) around attention of their own
     "glm4_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, bias="qkv", ffn=4),
                  dict(heads=4, groups=1, head_dim=4, rope_dims=2, ffn=6), dict(heads=2, qk_norm="head", ffn=4),

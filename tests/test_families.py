@@ -38,8 +38,9 @@ def library_total(fields: dict) -> int:
 
 
 def test_every_file_names_its_release():
-    assert [p.stem for p in FILES] == ["bloom", "command-r7b-12-2024", "dots.llm1.inst", "exaone-4.0-32b",
-                                       "glm-4.5-air", "internlm3-8b-instruct", "olmo-3-7b"]  # fmt: skip
+    assert [p.stem for p in FILES] == ["bloom", "command-r7b-12-2024", "dots.llm1.inst", "ernie-4.5-21b-a3b",
+                                       "exaone-4.0-32b", "glm-4.5-air", "internlm3-8b-instruct",
+                                       "olmo-3-7b"]  # fmt: skip
     for path in FILES:
         note = json.loads(path.read_text())[SOURCE_KEY]
         assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name
@@ -218,3 +219,36 @@ def test_alibi_is_counted_as_the_layer_without_a_position_map_it_is(monkeypatch)
     assert block.total_params == 12 * 14336**2 + 13 * 14336  # attention and MLP maps with biases, two LayerNorms
     with pytest.raises(ValueError, match="word_embeddings_layernorm"):
         scope_count(p, "model", "bloom")
+
+
+def test_a_bias_that_only_chooses_experts_is_counted_and_unidentified(monkeypatch, tmp_path):
+    """ERNIE 4.5's router adds a parameter per expert to its scores to choose the experts, not to weight them: the
+    choice is constant near almost every input, so those parameters reach no output. The real decoder layer's
+    Jacobian shows them unidentified; a closed form without them is refused. The released file's mixture layers are
+    the ones moe_layer_start_index, moe_layer_end_index and moe_layer_interval pick; use_bias (biases on the gated
+    MLP too) refuses the block by name, and a floor on the chosen weights' sum that could bind is refused."""
+    import dataclasses
+
+    from attnid import families
+    from attnid.hf import HFAuditError, audit_hf
+
+    r = audit_hf("ernie4_5_moe", scope="block", embed=8, heads=2, ffn=4)
+    assert r.unidentified == r.details["theory_unidentified"] and r.details["terms"]["choice_bias"] == 4
+    monkeypatch.setitem(families.HF_TYPES, "ernie4_5_moe", dataclasses.replace(families.HF_TYPES["ernie4_5_moe"],
+                                                                               choice_bias=False))  # fmt: skip
+    with pytest.raises(HFAuditError, match="closed form"):
+        audit_hf("ernie4_5_moe", scope="block", embed=8, heads=2, ffn=4)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="use_bias puts biases on its gated MLP too"):
+        audit_hf("ernie4_5_moe", scope="block", embed=8, heads=2, ffn=4, bias="all")
+    p = config_preset(FAMILIES / "ernie-4.5-21b-a3b.json")
+    assert (p.model.dense_layers, p.model.experts, p.model.shared_ffn) == (1, 64, 2 * 1536)
+    fields = json.loads((FAMILIES / "ernie-4.5-21b-a3b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**fields, "moe_layer_interval": 2}))
+    assert config_preset(tmp_path).model.dense_layers == 14  # layers 1, 3, ... 27 are mixtures
+    (tmp_path / "config.json").write_text(json.dumps({**fields, "use_bias": True}))
+    biased = config_preset(tmp_path)
+    assert biased.model is None and "use_bias = True" in biased.attention_only
+    (tmp_path / "config.json").write_text(json.dumps({**fields, "moe_norm_min": 0.5}))
+    with pytest.raises(ConfigError, match=r"moe_norm_min: 0\.5"):
+        config_preset(tmp_path)

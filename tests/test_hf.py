@@ -44,6 +44,7 @@ CASES = {
     "cohere": dict(groups=2),  # interleaved rotary pairs (its QK LayerNorm: tests/test_modern_attention.py)
     "glm4_moe": dict(groups=2, bias="qkv", rope_dims=2, qk_norm="head"),  # q/k/v biases, half rotated, QK-norm
     "dots1": dict(groups=2, bias="all"),  # Qwen3's attention in dots.llm1
+    "ernie4_5_moe": dict(groups=2, bias="all"),  # ERNIE 4.5's attention in its mixture models
     "bloom": dict(),  # ALiBi: a fixed bias on the scores, no position map on queries and keys; fused qkv per head
 }
 

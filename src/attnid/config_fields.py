@@ -131,12 +131,13 @@ TRUTH_FIELDS = ("attn_temperature_tuning",)
 
 # the field that switches a family's attention biases on, and the biases it switches (default: attention_bias, all)
 BIAS_FIELDS = {"opt": ("enable_bias", "qkvo"), "ernie4_5": ("use_bias", "qkvo"), "glm4": ("attention_bias", "qkv"),
+               "ernie4_5_moe": ("use_bias", "qkvo"),
                "glm4_moe": ("attention_bias", "qkv"),
                "stablelm": ("use_qkv_bias", "qkv"), "starcoder2": ("use_bias", "qkvo")}  # fmt: skip
 
 # families whose one bias field also puts biases on the gated MLP, which attnid's block does not model: with it on,
 # the attention is counted and the block and the model are refused, naming it
-MLP_BIAS_SWITCHES = {"ernie4_5": "use_bias"}
+MLP_BIAS_SWITCHES = {"ernie4_5": "use_bias", "ernie4_5_moe": "use_bias"}
 
 # families whose biases two fields switch apart: (field, the biases it switches) each
 SPLIT_BIAS_FIELDS = {"seed_oss": (("attention_bias", "qkv"), ("attention_out_bias", "o"))}

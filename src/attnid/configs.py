@@ -303,6 +303,8 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
         ffn = default_ffn(hf_type, E)
     elif hf_type in GROUPED_ROUTER_TYPES:
         return cfg, _grouped_mixture_model(c, t, read), read
+    elif hf_type == "ernie4_5_moe":
+        return cfg, _ernie_mixture_model(c, t, read), read
     elif t.moe:
         return cfg, _mixture_model(c, hf_type, read), read
     else:
@@ -400,6 +402,42 @@ def _grouped_mixture_model(c, t, read: set[str]) -> Model:
     if not (isinstance(dense, int) and not isinstance(dense, bool) and 0 <= dense <= layers):
         raise ConfigError(f"first_k_dense_replace: {printable(repr(dense))} must be a layer count from 0 to {layers}")
     ffn = _positive(c, "moe_intermediate_size", default=None)
+    return Model(layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts, shared_ffn=shared * ffn,
+                 dense_layers=dense, dense_ffn=_positive(c, "intermediate_size", default=None) if dense else 0,
+                 **_layer_kinds_and_head(c, t, read))  # fmt: skip
+
+
+def _ernie_mixture_model(c, t, read: set[str]) -> Model:
+    """ERNIE 4.5's mixtures: layer ``i`` is a mixture where ``(i + 1) % moe_layer_interval == 0`` and
+    ``moe_layer_start_index <= i <= moe_layer_end_index``, the others one MLP (``intermediate_size``); a mixture has
+    ``moe_num_experts`` experts of ``moe_intermediate_size``, ``moe_k`` (two or more) chosen by a softmax router (a
+    bias per expert in the choice only), beside ``moe_num_shared_experts`` shared ones of that size; the fields read
+    are added to ``read``."""
+    read |= {"moe_num_experts", "moe_k", "moe_num_shared_experts", "moe_intermediate_size", "moe_layer_start_index",
+             "moe_layer_end_index", "moe_layer_interval", "moe_norm_min", "intermediate_size"}  # fmt: skip
+    experts, chosen = _positive(c, "moe_num_experts", default=None), _positive(c, "moe_k", default=None)
+    if experts is None or chosen is None or chosen < 2 or experts < chosen:
+        raise ConfigError(f"moe_k: {chosen} of {experts} experts; attnid counts two or more chosen (with one, a "
+                          "renormalised router's weight is 1 whatever its logits)")  # fmt: skip
+    floor = c.moe_norm_min
+    if not (isinstance(floor, (int, float)) and not isinstance(floor, bool) and 0 <= floor < chosen / experts):
+        raise ConfigError(f"moe_norm_min: {printable(repr(floor))}: the floor of the chosen weights' sum must stay "
+                          f"below {chosen}/{experts}, the least that sum can be, or it moves the weights")  # fmt: skip
+    layers = c.num_hidden_layers
+    bounds = [c.moe_layer_start_index, c.moe_layer_end_index, c.moe_layer_interval]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in bounds) or bounds[2] < 1:
+        raise ConfigError(f"moe_layer_start_index, moe_layer_end_index, moe_layer_interval: {bounds} must be integers, "
+                          "the interval positive")  # fmt: skip
+    start, end, every = bounds
+    moe = sum((i + 1) % every == 0 and start <= i <= end for i in range(layers))
+    if not moe:
+        raise ConfigError(f"moe_layer_start_index, moe_layer_end_index, moe_layer_interval: {bounds} leave no mixture "
+                          f"layer among the {layers}")  # fmt: skip
+    shared = c.moe_num_shared_experts
+    if not (isinstance(shared, int) and not isinstance(shared, bool) and shared >= 0):
+        raise ConfigError(f"moe_num_shared_experts: {printable(repr(shared))} must be an integer >= 0")
+    ffn = _positive(c, "moe_intermediate_size", default=None)
+    dense = layers - moe
     return Model(layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts, shared_ffn=shared * ffn,
                  dense_layers=dense, dense_ffn=_positive(c, "intermediate_size", default=None) if dense else 0,
                  **_layer_kinds_and_head(c, t, read))  # fmt: skip

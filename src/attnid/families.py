@@ -52,6 +52,7 @@ class HFType:
     output_gate: bool = False  # each head's output gated by a sigmoid of its query's input (Qwen3-Next)
     router: str = ""  # its decoder layer's mixture of experts: counting.ROUTERS ("": one MLP)
     shared_expert: bool = False  # beside the routed experts, one expert every token passes (Llama 4)
+    choice_bias: bool = False  # a parameter per expert that only chooses the experts (ERNIE 4.5's)
     fixed_ffn: bool = False  # its code fixes the MLP's inner size to ffn_ratio x E (BLOOM)
     embedding_norm: bool = False  # a LayerNorm on the token embeddings (BLOOM): its whole model is not counted
 
@@ -78,7 +79,7 @@ class HFType:
     def ffn_kwargs(self, ffn: int) -> dict:
         if self.fixed_ffn:
             return {}
-        if self.module in ("qwen3_moe", *GROUPED_ROUTER_TYPES):
+        if self.module in ("qwen3_moe", "ernie4_5_moe", *GROUPED_ROUTER_TYPES):
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
         return {"gpt2": {"n_inner": ffn}, "opt": {"ffn_dim": ffn}}.get(self.module, {"intermediate_size": ffn})
 
@@ -87,6 +88,9 @@ class HFType:
         if not experts:
             return {}
         n = {"qwen3_moe": "num_experts"}.get(self.module, "num_local_experts")
+        if self.module == "ernie4_5_moe":  # a mixture in every layer, one shared expert
+            return dict(moe_num_experts=experts, moe_k=2, moe_num_shared_experts=1, moe_layer_start_index=0,
+                        moe_layer_end_index=-1, moe_layer_interval=1)  # fmt: skip
         if self.module in GROUPED_ROUTER_TYPES:  # DeepSeek-V3's mixture in every layer, one shared expert, and a
             # routed factor other than 1 (absorbed by the experts' weights)
             return dict(n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
@@ -188,6 +192,7 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
         return no_ids if cfg.rope else {**no_ids, "no_rope_layers": [0]}
     switches = {  # the family's own switches of biases and QK-norm
         "phi3": {}, "glm4": {}, "starcoder2": dict(use_bias=bool(cfg.bias)), "ernie4_5": dict(use_bias=bool(cfg.bias)),
+        "ernie4_5_moe": dict(use_bias=bool(cfg.bias)),
         "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
         "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
         "dots1": {},
@@ -326,6 +331,12 @@ HF_TYPES: dict[str, HFType] = {
         # -m_h (i - j) on head h's scores, instead of position embeddings
         "bloom", "BloomConfig", "BloomAttention", None, biases=("qkvo",), layer="BloomBlock", lm="BloomForCausalLM",
         positions="alibi", fixed_ffn=True, embedding_norm=True, tied=True,
+    ),
+    "ernie4_5_moe": HFType(  # ERNIE 4.5's mixtures: ERNIE 4.5's attention, a softmax router whose choice (not its
+        # weights) adds a bias per expert, shared experts beside, dense layers where moe_layer_* leave them
+        "ernie4_5_moe", "Ernie4_5_MoeConfig", "Ernie4_5_MoeAttention", "Ernie4_5_MoeRotaryEmbedding",
+        biases=("", "qkvo"), groups=True, head_dim=True, layer="Ernie4_5_MoeDecoderLayer", lm="Ernie4_5_MoeForCausalLM",
+        norm="rms", mlp="swiglu", ffn_ratio=8 / 3, tied=True, router="softmax", shared_expert=True, choice_bias=True,
     ),
     "glm4_moe": HFType(  # GLM-4.5 and 4.6: q/k/v biases, rotary on half of each head, QK-norm per head where
         # use_qk_norm, and DeepSeek-V3's mixture (a sigmoid router over grouped experts, beside shared ones) after
@@ -493,7 +504,7 @@ def block_config(
         cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual,
         norm_position=t.norm_position, norm_eps_zero=norm_eps_zero, experts=experts,
         shared_ffn=(ffn if shared_ffn is None else shared_ffn) if t.shared_expert and experts else 0,
-        router=t.router or "sigmoid",
+        router=t.router or "sigmoid", choice_bias=t.choice_bias and bool(experts),
     )  # fmt: skip
 
 

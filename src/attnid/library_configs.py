@@ -451,6 +451,12 @@ def _dots1(c: LibraryConfig, kw: dict) -> None:
                          else "full_attention" for i in range(c.num_hidden_layers)]  # fmt: skip
 
 
+def _ernie4_5_moe(c: LibraryConfig, kw: dict) -> None:
+    """ERNIE 4.5's mixtures: an end index of -1 is the last layer."""
+    if c.moe_layer_end_index == -1:
+        c.moe_layer_end_index = c.num_hidden_layers - 1
+
+
 def _bloom(c: LibraryConfig, kw: dict) -> None:
     n_embed = kw.pop("n_embed", None)  # an older name of hidden_size
     c.hidden_size = c.hidden_size if n_embed is None else n_embed
@@ -475,6 +481,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "glm4_moe": _partial_rope(0.5),
     "dots1": _dots1,
     "bloom": _bloom,
+    "ernie4_5_moe": _ernie4_5_moe,
     "stablelm": _partial_rope(0.25),
     "gemma2": _alternating(2),
     "gemma3_text": _gemma3,

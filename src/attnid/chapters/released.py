@@ -100,7 +100,8 @@ def families_table() -> pd.DataFrame:
 def families_facts(families: pd.DataFrame) -> dict:
     """The numbers the prose beside :func:`families_table` glues."""
     share = families.set_index("file")["model share unidentified"]
-    return {"glm_air_share": float(share["glm-4.5-air"]), "dots_share": float(share["dots.llm1.inst"])}
+    return {"glm_air_share": float(share["glm-4.5-air"]), "dots_share": float(share["dots.llm1.inst"]),
+            "ernie_share": float(share["ernie-4.5-21b-a3b"])}  # fmt: skip
 
 
 def _count_row(name: str, p) -> dict[str, Any]:

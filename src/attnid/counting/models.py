@@ -54,6 +54,9 @@ class BlockConfig:
     Llama 4) or ``"softmax"`` (Mixtral, Qwen3-MoE: a softmax over all ``k`` logits, the top ones kept, renormalised
     or not), whose weights ignore a shift of every logit: the same vector added to each router row is free (``E``),
     or ``"softmax_biased"`` (gpt-oss: a router with a bias, a softmax over the chosen logits): ``E + 1``.
+    ``choice_bias``: a parameter per expert added to the router's scores for the choice of experts only (ERNIE 4.5's
+    ``e_score_correction_bias``): the choice is constant near almost every input, so its ``experts`` entries reach no
+    output.
     """
 
     attention: AttentionConfig | MLAConfig
@@ -67,6 +70,7 @@ class BlockConfig:
     experts: int = 0
     shared_ffn: int = 0
     router: str = "sigmoid"
+    choice_bias: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.attention, (AttentionConfig, MLAConfig)):
@@ -100,8 +104,9 @@ class BlockConfig:
             raise ValueError("experts: a softmax router over one expert gives it weight 1 whatever its logits; attnid "
                              "counts a softmax router over two or more experts (a sigmoid router that scales its one "
                              "expert, as Llama 4's, is counted)")  # fmt: skip
-        if self.shared_ffn and not self.experts:
-            raise ValueError("shared_ffn: shared experts belong to a mixture of experts (experts >= 1)")
+        if (self.shared_ffn or self.choice_bias) and not self.experts:
+            raise ValueError("shared_ffn, choice_bias: shared experts and a choice bias belong to a mixture of experts "
+                             "(experts >= 1)")  # fmt: skip
         if self.router not in ROUTERS:
             raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {self.router!r}")
         if isinstance(self.attention, MLAConfig):
@@ -119,7 +124,8 @@ class BlockConfig:
         maps = 3 if self.mlp in GATED_MLPS else 2
         if self.experts:  # routed experts, shared experts, router (with their biases)
             biases = self.experts * (2 * F + E + 1) if self.mlp_bias else 0
-            return maps * E * (self.experts * F + self.shared_ffn) + self.experts * E + biases
+            choice = self.experts if self.choice_bias else 0
+            return maps * E * (self.experts * F + self.shared_ffn) + self.experts * E + biases + choice
         return maps * E * F + ((F + E) if self.mlp_bias else 0)
 
     def norms(self) -> tuple[int, int]:
@@ -220,6 +226,7 @@ def count_block(block: BlockConfig) -> Count:
     * ``mlp_rescaling``: ``F`` for ReLU (``relu(c z) = c relu(z)``, ``c > 0``) and gated MLPs (up-projection
       row ``j`` against down-projection column ``j``), for each expert of a mixture; none for GELU. A
       mixture's sigmoid router is identified (its scores have no shift or scale to give);
+    * ``choice_bias``: a bias that only chooses the experts (ERNIE 4.5's), one per expert: unidentified;
     * ``router_shift`` (a softmax router only): its weights ignore a logit added to every expert, so the same
       vector added to every router row is free: ``E``, and with a router bias the same constant added to each: 1;
     * with gpt-oss's biased gated unit (``swiglu_biased``), ``mlp_rescaling`` is the up-projection row ``j`` with its
@@ -259,6 +266,8 @@ def count_block(block: BlockConfig) -> Count:
         terms["post_norm_scale"] = after if block.norm_eps_zero else 0
     if block.experts and block.router != "sigmoid":
         terms["router_shift"] = E + (1 if block.router == "softmax_biased" else 0)
+    if block.choice_bias:
+        terms["choice_bias"] = block.experts
     params.update(norms=block.norm_params(), mlp=block.mlp_params())
     return Count(sum(params.values()), params, terms)
 
@@ -358,14 +367,18 @@ class ModelConfig:
         if self.layers - d < k - nd:
             raise ValueError("nope_layers: more NoPE mixture layers than mixture layers")
 
+    def _dense(self, block: BlockConfig) -> BlockConfig:
+        """``block`` with one MLP of inner size ``dense_ffn`` in place of its mixture of experts."""
+        return replace(block, ffn=self.dense_ffn, experts=0, shared_ffn=0, choice_bias=False)
+
     def blocks(self) -> list[tuple[BlockConfig, int]]:
         """``(block, how many)`` for each kind of layer the model stacks."""
-        dense = replace(self.block, ffn=self.dense_ffn, experts=0, shared_ffn=0) if self.dense_layers else None
+        dense = self._dense(self.block) if self.dense_layers else None
         nope = nope_dense = None
         if self.nope_layers:
             assert isinstance(self.block.attention, AttentionConfig)
             nope = replace(self.block, attention=nope_attention(self.block.attention, self.nope_qk_norm))
-            nope_dense = replace(nope, ffn=self.dense_ffn, experts=0, shared_ffn=0) if self.dense_layers else None
+            nope_dense = self._dense(nope) if self.dense_layers else None
         nd = self.nope_dense_layers
         kinds = [(dense, self.dense_layers - nd), (nope_dense, nd), (nope, self.nope_layers - nd),
                  (self.block, self.layers - self.dense_layers - self.nope_layers + nd)]  # fmt: skip

@@ -213,7 +213,7 @@ def _first(out):
 
 # the modeling modules whose rotation computes in float32 whatever the input, and the function that does it
 FLOAT32_ROTARY = {"llama4": "apply_rotary_emb", "cohere": "apply_rotary_pos_emb", "cohere2": "apply_rotary_pos_emb",
-                  "ernie4_5": "apply_rotary_pos_emb"}  # fmt: skip
+                  "ernie4_5": "apply_rotary_pos_emb", "ernie4_5_moe": "apply_rotary_pos_emb"}  # fmt: skip
 
 
 @contextmanager
@@ -237,7 +237,7 @@ def _exact_rotary(module):
 
     def interleaved(q, k, cos, sin, unsqueeze_dim=1):  # Cohere: its rotate_half pairs (2i, 2i + 1)
         cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-        if family == "ernie4_5":  # its table is (freqs, freqs): each frequency taken twice, for its pair
+        if family.startswith("ernie4_5"):  # its table is (freqs, freqs): each frequency taken twice, for its pair
             cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
             sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
         return q * cos + module.rotate_half(q) * sin, k * cos + module.rotate_half(k) * sin
@@ -290,6 +290,9 @@ def build_block(
             m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
         if _is_router(m) and hf_type in GROUPED_ROUTER_TYPES:  # DeepSeek-V3's router, computed in float32
             m.forward = types.MethodType(_router_float64(m.forward), m)
+        if hasattr(m, "e_score_correction_bias") and isinstance(m.e_score_correction_bias, torch.nn.Parameter):
+            with torch.no_grad():  # ERNIE 4.5's choice bias, a parameter: small beside the softmax scores it adds
+                m.e_score_correction_bias.mul_(0.01)  # to (1/experts), so that every expert is chosen often
         if type(m).__name__ == "Llama4Router":
             m.forward = types.MethodType(_llama4_router_float64, m)
     attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
@@ -352,13 +355,14 @@ def _llama4_router_float64(self, hidden_states: torch.Tensor):
 
 
 def _softmax_router_float64(original: Callable):
-    """Mixtral's and Qwen3-MoE's routers compute their softmax in float32; this forward keeps their choice of
-    experts (a discrete one, made as transformers makes it) and recomputes the chosen experts' weights in the input's
-    float64: the softmax over every logit, at the chosen ones, renormalised where the router renormalises."""
+    """Mixtral's, Qwen3-MoE's and ERNIE 4.5's routers compute their softmax in float32; this forward keeps their
+    choice of experts (a discrete one, made as transformers makes it) and recomputes the chosen experts' weights in
+    the input's float64: the softmax over every logit, at the chosen ones, renormalised where the router
+    renormalises."""
 
     def forward(self, hidden_states: torch.Tensor):
-        _, _, chosen = original(hidden_states)
-        logits = torch.nn.functional.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight)
+        _, _, chosen = original(hidden_states)  # ERNIE 4.5's adds its choice bias here, and nowhere else
+        logits = torch.nn.functional.linear(hidden_states.reshape(-1, self.weight.shape[-1]), self.weight)
         weights = logits.softmax(dim=-1).gather(1, chosen)
         if getattr(self, "norm_topk_prob", True):  # Mixtral always renormalises
             weights = weights / weights.sum(dim=-1, keepdim=True)

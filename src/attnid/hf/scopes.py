@@ -21,6 +21,7 @@ from ..audit import (
     default_seq_len,
     memory_estimate,
 )
+from ..config_fields import MLP_BIAS_SWITCHES
 from ..counting import SCOPES, Count, count, count_block, count_model
 from ..families import (
     HF_TYPES,
@@ -178,6 +179,9 @@ def _block_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | No
     if t.fixed_ffn and default_ffn(hf_type, cfg.E) != F:
         raise ValueError(f"ffn: {hf_type}'s code fixes the MLP's inner size to {default_ffn(hf_type, cfg.E)} "
                          f"({t.ffn_ratio:g} x embed); drop --ffn")  # fmt: skip
+    if hf_type in MLP_BIAS_SWITCHES and cfg.bias:
+        raise ValueError(f"bias: {hf_type}'s {MLP_BIAS_SWITCHES[hf_type]} puts biases on its gated MLP too, a decoder "
+                         "layer attnid does not count; audit its attention")  # fmt: skip
     k = AUDIT_EXPERTS if t.moe else 0
     theory = count_block(block_config(hf_type, cfg, F, norm_eps_zero=norm_eps == 0, experts=k))
     B, L = _block_size(cfg, theory.total_params)
