@@ -73,9 +73,12 @@ BLOCK_SHAPES = {
     "smollm3": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
                 dict(heads=2, bias="all", ffn=30), dict(embed=6, heads=3, groups=1, bias="all")],
     # Llama 4: L2 QK-norm, four experts under a sigmoid router choosing one, a shared expert; a NoPE layer
+    # Qwen2.5-VL's text layers: Qwen2's with M-RoPE (text positions here; tests/test_families.py: a multimodal map)
+    "qwen2_5_vl": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
+                   dict(heads=2, groups=1), dict(embed=12, heads=2, groups=1, ffn=20)],
     # BLOOM: GPT-2's block with ALiBi; its code fixes the MLP at 4E
-    "bloom": [dict(heads=2), dict(heads=1, ffn=32), dict(heads=4, ffn=32), dict(embed=12, heads=3, ffn=48),
-              dict(embed=6, heads=2, ffn=24), dict(embed=4, heads=1, ffn=16)],
+    "bloom": [dict(embed=6, heads=2), dict(embed=6, heads=1, ffn=24), dict(embed=6, heads=3, ffn=24),
+              dict(embed=4, heads=1, ffn=16), dict(embed=4, heads=2, ffn=16), dict(embed=8, heads=4, ffn=32)],
     # ERNIE 4.5's mixtures: a softmax router whose choice adds a bias per expert (a parameter, unidentified)
     "ernie4_5_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
                      dict(heads=4, groups=1, ffn=6), dict(heads=2, groups=1, head_dim=6, ffn=4),

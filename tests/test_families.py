@@ -252,3 +252,41 @@ def test_a_bias_that_only_chooses_experts_is_counted_and_unidentified(monkeypatc
     (tmp_path / "config.json").write_text(json.dumps({**fields, "moe_norm_min": 0.5}))
     with pytest.raises(ConfigError, match=r"moe_norm_min: 0\.5"):
         config_preset(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "scope,kw",
+    [("attention", dict(embed=16, heads=2)), ("attention", dict(embed=16, heads=4, groups=2)),
+     ("attention", dict(embed=24, heads=2, groups=1)), ("block", dict(embed=8, heads=4, groups=2, ffn=16))],
+)  # fmt: skip
+def test_m_rope_is_counted_as_rope_at_text_and_multimodal_positions(scope, kw):
+    """Qwen2.5-VL's M-RoPE turns each rotated pair by one of three position streams (time, height, width). The
+    frequencies stay distinct, so the query/key gauge that commutes with every turn is the same as RoPE's, one
+    rotation and scale per pair, whichever stream turns it: at a text's positions (the three streams equal) and at a
+    multimodal map where each stream moves on its own, the real module's Jacobian equals the RoPE closed form."""
+    from attnid.hf import audit_hf
+
+    for positions in ("text", "grid"):
+        r = audit_hf("qwen2_5_vl", scope=scope, positions=positions, **kw)
+        assert r.unidentified == r.details["theory_unidentified"] and r.sv_gap > 1e6, positions
+        assert r.details["positions"] == positions
+
+
+def test_a_stream_that_never_moves_leaves_its_pairs_unrotated(monkeypatch):
+    """The RoPE count of M-RoPE needs every stream to move over the data: planted, a map whose height stream is the
+    same for every token leaves that stream's pairs turned by nothing, as in a layer without RoPE, and the audit
+    refuses the RoPE closed form; a position map other than a text's is refused by name where no M-RoPE reads it."""
+    from attnid.hf import HFAuditError, audit_hf, build
+
+    def frozen(B, L):
+        streams = original(B, L).clone()
+        streams[1] = 0
+        return streams
+
+    original = build.grid_positions
+    monkeypatch.setattr(build, "grid_positions", frozen)
+    with pytest.raises(HFAuditError, match="closed form"):
+        audit_hf("qwen2_5_vl", scope="attention", positions="grid", embed=16, heads=2)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="positions: a grid position map is read by an M-RoPE layer only"):
+        audit_hf("llama", scope="attention", positions="grid", embed=16, heads=2)

@@ -45,6 +45,7 @@ CASES = {
     "glm4_moe": dict(groups=2, bias="qkv", rope_dims=2, qk_norm="head"),  # q/k/v biases, half rotated, QK-norm
     "dots1": dict(groups=2, bias="all"),  # Qwen3's attention in dots.llm1
     "ernie4_5_moe": dict(groups=2, bias="all"),  # ERNIE 4.5's attention in its mixture models
+    "qwen2_5_vl": dict(groups=2),  # M-RoPE at text positions (a multimodal map: tests/test_families.py)
     "bloom": dict(),  # ALiBi: a fixed bias on the scores, no position map on queries and keys; fused qkv per head
 }
 

@@ -53,6 +53,7 @@ class HFType:
     router: str = ""  # its decoder layer's mixture of experts: counting.ROUTERS ("": one MLP)
     shared_expert: bool = False  # beside the routed experts, one expert every token passes (Llama 4)
     choice_bias: bool = False  # a parameter per expert that only chooses the experts (ERNIE 4.5's)
+    mrope: bool = False  # M-RoPE: each rotated pair turned by one of three position streams (Qwen2.5-VL)
     fixed_ffn: bool = False  # its code fixes the MLP's inner size to ffn_ratio x E (BLOOM)
     embedding_norm: bool = False  # a LayerNorm on the token embeddings (BLOOM): its whole model is not counted
 
@@ -136,6 +137,10 @@ class HFType:
                 "rope_theta": cfg.rope_base,
                 "partial_rotary_factor": factor,
             }
+        if self.mrope:  # the pairs shared out among the three streams as evenly as the head allows
+            pairs = cfg.D // 2
+            kw["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.rope_base,
+                                     "mrope_section": mrope_sections(pairs)}  # fmt: skip
         if name in ("phi", "phi3", "glm4", "glm4_moe", "stablelm", "qwen3_next"):
             kw["rope_parameters"] = {
                 "rope_type": "default",
@@ -144,6 +149,13 @@ class HFType:
             }
             kw["resid_pdrop"] = 0.0
         return kw
+
+
+def mrope_sections(pairs: int) -> list[int]:
+    """The rotated pairs of a head shared out among M-RoPE's three position streams (time, height, width), the
+    first streams taking one more where they do not divide evenly (Qwen2.5-VL's released [16, 24, 24] gives the time
+    stream fewer; any split of the pairs has the same count)."""
+    return [pairs // 3 + (1 if i < pairs % 3 else 0) for i in range(3)]
 
 
 def _classic_kwargs(name: str, cfg: AttentionConfig, common: dict) -> dict:
@@ -195,7 +207,7 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
         "ernie4_5_moe": dict(use_bias=bool(cfg.bias)),
         "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
         "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
-        "dots1": {},
+        "dots1": {}, "qwen2_5_vl": {},
     }  # fmt: skip
     if name in switches:
         return dict(no_ids, **switches[name])
@@ -326,6 +338,11 @@ HF_TYPES: dict[str, HFType] = {
         groups=True, head_dim=True, qk_norm="l2", other_qk_norm="", nope_layers=True, nope_qk_norm=False,
         layer="Llama4TextDecoderLayer", lm="Llama4ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
         router="sigmoid", shared_expert=True,
+    ),
+    "qwen2_5_vl": HFType(  # Qwen2.5-VL's text layers: Qwen2's (q/k/v biases, GQA) with M-RoPE, each rotated pair
+        # turned by one of three position streams (time, height, width: mrope_section pairs each)
+        "qwen2_5_vl", "Qwen2_5_VLTextConfig", "Qwen2_5_VLAttention", "Qwen2_5_VLRotaryEmbedding", biases=("qkv",),
+        groups=True, layer="Qwen2_5_VLDecoderLayer", norm="rms", mlp="swiglu", ffn_ratio=8 / 3, mrope=True,
     ),
     "bloom": HFType(  # BLOOM: GPT-2's block (LayerNorm, GELU, biases on every map) with ALiBi, a fixed bias
         # -m_h (i - j) on head h's scores, instead of position embeddings

@@ -156,12 +156,26 @@ def _float64_softmax():
         torch.nn.functional.softmax = softmax
 
 
-def _hidden_forward(rotary, eager: bool = False, module=None):
+POSITION_MAPS = ("text", "grid")  # the positions an audit feeds: a text's, or (M-RoPE) a multimodal map
+
+
+def grid_positions(B: int, L: int) -> torch.Tensor:
+    """``(3, B, L)`` positions of M-RoPE's three streams (time, height, width) for a multimodal input: token ``n``
+    lies in frame ``n // 4`` of 2 x 2 patches, at row ``(n // 2) % 2`` and column ``n % 2``, each stream counted from
+    its frame's time as Qwen2.5-VL counts an image's (so every stream moves, and none moves with another)."""
+    n = torch.arange(L)
+    t = n // 4
+    streams = torch.stack([t, t + (n // 2) % 2, t + n % 2])
+    return streams[:, None, :].expand(3, B, L)
+
+
+def _hidden_forward(rotary, eager: bool = False, module=None, positions: str = "text"):
     """``forward(call, x)``: a module on hidden states ``x`` ``(B, L, E)`` through sdpa's math kernel (exact
     float64 and differentiable in forward mode; the fused CPU kernel is not), with the rotary tables. With
     ``eager`` (a module that runs its own attention: soft-capping), a causal mask is passed and its softmax
     kept in float64 (:func:`_float64_softmax`). The rotation of a modeling ``module`` that computes it in float32 is
-    kept in float64 (:func:`_exact_rotary`: Llama 4's complex ``freqs_cis``, Cohere's interleaved pairs)."""
+    kept in float64 (:func:`_exact_rotary`: Llama 4's complex ``freqs_cis``, Cohere's interleaved pairs).
+    ``positions``: ``"text"`` (0, 1, 2, ...) or, for M-RoPE, ``"grid"`` (:func:`grid_positions`)."""
 
     def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
         L = x.shape[1]
@@ -169,7 +183,7 @@ def _hidden_forward(rotary, eager: bool = False, module=None):
         with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
             if rotary is None:
                 return _first(call(x))
-            pos = torch.arange(L)[None].expand(x.shape[0], -1)
+            pos = grid_positions(x.shape[0], L) if positions == "grid" else torch.arange(L)[None].expand(x.shape[0], -1)
             # Gemma 3 keeps a table per layer type; the audited layer is a global (full) one
             table = rotary(x, pos, "full_attention") if hasattr(rotary, "layer_types") else rotary(x, pos)
             if torch.is_tensor(table) and table.is_complex():
@@ -199,12 +213,13 @@ def _alibi_forward(heads: int, module, residual: bool):
     return forward
 
 
-def _forward_of(hf_type: str, cfg: AttentionConfig, rotary, module, residual: bool):
-    """The forward of a ``hf_type`` layer (:func:`_alibi_forward` for ALiBi, else :func:`_hidden_forward`)."""
+def _forward_of(hf_type: str, cfg: AttentionConfig, rotary, module, residual: bool, positions: str = "text"):
+    """The forward of a ``hf_type`` layer (:func:`_alibi_forward` for ALiBi, else :func:`_hidden_forward` at
+    ``positions``)."""
     t = HF_TYPES[hf_type]
     if t.positions == "alibi":
         return _alibi_forward(cfg.H, module, residual)
-    return _hidden_forward(rotary, eager=t.eager, module=module)
+    return _hidden_forward(rotary, eager=t.eager, module=module, positions=positions)
 
 
 def _first(out):
@@ -249,7 +264,9 @@ def _exact_rotary(module):
         setattr(module, name, original)
 
 
-def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_implementation: str = "sdpa"):
+def build_attention(
+    hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_implementation: str = "sdpa", positions: str = "text"
+):
     """``(module, forward)``: the real attention module of ``hf_type`` for ``cfg`` in float64, with
     seeded random weights (every parameter, biases included, ``N(0, 1/E)``), and ``forward(call, x)``
     that runs it as causal self-attention on hidden states ``x`` ``(B, L, E)``. ``attn_implementation``:
@@ -270,11 +287,18 @@ def build_attention(hf_type: str, cfg: AttentionConfig, *, seed: int = 0, attn_i
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the module was built with {built} rotary dims, not the {cfg.R} asked for")
-    return attn, _forward_of(hf_type, cfg, rotary, mod, residual=True)
+    return attn, _forward_of(hf_type, cfg, rotary, mod, residual=True, positions=positions)
 
 
 def build_block(
-    hf_type: str, cfg: AttentionConfig, *, ffn: int, seed: int = 0, norm_eps: float = 0.0, experts: int = 0
+    hf_type: str,
+    cfg: AttentionConfig,
+    *,
+    ffn: int,
+    seed: int = 0,
+    norm_eps: float = 0.0,
+    experts: int = 0,
+    positions: str = "text",
 ):
     """``(module, forward)``: one whole decoder layer of ``hf_type`` (norms, attention, MLP or ``experts`` experts of
     inner size ``ffn``, two chosen per token, residual connections) in float64 with seeded random weights
@@ -300,7 +324,7 @@ def build_block(
     if built is not None and built != cfg.R:
         raise HFAuditError(f"{hf_type}: the layer was built with {built} rotary dims, not the {cfg.R} asked for")
     rotary = getattr(mod, t.rotary)(config=config) if t.rotary else None
-    return layer, _forward_of(hf_type, cfg, rotary, mod, residual=False)
+    return layer, _forward_of(hf_type, cfg, rotary, mod, residual=False, positions=positions)
 
 
 def build_model(

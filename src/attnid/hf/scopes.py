@@ -32,6 +32,7 @@ from ..families import (
     model_config,
 )
 from .build import (
+    POSITION_MAPS,
     HFAuditError,
     _is_router,
     _transformers,
@@ -122,7 +123,9 @@ class ScopeAudit:
     check_inputs: Callable[[torch.nn.Module, Callable, torch.Tensor], None] | None = None
 
 
-def _attention_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, attn_implementation: str, **_) -> ScopeAudit:
+def _attention_scope(
+    hf_type: str, cfg: AttentionConfig, *, seed: int, attn_implementation: str, positions: str = "text", **_
+) -> ScopeAudit:
     """The attention module alone: :func:`attnid.counting.count` of the equivalent config, data of
     :func:`attnid.audit.default_data_size`."""
     t = HF_TYPES[hf_type]
@@ -135,7 +138,9 @@ def _attention_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, attn_impl
         L,
         cfg.E,
         "--embed",
-        build=lambda: build_attention(hf_type, cfg, seed=seed, attn_implementation=attn_implementation),
+        build=lambda: build_attention(
+            hf_type, cfg, seed=seed, attn_implementation=attn_implementation, positions=positions
+        ),
         inputs=lambda gen: torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64),
         # the implementation that ran: a soft-capping type runs eager whatever was asked (sdpa cannot cap)
         details=dict(attn_implementation="eager" if t.eager else attn_implementation),
@@ -171,7 +176,9 @@ TOKENS_PER_WORD = 8
 AUDIT_EXPERTS = 4  # a mixture-of-experts layer is audited with four experts, two chosen per token
 
 
-def _block_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | None, norm_eps: float, **_) -> ScopeAudit:
+def _block_scope(
+    hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | None, norm_eps: float, positions: str = "text", **_
+) -> ScopeAudit:
     """One whole decoder layer: :func:`attnid.counting.count_block`."""
     _check_layer_norm_width(hf_type, cfg)
     t = HF_TYPES[hf_type]
@@ -192,7 +199,7 @@ def _block_scope(hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | No
         L,
         cfg.E,
         "--embed, --ffn",
-        build=lambda: build_block(hf_type, cfg, ffn=F, seed=seed, norm_eps=norm_eps, experts=k),
+        build=lambda: build_block(hf_type, cfg, ffn=F, seed=seed, norm_eps=norm_eps, experts=k, positions=positions),
         inputs=lambda gen: torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64),
         details=dict(
             attn_implementation=implementation_of(hf_type), ffn=F, norms=FLOAT64_NORMS, **({"experts": k} if k else {})
@@ -320,7 +327,7 @@ def audit_hf(
     attn_implementation: str = "sdpa", max_memory: float | None = None, scope: str = "attention",
     ffn: int | None = None, layers: int | None = None, vocab: int | None = None, tied: bool | None = None,
     norm_eps: float = 0.0, progress: bool = False, nope: bool = False, final_softcap: float | None = None,
-    qk_norm: str | None = None,
+    qk_norm: str | None = None, positions: str = "text",
 ) -> AuditResult:  # fmt: skip
     """Audit a real ``hf_type`` module at a small width: ``unidentified`` from the Jacobian rank,
     ``details["theory_unidentified"]`` from the closed form.
@@ -341,6 +348,8 @@ def audit_hf(
     ``nope``: the audited layer is one without RoPE (SmolLM3's NoPE layers). ``final_softcap``: a model audit's
     logits capped at that value (Gemma 2's ``final_logit_softcapping``). ``qk_norm``: a QK-norm the type's config can
     switch on (StableLM 2's ``qk_layernorm``, Cohere's ``use_qk_norm``: ``"layer"``); None: the type's default.
+    ``positions``: ``"text"``, or for an M-RoPE type (Qwen2.5-VL) ``"grid"``, a multimodal position map
+    (:func:`attnid.hf.build.grid_positions`), at scope attention or block.
     """
     cfg = equivalent_config(  # refuses an unknown type and a shape the type cannot express
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias,
@@ -350,6 +359,13 @@ def audit_hf(
     _check_hf_arguments(hf_type, scope, seed=seed, attn_implementation=attn_implementation, normed=bool(cfg.qk_norm),
                         **sizes)  # fmt: skip
     extra = _scope_extras(scope, nope, final_softcap)
+    if positions not in POSITION_MAPS:
+        raise ValueError(f"positions: expected one of {', '.join(POSITION_MAPS)}, got {positions!r}")
+    if positions != "text" and not (HF_TYPES[hf_type].mrope and scope != "model"):
+        raise ValueError(f"positions: a {positions} position map is read by an M-RoPE layer only (qwen2_5_vl, at "
+                         f"scope attention or block), not by {hf_type} at scope {scope}")  # fmt: skip
+    if positions != "text":
+        extra["positions"] = positions
     plan = SCOPE_AUDITS[scope](hf_type, cfg, seed=seed, attn_implementation=attn_implementation, **sizes, **extra)
     n = plan.theory.total_params
     _check_memory(
@@ -361,7 +377,8 @@ def audit_hf(
     if plan.check_inputs is not None:
         plan.check_inputs(module, forward, x)
     res = audit_module(module, (x,), forward=forward, rtol=rtol, progress=progress)
-    res.details.update(_details(hf_type, scope, cfg, plan, seed=seed, near_null=_near_null(res), norm_eps=norm_eps))
+    res.details.update(_details(hf_type, scope, cfg, plan, seed=seed, near_null=_near_null(res), norm_eps=norm_eps,
+                                **({"positions": positions} if HF_TYPES[hf_type].mrope else {})))  # fmt: skip
     if check:
         check_hf_audit(res)
     return res
