@@ -330,6 +330,16 @@ table(released)
 # model is not counted: a LayerNorm on its token embeddings is a piece attnid's model count does not have, and the
 # count says so by name.
 #
+# **M-RoPE** (Qwen2.5-VL's text layers) keeps RoPE's frequencies and turns each rotated pair by one of three
+# position streams, time, height and width (`mrope_section` pairs each). Text tokens advance all three together, so on
+# text the layer is a RoPE layer. On an image the streams part, but each pair still turns by its own frequency times
+# a difference of positions, and the maps that commute with every such turn are RoPE's: one rotation and one scale
+# per pair and key group, whichever stream turns it. So M-RoPE counts as RoPE, at a text's positions and at a
+# multimodal map in which every stream moves: the real Qwen2.5-VL attention and decoder layer agree at both (four
+# shapes; `attnid audit --hf qwen2_5_vl` at a text's positions), and a map in which one stream never moves is refused,
+# since that stream's pairs then turn by nothing and keep the larger gauge of a layer without RoPE. A released
+# Qwen2.5-VL file is read flat, as released, or nested, as transformers now saves it; its vision tower is not counted.
+#
 # The released files of these families:
 #
 # GLM-4.5-Air's whole model leaves {glue:text}`glm_air_share:.3%` of its parameters unidentified, dots.llm1's

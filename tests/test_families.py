@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 import torch
 import transformers
 
-from attnid.configs import SOURCE_KEY, ConfigError, config_preset
+from attnid.configs import FLAT_TEXT_MODELS, SOURCE_KEY, ConfigError, _flat_text_config, config_preset
 from attnid.counting import SCOPES
 from attnid.families import HF_TYPES
 from attnid.presets import scope_count
@@ -25,7 +25,8 @@ FILES = sorted(FAMILIES.glob("*.json"))
 
 
 def library_total(fields: dict) -> int:
-    """The parameters of transformers' causal LM for ``fields``."""
+    """The parameters of transformers' causal LM for ``fields``: of its language model and head where it is a
+    multimodal model (its vision tower is not counted)."""
     fields = {k: v for k, v in copy.deepcopy(fields).items() if k != SOURCE_KEY}
     model_type = fields.pop("model_type")
     with warnings.catch_warnings():
@@ -33,14 +34,19 @@ def library_total(fields: dict) -> int:
         logging.getLogger("transformers").setLevel(logging.ERROR)
         config = transformers.AutoConfig.for_model(model_type, **fields)
         with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
+            try:
+                model = transformers.AutoModelForCausalLM.from_config(config)
+            except ValueError:  # a multimodal model (Qwen2.5-VL's) is one of images and text to text
+                model = transformers.AutoModelForImageTextToText.from_config(config)
+    text = getattr(getattr(model, "model", None), "language_model", None)
+    parts = [model] if text is None else [text, model.lm_head]
+    return sum(p.numel() for part in parts for p in part.parameters())
 
 
 def test_every_file_names_its_release():
     assert [p.stem for p in FILES] == ["bloom", "command-r7b-12-2024", "dots.llm1.inst", "ernie-4.5-21b-a3b",
-                                       "exaone-4.0-32b", "glm-4.5-air", "internlm3-8b-instruct",
-                                       "olmo-3-7b"]  # fmt: skip
+                                       "exaone-4.0-32b", "glm-4.5-air", "internlm3-8b-instruct", "olmo-3-7b",
+                                       "qwen2.5-vl-7b-instruct"]  # fmt: skip
     for path in FILES:
         note = json.loads(path.read_text())[SOURCE_KEY]
         assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name
@@ -59,7 +65,10 @@ def test_a_family_file_is_counted_at_every_scope_with_transformers_total(path):
     fields = json.loads(path.read_text())
     fields.pop(SOURCE_KEY)
     r = p.reading
-    assert set(fields) == set(r["read"]) | set(r["neutral"]) | set(r["fixed"]) | set(r["at_default"])
+    text = fields
+    if fields["model_type"] in FLAT_TEXT_MODELS:  # a multimodal file: its text model's fields are what is read
+        text = _flat_text_config(fields, fields["model_type"])["text_config"]
+    assert set(text) | {"model_type"} == set(r["read"]) | set(r["neutral"]) | set(r["fixed"]) | set(r["at_default"])
     if embedding_norm:
         with pytest.raises(ValueError, match="word_embeddings_layernorm"):
             scope_count(p, "model", path.stem)
@@ -290,3 +299,23 @@ def test_a_stream_that_never_moves_leaves_its_pairs_unrotated(monkeypatch):
     monkeypatch.undo()
     with pytest.raises(ValueError, match="positions: a grid position map is read by an M-RoPE layer only"):
         audit_hf("llama", scope="attention", positions="grid", embed=16, heads=2)
+
+
+def test_a_qwen2_5_vl_file_is_read_flat_as_released_or_nested_as_saved_now(tmp_path):
+    """Qwen2.5-VL's release is flat (its text model's fields beside the vision tower's), which transformers' class
+    gathers into text_config: read either way, the text model counts the same. Its multimodal class decides the
+    tying; an mrope_section whose pairs do not add up to head_dim / 2 is refused by name."""
+    flat = json.loads((FAMILIES / "qwen2.5-vl-7b-instruct.json").read_text())
+    flat.pop(SOURCE_KEY)
+    p = config_preset(FAMILIES / "qwen2.5-vl-7b-instruct.json")
+    assert (p.hf_type, p.config.rope, p.config.bias, p.model.tied) == ("qwen2_5_vl", True, "qkv", False)
+    (tmp_path / "config.json").write_text(json.dumps(_flat_text_config(flat, "qwen2_5_vl")))
+    nested = config_preset(tmp_path)
+    for scope in SCOPES:
+        assert scope_count(nested, scope, "nested") == scope_count(p, scope, "flat")
+    (tmp_path / "config.json").write_text(json.dumps({**flat, "tie_word_embeddings": True}))
+    assert config_preset(tmp_path).model.tied
+    sections = {**flat["rope_scaling"], "mrope_section": [16, 24, 23]}
+    (tmp_path / "config.json").write_text(json.dumps({**flat, "rope_scaling": sections}))
+    with pytest.raises(ConfigError, match=r"mrope_section \[16, 24, 23\] must give the three position streams"):
+        config_preset(tmp_path)

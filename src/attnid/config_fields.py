@@ -147,6 +147,7 @@ GRANITE_MULTIPLIERS = ("embedding_multiplier", "attention_multiplier", "residual
 FAMILY_BIAS = {
     "gpt2": "qkvo",
     "bloom": "qkvo",
+    "qwen2_5_vl": "qkv",
     "qwen2": "qkv",
     "phi": "qkvo",
     "mistral": "",

@@ -53,6 +53,7 @@ from .library_configs import (
     code_reads,
     default_dict,
     library_config,
+    library_fields,
     supported_version,
 )
 from .presets import Model, Preset, scope_count
@@ -65,7 +66,13 @@ SOURCE_KEY = "_attnid"  # in a shipped file: {"source": the released file, "note
 # multimodal releases whose text model attnid counts: its model type, its config class's tie_word_embeddings, and
 # the multimodal class's own where that one decides the tying (Mistral 3: its model ties by the outer field)
 TEXT_MODELS = {"gemma3": ("gemma3_text", True, None), "llama4": ("llama4_text", False, None),
-               "mistral3": ("mistral", False, True)}  # fmt: skip
+               "mistral3": ("mistral", False, True), "qwen2_5_vl": ("qwen2_5_vl_text", False, False)}  # fmt: skip
+
+# multimodal files whose released form is flat: the text model's fields beside the vision tower's, which the library
+# gathers into text_config (the text config class's fields and the RoPE fields), and the fields the multimodal config
+# keeps for itself
+FLAT_TEXT_MODELS = {"qwen2_5_vl": ("vision_start_token_id", "vision_end_token_id", "vision_token_id", "image_token_id",
+                                   "video_token_id")}  # fmt: skip
 
 
 def _text_fields(fields: dict, model_type: str) -> dict:
@@ -76,7 +83,7 @@ def _text_fields(fields: dict, model_type: str) -> dict:
     :class:`ConfigError` naming the field otherwise."""
     text_type, tie_default, outer_default = TEXT_MODELS[model_type]
     for k in fields:
-        if k not in MULTIMODAL_FIELDS:
+        if k not in MULTIMODAL_FIELDS and k not in FLAT_TEXT_MODELS.get(model_type, ()):
             raise ConfigError(
                 f"config: field {printable(k, 60)} sits beside text_config: transformers' multimodal {model_type} "
                 "reads the text model's fields from text_config only; move it there (or remove it)"
@@ -87,7 +94,7 @@ def _text_fields(fields: dict, model_type: str) -> dict:
         raise ConfigError(f"config: text_config's model_type {printable(repr(inner_type), 40)} is not one attnid reads "
                           f"inside {model_type} (it reads {text_type!r})")  # fmt: skip
     tie, inner = fields.get("tie_word_embeddings", outer_default), text.get("tie_word_embeddings", tie_default)
-    if tie is not None and tie != inner:
+    if tie is not None and tie != inner and "tie_word_embeddings" in library_fields(text_type):
         where = "beside text_config" if "tie_word_embeddings" in fields else "by its class's default (which decides)"
         raise ConfigError(
             f"config: tie_word_embeddings is {printable(tie, 20)} {where} and {printable(inner, 20)} in it; "
@@ -160,9 +167,12 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     model_type = fields.get("model_type")
     if not isinstance(model_type, str):
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
+    outer_tie = None  # where the text model's class has no tying field, the multimodal file's decides
     if model_type in TEXT_MODELS:  # a multimodal release
+        outer_tie = _outer_tie(fields, model_type)
         fields, source, model_type = _text_model(fields, source, model_type)
-    hf_type = {"gemma3_text": "gemma3", "llama4_text": "llama4", **BUILT_AS}.get(model_type, model_type)
+    hf_type = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen2_5_vl_text": "qwen2_5_vl",
+               **BUILT_AS}.get(model_type, model_type)  # fmt: skip
     if hf_type in UNMODELLED:
         raise ConfigError(f"config: model_type {model_type!r}: {UNMODELLED[hf_type]}; attnid refuses rather than count "
                           "it as another family")  # fmt: skip
@@ -189,7 +199,7 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         model, only = None, (f"{'; '.join(beyond)}: not modelled for {hf_type}'s decoder layer (they do not reach "
                              "its attention layer)")  # fmt: skip
     if model is not None:
-        model = replace(model, source=source)
+        model = replace(model, source=source, **({} if outer_tie is None else {"tied": outer_tie}))
     reading = config_reading(fields, c, read, remote is not None, default, code_reads(model_type), hf_type)
     reading["truth_values"] = truths
     unread_rotary_share(reading, hf_type)
@@ -197,8 +207,33 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
                   model, reading=reading, attention_only=only, origin=origin or ConfigSource(Path(path)))  # fmt: skip
 
 
+def _outer_tie(fields: dict, model_type: str) -> bool | None:
+    """The tying of a multimodal file whose text model's class has no ``tie_word_embeddings`` (Qwen2.5-VL's): the
+    multimodal class's, the file's or its default; None where the text model's class decides."""
+    text_type, _, outer_default = TEXT_MODELS[model_type]
+    if "tie_word_embeddings" in library_fields(text_type):
+        return None
+    tie = fields.get("tie_word_embeddings", outer_default)
+    if not isinstance(tie, bool):
+        raise ConfigError(f"tie_word_embeddings: {printable(repr(tie))} must be true or false")
+    return tie
+
+
+def _flat_text_config(fields: dict, model_type: str) -> dict:
+    """A flat multimodal file (:data:`FLAT_TEXT_MODELS`: Qwen2.5-VL as released) with its text model's fields gathered
+    into ``text_config``, as transformers' multimodal class gathers them: the text config class's fields and the RoPE
+    fields; the others stay beside it."""
+    text_type = TEXT_MODELS[model_type][0]
+    own = set(library_fields(text_type)) | {"rope_scaling", "rope_theta", "rope_parameters"}
+    keep = set(MULTIMODAL_FIELDS) | set(FLAT_TEXT_MODELS[model_type]) | {"model_type"}
+    text = {k: v for k, v in fields.items() if k in own and k not in keep}
+    return {**{k: v for k, v in fields.items() if k not in text}, "text_config": text}
+
+
 def _text_model(fields: dict, source: str, model_type: str) -> tuple[dict, str, str]:
     """``(fields, source, model_type)`` of a multimodal file's text model (:data:`TEXT_MODELS`)."""
+    if model_type in FLAT_TEXT_MODELS and "text_config" not in fields:
+        fields = _flat_text_config(fields, model_type)
     if not isinstance(fields.get("text_config"), dict):
         raise ConfigError(f"config: a multimodal {model_type} file describes its text model under text_config (an "
                           f"object), and {source} has {'none' if 'text_config' not in fields else 'another value'}; "
@@ -312,7 +347,7 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
     context = {"gpt2": "n_positions", "opt": "max_position_embeddings"}.get(hf_type)
     if context:
         read.add(context)
-    model = Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "",
+    model = Model(c.num_hidden_layers, ffn, c.vocab_size, bool(getattr(c, "tie_word_embeddings", False)), "",
                   context=getattr(c, context) if context else 0, **_layer_kinds_and_head(c, t, read))  # fmt: skip
     return cfg, model, read
 
@@ -346,6 +381,8 @@ def _read_attention(hf_type: str, c) -> tuple[AttentionConfig, set[str]]:
     if t.rotary is not None:
         base, share = rope_of(c, t.partial_rope)
         rope_dims = int(D * share) if t.partial_rope else None  # as transformers takes it
+    if t.mrope:
+        _check_mrope_sections(c.rope_parameters or {}, D)
     qk_norm, eps = _qk_norm_of(c, hf_type, read)
     try:
         cfg = equivalent_config(hf_type, embed=E, heads=H, groups=G, head_dim=D, rope_dims=rope_dims, bias=bias,
@@ -378,6 +415,18 @@ def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
                           "(attnid counts a mixture in every layer)")  # fmt: skip
     ffn = _positive(c, "moe_intermediate_size" if hf_type == "qwen3_moe" else "intermediate_size", default=None)
     return Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts)
+
+
+def _check_mrope_sections(rope: dict, D: int) -> None:
+    """M-RoPE's ``mrope_section``: how many of a head's ``D / 2`` rotated pairs each of the three position streams
+    (time, height, width) turns; transformers splits the pairs by it, so it must be three counts that add up to
+    ``D / 2``. Which pairs go to which stream does not change the count (every pair keeps its own frequency)."""
+    sections = rope.get("mrope_section", [16, 24, 24])
+    ok = isinstance(sections, list) and len(sections) == 3
+    ok = ok and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sections)
+    if not ok or sum(sections) != D // 2:
+        raise ConfigError(f"rope_parameters: mrope_section {printable(repr(sections), 60)} must give the three "
+                          f"position streams counts of rotated pairs adding up to head_dim / 2 = {D // 2}")  # fmt: skip
 
 
 def _grouped_mixture_model(c, t, read: set[str]) -> Model:

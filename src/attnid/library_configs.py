@@ -98,6 +98,11 @@ def code_reads(model_type: str) -> frozenset[str]:
     return frozenset(snapshot()["types"][model_type]["code_reads"])
 
 
+def library_fields(model_type: str) -> tuple[str, ...]:
+    """The fields ``model_type``'s config class declares (its own and those it inherits)."""
+    return tuple(snapshot()["types"][model_type]["fields"])
+
+
 def default_dict(model_type: str) -> dict[str, Any]:
     """``to_dict()`` of the class's default instance (the values the family's audits were verified at)."""
     out = copy.deepcopy(snapshot()["types"][model_type]["defaults"])
@@ -297,7 +302,21 @@ def _convert_rope_olmo3(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
     _convert_rope_by_layer_type(c, kwargs, spec, {"full_attention": both, "sliding_attention": both})
 
 
+def _convert_rope_qwen2_5_vl(c: LibraryConfig, kwargs: dict, spec: dict) -> None:
+    """Qwen2.5-VL's text model: ``rope_scaling`` (or ``rope_parameters``) with the file's ``rope_theta``, an
+    ``"mrope"`` type read as the default RoPE (its ``mrope_section`` kept beside)."""
+    values = c.__dict__["_values"]
+    rp = kwargs.pop("rope_scaling", None) or values.get("rope_parameters")
+    rp = rp if rp is not None else {}
+    values["rope_parameters"] = rp
+    rp.setdefault("rope_theta", kwargs.pop("rope_theta", spec["default_theta"]))
+    if rp.get("rope_type", rp.get("type")) == "mrope":
+        rp["rope_type"] = "default"
+    _standardize_rope(c, spec, values.get("rope_theta"), values.get("partial_rotary_factor"))
+
+
 CONVERT_ROPE: dict[str, Callable[[LibraryConfig, dict, dict], None]] = {
+    "qwen2_5_vl_text": _convert_rope_qwen2_5_vl,
     "gpt_neox": _convert_rope_gpt_neox,
     "phi3": _convert_rope_phi3,
     "gemma3_text": _convert_rope_gemma3,
@@ -482,6 +501,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "dots1": _dots1,
     "bloom": _bloom,
     "ernie4_5_moe": _ernie4_5_moe,
+    "qwen2_5_vl_text": _windows_by_depth,
     "stablelm": _partial_rope(0.25),
     "gemma2": _alternating(2),
     "gemma3_text": _gemma3,
