@@ -104,9 +104,10 @@ class BlockConfig:
             raise ValueError("experts: a softmax router over one expert gives it weight 1 whatever its logits; attnid "
                              "counts a softmax router over two or more experts (a sigmoid router that scales its one "
                              "expert, as Llama 4's, is counted)")  # fmt: skip
-        if (self.shared_ffn or self.choice_bias) and not self.experts:
-            raise ValueError("shared_ffn, choice_bias: shared experts and a choice bias belong to a mixture of experts "
-                             "(experts >= 1)")  # fmt: skip
+        if self.shared_ffn and not self.experts:
+            raise ValueError("shared_ffn: shared experts belong to a mixture of experts (experts >= 1)")
+        if self.choice_bias and not self.experts:
+            raise ValueError("choice_bias: a bias that chooses experts belongs to a mixture of experts (experts >= 1)")
         if self.router not in ROUTERS:
             raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {self.router!r}")
         if isinstance(self.attention, MLAConfig):

@@ -310,6 +310,17 @@ def _check_hf_arguments(
                          "model count adds the terms of chapter 8")  # fmt: skip
 
 
+def _position_map(hf_type: str, scope: str, positions: str) -> dict:
+    """The positions an audit feeds (:data:`POSITION_MAPS`): a multimodal map only to an M-RoPE layer (Qwen2.5-VL's)
+    at scope attention or block, refused by name elsewhere."""
+    if positions not in POSITION_MAPS:
+        raise ValueError(f"positions: expected one of {', '.join(POSITION_MAPS)}, got {positions!r}")
+    if positions != "text" and not (HF_TYPES[hf_type].mrope and scope != "model"):
+        raise ValueError(f"positions: a {positions} position map is read by an M-RoPE layer only (qwen2_5_vl, at "
+                         f"scope attention or block), not by {hf_type} at scope {scope}")  # fmt: skip
+    return {} if positions == "text" else {"positions": positions}
+
+
 def _scope_extras(scope: str, nope: bool, final_softcap: float | None) -> dict:
     """The settings only some scopes have, refused by name elsewhere: the logits' cap (a model's), a NoPE layer (an
     attention layer's or a block's)."""
@@ -358,14 +369,7 @@ def audit_hf(
     sizes = dict(ffn=ffn, layers=layers, vocab=vocab, tied=tied, norm_eps=norm_eps)
     _check_hf_arguments(hf_type, scope, seed=seed, attn_implementation=attn_implementation, normed=bool(cfg.qk_norm),
                         **sizes)  # fmt: skip
-    extra = _scope_extras(scope, nope, final_softcap)
-    if positions not in POSITION_MAPS:
-        raise ValueError(f"positions: expected one of {', '.join(POSITION_MAPS)}, got {positions!r}")
-    if positions != "text" and not (HF_TYPES[hf_type].mrope and scope != "model"):
-        raise ValueError(f"positions: a {positions} position map is read by an M-RoPE layer only (qwen2_5_vl, at "
-                         f"scope attention or block), not by {hf_type} at scope {scope}")  # fmt: skip
-    if positions != "text":
-        extra["positions"] = positions
+    extra = {**_scope_extras(scope, nope, final_softcap), **_position_map(hf_type, scope, positions)}
     plan = SCOPE_AUDITS[scope](hf_type, cfg, seed=seed, attn_implementation=attn_implementation, **sizes, **extra)
     n = plan.theory.total_params
     _check_memory(
