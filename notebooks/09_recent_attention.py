@@ -319,6 +319,14 @@ table(released)
 # every input, all of it is unidentified: one direction per expert and mixture layer, which the real decoder layer's
 # Jacobian shows and a closed form without them fails.
 #
+# Hunyuan-A13B normalises each head's queries and keys *after* RoPE, with one weight per norm shared by all heads. A
+# rotation keeps the norm, so the scores are $\hat q_m^\top R_m^\top \operatorname{diag}(w_Q \odot w_K) R_n \hat k_n$:
+# only the product of the two weights reaches them, coordinate by coordinate, and the weights trade once per
+# coordinate, $D$ directions, where the norm before RoPE (Qwen3's) trades once per rotated pair. No rotation of a pair
+# commutes with a generic $\operatorname{diag}(w_Q \odot w_K)$, so no gauge is left beside the trades and, at
+# $\varepsilon = 0$, the projections' scales. The real layer's Jacobian agrees, and the closed form of the norm
+# before RoPE is refused. Its mixture is Mixtral's softmax router beside one shared MLP as wide as each expert.
+#
 # **ALiBi** (BLOOM and Falcon RW; MPT too, whose model type attnid does not read) gives queries and keys no position map at all: it adds $-m_h (i - j)$ to
 # head $h$'s score of query $i$ on key $j$, a fixed slope per head and no parameter. Every symmetry of a layer
 # without a position map survives, since the added term holds neither a query nor a key: each head keeps the whole

@@ -83,6 +83,10 @@ BLOCK_SHAPES = {
     "ernie4_5_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
                      dict(heads=4, groups=1, ffn=6), dict(heads=2, groups=1, head_dim=6, ffn=4),
                      dict(embed=6, heads=3, groups=1, ffn=3)],
+    # Hunyuan-A13B: a QK-norm per head after RoPE, a softmax router, one shared MLP as wide as each expert
+    "hunyuan_v1_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, ffn=4),
+                       dict(heads=4, groups=1, ffn=6), dict(heads=2, bias="all", ffn=4),
+                       dict(embed=6, heads=3, groups=1, ffn=3)],
     # GLM-4.5 and dots.llm1: DeepSeek-V3's mixture (a sigmoid router, one shared expert) around attention of their own
     "glm4_moe": [dict(heads=2, ffn=4), dict(heads=1, ffn=4), dict(heads=4, groups=2, head_dim=4, bias="qkv", ffn=4),
                  dict(heads=4, groups=1, head_dim=4, rope_dims=2, ffn=6), dict(heads=2, qk_norm="head", ffn=4),

@@ -45,8 +45,8 @@ def library_total(fields: dict) -> int:
 
 def test_every_file_names_its_release():
     assert [p.stem for p in FILES] == ["bloom", "command-r7b-12-2024", "dots.llm1.inst", "ernie-4.5-21b-a3b",
-                                       "exaone-4.0-32b", "glm-4.5-air", "internlm3-8b-instruct", "olmo-3-7b",
-                                       "qwen2.5-vl-7b-instruct"]  # fmt: skip
+                                       "exaone-4.0-32b", "glm-4.5-air", "hunyuan-a13b-instruct",
+                                       "internlm3-8b-instruct", "olmo-3-7b", "qwen2.5-vl-7b-instruct"]  # fmt: skip
     for path in FILES:
         note = json.loads(path.read_text())[SOURCE_KEY]
         assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name
@@ -319,3 +319,30 @@ def test_a_qwen2_5_vl_file_is_read_flat_as_released_or_nested_as_saved_now(tmp_p
     (tmp_path / "config.json").write_text(json.dumps({**flat, "rope_scaling": sections}))
     with pytest.raises(ConfigError, match=r"mrope_section \[16, 24, 23\] must give the three position streams"):
         config_preset(tmp_path)
+
+
+def test_a_qk_norm_after_rope_trades_its_weights_per_coordinate(monkeypatch):
+    """Hunyuan-A13B normalises each head's queries and keys after RoPE. A rotation keeps the norm, so the scores are
+    n(q)ᵀ R_mᵀ diag(w_Q w_K) R_n n(k): only the product of the two weights reaches them, coordinate by coordinate, a
+    trade per coordinate (D) where the norm before RoPE (Qwen3's) has one per rotated pair (D/2); and no rotation of
+    the pairs commutes with a generic diag(w_Q w_K). The real layer agrees, our layer too, and the closed form of
+    the norm before RoPE is refused by the audit."""
+    from attnid.audit import audit
+    from attnid.counting import attention as counting_attention
+    from attnid.hf import HFAuditError, audit_hf, equivalent_config
+
+    kw = dict(embed=16, heads=4, groups=2)
+    r = audit_hf("hunyuan_v1_moe", scope="attention", **kw)
+    ours = audit(equivalent_config("hunyuan_v1_moe", **kw), method="dense")
+    assert r.unidentified == r.details["theory_unidentified"] == ours.unidentified and r.sv_gap > 1e6
+    cfg = equivalent_config("hunyuan_v1_moe", **kw)
+    before = counting_attention._qk_norm_fiber(cfg.with_(qk_norm="head"), cfg.E)
+    assert counting_attention._qk_norm_fiber(cfg, cfg.E) - before == cfg.D // 2
+    original = counting_attention._qk_norm_fiber
+
+    def before_rope(c, q_cols):  # the planted closed form: the norm counted as if it came before the rotation
+        return original(c.with_(qk_norm="head") if c.qk_norm == "head_rope" else c, q_cols)
+
+    monkeypatch.setattr(counting_attention, "_qk_norm_fiber", before_rope)
+    with pytest.raises(HFAuditError, match="closed form"):
+        audit_hf("hunyuan_v1_moe", scope="attention", **kw)

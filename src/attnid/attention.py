@@ -170,10 +170,12 @@ def mix_heads(
     RoPE, scores, soft-cap, mask, softmax; the intermediates of :func:`attention_steps`). A query's mixtures depend
     on that query alone; a key or value moves the mixtures of its own sequence only."""
     n, L = cfg.H // cfg.G, Q.shape[-1]
-    if cfg.qk_norm:
+    if cfg.qk_norm and cfg.qk_norm != "head_rope":
         Q, K = qk_normed(Q, p.get("g_Q"), cfg), qk_normed(K, p.get("g_K"), cfg)
     if cfg.rope:
         Q, K = apply_rope(Q, cfg.rope_base, cfg.R), apply_rope(K, cfg.rope_base, cfg.R)
+    if cfg.qk_norm == "head_rope":  # HunYuan's: the RMSNorm per head after the rotation
+        Q, K = qk_normed(Q, p.get("g_Q"), cfg), qk_normed(K, p.get("g_K"), cfg)
     if n > 1:
         K, V = K.repeat_interleave(n, dim=1), V.repeat_interleave(n, dim=1)
     A = torch.einsum("bhdk,bhdq->bhkq", K, Q)  # scores: keys x queries
@@ -206,6 +208,17 @@ def attention(X: torch.Tensor, p: AttentionParams, cfg: AttentionConfig, *, retu
     return (s["Y"], s["Z"]) if return_z else s["Y"]
 
 
+def _row_normed(y: torch.Tensor, g: torch.Tensor | None, cfg: AttentionConfig) -> torch.Tensor:
+    """:func:`qk_normed` written apart, for :func:`concat_project_attention`'s ``(B, heads, L, D)`` rows: over the
+    last axis, or over heads and ``D`` together."""
+    if cfg.qk_norm == "layer":
+        assert g is not None
+        return F.layer_norm(y, (cfg.D,), eps=cfg.qk_norm_eps) * g[None, :, None, :]
+    dims = (1, -1) if cfg.qk_norm == "proj" else (-1,)
+    y = y / (y.pow(2).mean(dim=dims, keepdim=True) + cfg.qk_norm_eps).sqrt()
+    return y if g is None else (g if g.dim() == 1 else g[None, :, None, :]) * y
+
+
 def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: AttentionConfig) -> torch.Tensor:
     """The usual row-form layer: project, split heads, attend, concatenate, project.
 
@@ -224,19 +237,13 @@ def concat_project_attention(x: torch.Tensor, p: AttentionParams, cfg: Attention
     q = proj(p["W_Q"], p.get("b_Q"), H, D)
     k = proj(p["W_K"], p.get("b_K"), G, D)
     v = proj(p["W_V"], p.get("b_V"), G, C)
-    if cfg.qk_norm:  # written apart from qk_normed: over the last axis, or over heads and D together
-
-        def normed(y, g):
-            if cfg.qk_norm == "layer":
-                return F.layer_norm(y, (D,), eps=cfg.qk_norm_eps) * g[None, :, None, :]
-            dims = (1, -1) if cfg.qk_norm == "proj" else (-1,)
-            y = y / (y.pow(2).mean(dim=dims, keepdim=True) + cfg.qk_norm_eps).sqrt()
-            return y if g is None else (g if g.dim() == 1 else g[None, :, None, :]) * y
-
-        q, k = normed(q, p.get("g_Q")), normed(k, p.get("g_K"))
+    if cfg.qk_norm and cfg.qk_norm != "head_rope":
+        q, k = _row_normed(q, p.get("g_Q"), cfg), _row_normed(k, p.get("g_K"), cfg)
     if cfg.rope:  # apply_rope expects (..., D, L)
         q = apply_rope(q.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
         k = apply_rope(k.transpose(-1, -2), cfg.rope_base, cfg.R).transpose(-1, -2)
+    if cfg.qk_norm == "head_rope":  # HunYuan's: after the rotation
+        q, k = _row_normed(q, p.get("g_Q"), cfg), _row_normed(k, p.get("g_K"), cfg)
     k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
     if cfg.logit_softcap is None and not cfg.sinks:
         z = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)  # (B, H, L, C)

@@ -12,11 +12,12 @@ PARAM_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "g_Q", "g_K", "W_V", "b_V", "W_G", "b
 # no QK-norm; RMSNorm over each head with one shared weight (Qwen3, Gemma 3); RMSNorm over the projection (OLMo 2);
 # RMSNorm over each head without a weight, the "L2 norm" (Llama 4); LayerNorm over each head without a shift, a weight
 # per head (StableLM 2, Command R+)
-QK_NORMS = ("", "head", "proj", "l2", "layer")
-QK_NORM_WEIGHTED = ("head", "proj", "layer")  # the norms with a weight (parameters g_Q, g_K)
+QK_NORMS = ("", "head", "proj", "l2", "layer", "head_rope")
+QK_NORM_WEIGHTED = ("head", "proj", "layer", "head_rope")  # the norms with a weight (parameters g_Q, g_K)
 QK_NORM_NAMES = {"": "no QK-norm", "head": "an RMSNorm per head (one shared weight)",
                  "proj": "an RMSNorm over the projection", "l2": "an RMSNorm per head without a weight (L2)",
-                 "layer": "a LayerNorm per head without a shift"}  # fmt: skip
+                 "layer": "a LayerNorm per head without a shift",
+                 "head_rope": "an RMSNorm per head after RoPE (one shared weight)"}  # fmt: skip
 
 
 def parse_bias(spec: str | None) -> str:
@@ -50,8 +51,9 @@ class AttentionConfig:
     (``"head"``, Qwen3, Gemma 3), or over the whole projection with a weight per coordinate (``"proj"``,
     OLMo 2: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``), over each head without a weight (``"l2"``, Llama 4: it commutes
     with RoPE, so before or after the rotation is one function), or a LayerNorm over each head without a shift and
-    with a weight per head (``"layer"``, StableLM 2, Command R+: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``);
-    ``qk_norm_eps`` its ε (0: the exact symmetric point).
+    with a weight per head (``"layer"``, StableLM 2, Command R+: ``g_Q`` ``(H, D)``, ``g_K`` ``(G, D)``), or
+    ``"head"``'s norm after RoPE instead of before (``"head_rope"``, Hunyuan-A13B); ``qk_norm_eps`` its ε (0: the
+    exact symmetric point).
     ``logit_softcap`` c: scores capped to ``c tanh(a / c)`` before the softmax (Gemma 2). ``sinks``: one learned
     logit ``s_h`` per head in every softmax's denominator, attended to by no value (gpt-oss: the weights of a
     query sum to ``1 − π_h < 1``; parameter ``sink`` ``(H,)``). ``output_gate``: each head's mixture multiplied,
@@ -151,8 +153,8 @@ class AttentionConfig:
             "b_Q": (H, D),
             "W_K": (G, D, E),
             "b_K": (G, D),
-            "g_Q": (D,) if self.qk_norm == "head" else (H, D),
-            "g_K": (D,) if self.qk_norm == "head" else (G, D),
+            "g_Q": (D,) if self.qk_norm in ("head", "head_rope") else (H, D),
+            "g_K": (D,) if self.qk_norm in ("head", "head_rope") else (G, D),
             "W_V": (G, C, E),
             "b_V": (G, C),
             "W_G": (H, C, E),

@@ -340,6 +340,8 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
         return cfg, _grouped_mixture_model(c, t, read), read
     elif hf_type == "ernie4_5_moe":
         return cfg, _ernie_mixture_model(c, t, read), read
+    elif hf_type == "hunyuan_v1_moe":
+        return cfg, _hunyuan_model(c, t, read), read
     elif t.moe:
         return cfg, _mixture_model(c, hf_type, read), read
     else:
@@ -453,6 +455,35 @@ def _grouped_mixture_model(c, t, read: set[str]) -> Model:
     ffn = _positive(c, "moe_intermediate_size", default=None)
     return Model(layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts, shared_ffn=shared * ffn,
                  dense_layers=dense, dense_ffn=_positive(c, "intermediate_size", default=None) if dense else 0,
+                 **_layer_kinds_and_head(c, t, read))  # fmt: skip
+
+
+def _per_layer(c, name: str, layers: int) -> int:
+    """A mixture field that may give one value or one per layer (Hunyuan-A13B's ``moe_topk``, ``num_experts``), read
+    as the one value every layer has; a positive integer, or :class:`ConfigError` naming it."""
+    v = getattr(c, name)
+    if isinstance(v, list):
+        if len(v) < layers or len(set(map(repr, v[:layers]))) != 1:
+            raise ConfigError(f"{name}: {printable(repr(v), 60)}: layers with different values are not modelled "
+                              f"(attnid counts one value for all {layers} layers)")  # fmt: skip
+        v = v[0]
+    if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+        raise ConfigError(f"{name}: {printable(repr(v))} must be a positive integer")
+    return v
+
+
+def _hunyuan_model(c, t, read: set[str]) -> Model:
+    """Hunyuan-A13B's text model: in every layer ``num_experts`` experts, ``moe_topk`` (two or more) chosen by a
+    softmax router renormalised over them, and one shared MLP, each ``intermediate_size`` wide (transformers' code
+    builds them all from that field); the fields read are added to ``read``."""
+    read |= {"num_experts", "moe_topk", "intermediate_size"}
+    layers = c.num_hidden_layers
+    experts, chosen = _per_layer(c, "num_experts", layers), _per_layer(c, "moe_topk", layers)
+    if chosen < 2 or experts < chosen:
+        raise ConfigError(f"moe_topk: {chosen} of {experts} experts; attnid counts two or more chosen (with one, a "
+                          "renormalised router's weight is 1 whatever its logits)")  # fmt: skip
+    ffn = _positive(c, "intermediate_size", default=None)
+    return Model(layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts, shared_ffn=ffn,
                  **_layer_kinds_and_head(c, t, read))  # fmt: skip
 
 

@@ -89,6 +89,8 @@ class HFType:
         if not experts:
             return {}
         n = {"qwen3_moe": "num_experts"}.get(self.module, "num_local_experts")
+        if self.module == "hunyuan_v1_moe":  # its experts and its shared MLP all intermediate_size wide
+            return dict(num_experts=experts, moe_topk=2)
         if self.module == "ernie4_5_moe":  # a mixture in every layer, one shared expert
             return dict(moe_num_experts=experts, moe_k=2, moe_num_shared_experts=1, moe_layer_start_index=0,
                         moe_layer_end_index=-1, moe_layer_interval=1)  # fmt: skip
@@ -190,6 +192,7 @@ ATTENTION_BIAS_TYPES = (
     "glm4",
     "glm4_moe",
     "dots1",
+    "hunyuan_v1_moe",
     "llama4",
     "qwen3_next",
     "cohere",
@@ -207,7 +210,7 @@ def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
         "ernie4_5_moe": dict(use_bias=bool(cfg.bias)),
         "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
         "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
-        "dots1": {}, "qwen2_5_vl": {},
+        "dots1": {}, "qwen2_5_vl": {}, "hunyuan_v1_moe": {},
     }  # fmt: skip
     if name in switches:
         return dict(no_ids, **switches[name])
@@ -354,6 +357,12 @@ HF_TYPES: dict[str, HFType] = {
         "ernie4_5_moe", "Ernie4_5_MoeConfig", "Ernie4_5_MoeAttention", "Ernie4_5_MoeRotaryEmbedding",
         biases=("", "qkvo"), groups=True, head_dim=True, layer="Ernie4_5_MoeDecoderLayer", lm="Ernie4_5_MoeForCausalLM",
         norm="rms", mlp="swiglu", ffn_ratio=8 / 3, tied=True, router="softmax", shared_expert=True, choice_bias=True,
+    ),
+    "hunyuan_v1_moe": HFType(  # Hunyuan-A13B: a QK-norm per head after RoPE (one weight shared by all heads),
+        # a softmax router renormalised over the chosen experts, and one shared MLP as wide as each expert
+        "hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1Attention", "HunYuanMoEV1RotaryEmbedding",
+        biases=("", "qkvo"), groups=True, head_dim=True, qk_norm="head_rope", layer="HunYuanMoEV1DecoderLayer",
+        lm="HunYuanMoEV1ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3, router="softmax", shared_expert=True,
     ),
     "glm4_moe": HFType(  # GLM-4.5 and 4.6: q/k/v biases, rotary on half of each head, QK-norm per head where
         # use_qk_norm, and DeepSeek-V3's mixture (a sigmoid router over grouped experts, beside shared ones) after

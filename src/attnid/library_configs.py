@@ -501,6 +501,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "dots1": _dots1,
     "bloom": _bloom,
     "ernie4_5_moe": _ernie4_5_moe,
+    "hunyuan_v1_moe": _kv_heads,
     "qwen2_5_vl_text": _windows_by_depth,
     "stablelm": _partial_rope(0.25),
     "gemma2": _alternating(2),

@@ -53,10 +53,11 @@ def arch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rope-dims", "-R", type=int, help="partial RoPE: rotate the first R dimensions of each head")
     p.add_argument(
         "--qk-norm",
-        choices=("none", "head", "proj", "l2", "layer"),
-        help="a norm on queries and keys: RMSNorm per head with one shared weight (Qwen3, Gemma 3), per projection "
-        "(OLMo 2), per head without a weight (l2: Llama 4), LayerNorm per head without a shift (layer: StableLM 2, "
-        "Command R+), or none (with --hf: a type whose config can switch its norm off, as Llama 4 Maverick)",
+        choices=("none", "head", "proj", "l2", "layer", "head_rope"),
+        help="a norm on queries and keys: RMSNorm per head with one shared weight (Qwen3, Gemma 3), the same after "
+        "RoPE (head_rope: Hunyuan-A13B), per projection (OLMo 2), per head without a weight (l2: Llama 4), LayerNorm "
+        "per head without a shift (layer: StableLM 2, Command R+), or none (with --hf: a type whose config can "
+        "switch its norm off, as Llama 4 Maverick)",
     )
     p.add_argument(
         "--output-gate",

@@ -19,7 +19,9 @@ Per key/value group (``n = H/G`` query heads share one key and one value map):
   2 for a norm over the whole projection; exact at ``ε = 0``; for ``ε > 0`` not a symmetry, only a
   near-null direction, and not counted), and the
   trade of the query-norm weight against the key-norm weight: a factor per rotated pair and per unrotated
-  coordinate, ``R/2 + (D − R)``, once for weights shared by all heads, ``G`` times for per-coordinate
+  coordinate, ``R/2 + (D − R)``, once for weights shared by all heads (after RoPE, Hunyuan-A13B's
+  ``"head_rope"``: only the weights' product per coordinate reaches the scores, ``Rᵀ diag(w_Q w_K) R'``, so a trade
+  per coordinate, ``D``), ``G`` times for per-coordinate
   weights (the key weight of a group is shared by its query heads). The key bias sits inside the norm:
   identified.
 * QK-norm without a weight (``"l2"``, Llama 4's RoPE layers): a scale of each head's projection (``H + G`` at
@@ -169,6 +171,8 @@ def _qk_norm_fiber(cfg: AttentionConfig, q_cols: int) -> int:
     scales = H + G if exact else 0
     if cfg.qk_norm == "head":
         return scales + R // 2 + D - R
+    if cfg.qk_norm == "head_rope":  # after RoPE only the weights' product per coordinate reaches the scores
+        return scales + D
     if cfg.qk_norm == "l2":
         return scales + G * (R // 2 + (D - R) * (D - R - 1) // 2)
     centring = H * q_cols + G * E  # "layer": W + 1 aᵀ per head, b_Q + c 1 per query head

@@ -367,7 +367,7 @@ def build_model(
 def _is_router(m: torch.nn.Module) -> bool:
     """A mixture's router (DeepSeek-V3's ``TopkRouter``, Mixtral's and Qwen3-MoE's ``TopKRouter``, Llama 4's
     ``Llama4Router``)."""
-    return type(m).__name__.lower().endswith(("topkrouter", "llama4router"))
+    return type(m).__name__.lower().endswith(("topkrouter", "llama4router", "hunyuanmoev1gate"))
 
 
 def _llama4_router_float64(self, hidden_states: torch.Tensor):
@@ -386,7 +386,8 @@ def _softmax_router_float64(original: Callable):
 
     def forward(self, hidden_states: torch.Tensor):
         _, _, chosen = original(hidden_states)  # ERNIE 4.5's adds its choice bias here, and nowhere else
-        logits = torch.nn.functional.linear(hidden_states.reshape(-1, self.weight.shape[-1]), self.weight)
+        weight = self.wg.weight if hasattr(self, "wg") else self.weight  # HunYuan's router is a Linear, `wg`
+        logits = torch.nn.functional.linear(hidden_states.reshape(-1, weight.shape[-1]), weight)
         weights = logits.softmax(dim=-1).gather(1, chosen)
         if getattr(self, "norm_topk_prob", True):  # Mixtral always renormalises
             weights = weights / weights.sum(dim=-1, keepdim=True)
