@@ -142,6 +142,8 @@ def test_the_build_writes_the_package_the_pinned_pyodide_and_a_manifest_of_both(
     assert build.package_zip(package) == (out / m["package"]).read_bytes()  # the same sources, the same bytes
     released = [c for c in m["configs"] if c["group"] == "released"]
     assert len(released) == len(list((CONFIGS / "released").glob("*.json"))) - 1  # all but SOURCES.json
+    families = [c for c in m["configs"] if c["group"] == "families"]
+    assert sorted(c["name"] for c in families) == sorted(p.name for p in (CONFIGS / "families").glob("*.json"))
 
 
 def test_the_build_refuses_a_pyodide_that_is_not_the_pinned_one(tmp_path, monkeypatch):

@@ -30,12 +30,13 @@ async function loadManifest() {
   }
   const groups = {
     released: el("optgroup", { label: "Released config.json files, as published" }),
+    families: el("optgroup", { label: "Released files of 2025–2026 families, field by field (chapter 9)" }),
     book: el("optgroup", { label: "The book's configs (a preset's architecture fields)" }),
   };
   for (const c of m.configs) groups[c.group].append(el("option", { value: `config:${c.file}` }, c.name));
   const presets = el("optgroup", { label: "Presets (attnid count --preset)" });
   for (const p of m.presets) presets.append(el("option", { value: `preset:${p.name}` }, `${p.name}: ${p.description}`));
-  $("counter-pick").append(groups.released, groups.book, presets);
+  $("counter-pick").append(groups.released, groups.families, groups.book, presets);
   state.manifest = m;
 }
 

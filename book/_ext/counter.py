@@ -9,7 +9,8 @@ After an HTML build this writes ``_counter/`` beside the pages:
 * ``attnid-<version>.zip``: the sources of the ``attnid`` package this build imports (the code that executed the
   chapters), which the page unpacks into Pyodide and runs as ``attnid count``;
 * ``configs/``: the ``config.json`` files that the repository ships, to pick from: released files as published
-  (``data/configs/released``) and each preset's architecture fields (``data/configs``);
+  (``data/configs/released``), the released files of the families chapter 9 adds, transcribed field by field
+  (``data/configs/families``), and each preset's architecture fields (``data/configs``);
 * ``manifest.json``: the versions, presets and configs the page lists before Python loads, and every file above
   with its size and sha256 (``tools/publish.py`` checks the published site against it).
 
@@ -116,8 +117,8 @@ def write_counter(outdir: Path, scripts: Path) -> dict:
     files[f"attnid-{attnid.__version__}.zip"] = package_zip(package)
     for f in sorted(scripts.glob("*.js")):
         files[f.name] = f.read_bytes()
-    picks = []  # the released files as published, then each preset's architecture fields
-    for group, folder in (("released", configs / "released"), ("book", configs)):
+    picks = []  # the released files as published, the families' files, then each preset's architecture fields
+    for group, folder in (("released", configs / "released"), ("families", configs / "families"), ("book", configs)):
         for f in sorted(folder.glob("*.json")):
             if f.name != "SOURCES.json":  # where each released file came from, not a config
                 rel = f"configs/{f.relative_to(configs).as_posix()}"

@@ -409,6 +409,7 @@ def train_in_workers(cfgs: Sequence[RunConfig], workers: int, report: Callable[[
             runs.collect(results, wait_s=0.0)
     except KeyboardInterrupt as e:
         names = ", ".join(runs.named(sorted(runs.running))) or "none"
+        tasks.cancel_join_thread()  # the runs no process took: dropped, so that this process can exit
         _stop_workers(procs, stopping)
         signame = getattr(e, "signame", "SIGINT")
         raise Stopped(
