@@ -348,6 +348,17 @@ table(released)
 # since that stream's pairs then turn by nothing and keep the larger gauge of a layer without RoPE. A released
 # Qwen2.5-VL file is read flat, as released, or nested, as transformers now saves it; its vision tower is not counted.
 #
+# **A short convolution** (LFM2's layers that are not attention) mixes along time with no softmax at all: `in_proj`
+# gives each channel $i$ three linear forms of the input, $B_i$, $C_i$ and $x_i$; the product $u_i = B_i x_i$ is
+# convolved with the channel's own causal filter $w_i$, multiplied by $C_i$, and `out_proj` mixes the channels,
+# $y = W_{\mathrm{out}} (C \odot (w \star u))$. Per channel, a factor on $B_i$'s row against its inverse on $x_i$'s
+# keeps $u_i$, and factors on $u_i$, on the filter and on $C_i$'s row are taken back by `out_proj`'s column $i$: four
+# directions per channel, $4E$ in all, with or without biases (each factor carries its row's bias). Nothing mixes two
+# channels, since each filter is its own channel's. The real `Lfm2ShortConv` agrees on four shapes (two to four taps,
+# with and without biases), and a closed form without the $B_i$/$x_i$ trade is refused; with a single tap the module
+# shows a fifth direction per channel that is not derived here, and that case is refused by name. LFM2 models, which
+# interleave these layers with attention ones, are not yet counted layer kind by layer kind.
+#
 # The released files of these families:
 #
 # GLM-4.5-Air's whole model leaves {glue:text}`glm_air_share:.3%` of its parameters unidentified, dots.llm1's

@@ -346,3 +346,36 @@ def test_a_qk_norm_after_rope_trades_its_weights_per_coordinate(monkeypatch):
     monkeypatch.setattr(counting_attention, "_qk_norm_fiber", before_rope)
     with pytest.raises(HFAuditError, match="closed form"):
         audit_hf("hunyuan_v1_moe", scope="attention", **kw)
+
+
+@pytest.mark.parametrize("embed,kernel,bias", [(4, 2, False), (6, 3, False), (8, 3, True), (5, 4, True)])
+def test_a_short_convolution_keeps_four_scales_per_channel(embed, kernel, bias):
+    """LFM2's short convolution, y = W_out (C ⊙ (w ⋆ (B ⊙ x))): per channel, a factor on B's row against its inverse
+    on x's, and factors on the product, the filter and C's row that out_proj's column takes back: 4E directions, with
+    or without biases (each factor carries its row's bias). The real module's Jacobian in float64 agrees."""
+    from attnid.hf.short_conv import audit_short_conv_hf
+
+    r = audit_short_conv_hf(embed, kernel, bias)  # raises on a difference or a blurred gap
+    assert r.unidentified == r.details["theory_unidentified"] == 4 * embed and r.sv_gap > 1e6
+
+
+def test_a_short_convolution_without_the_product_freedom_is_refused(monkeypatch):
+    """Planted: a closed form that forgets the B/x trade (three scales per channel) is refused by the real module;
+    one tap, where the module shows a fifth direction per channel that is not derived, is refused by name."""
+    from attnid.counting import short_conv
+    from attnid.counting.attention import Count
+    from attnid.hf import HFAuditError
+    from attnid.hf import short_conv as hf_short_conv
+
+    original = short_conv.count_short_conv
+
+    def three_scales(embed, kernel, bias=False):
+        c = original(embed, kernel, bias)
+        return Count(c.total_params, c.params_by_block, {"channel_scales": 3 * embed})
+
+    monkeypatch.setattr(hf_short_conv, "count_short_conv", three_scales)
+    with pytest.raises(HFAuditError, match="closed form 18"):
+        hf_short_conv.audit_short_conv_hf(6, 3)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"kernel must be an integer >= 2, got 1 \(with one tap"):
+        short_conv.count_short_conv(8, 1)

@@ -1,5 +1,6 @@
 """Closed-form parameter and identification counts: one attention layer (:mod:`.attention`, paper §4; chapters
-2–5 and 9) and beyond it, a decoder layer and a whole model (:mod:`.models`, chapters 8–9)."""
+2–5 and 9) and beyond it, a decoder layer and a whole model (:mod:`.models`, chapters 8–9), and LFM2's short
+convolution, a sequence mixer that is not attention (:mod:`.short_conv`, chapter 9)."""
 
 from .attention import (
     BLOCKS,
