@@ -327,16 +327,16 @@ table(released)
 # $\varepsilon = 0$, the projections' scales. The real layer's Jacobian agrees, and the closed form of the norm
 # before RoPE is refused. Its mixture is Mixtral's softmax router beside one shared MLP as wide as each expert.
 #
-# **ALiBi** (BLOOM and Falcon RW; MPT too, whose model type attnid does not read) gives queries and keys no position map at all: it adds $-m_h (i - j)$ to
-# head $h$'s score of query $i$ on key $j$, a fixed slope per head and no parameter. Every symmetry of a layer
-# without a position map survives, since the added term holds neither a query nor a key: each head keeps the whole
-# $GL(D)$ gauge $(S^\top q_i)^\top (S^{-1} k_j) = q_i^\top k_j$, and the key bias still drops out, since
-# $q_i^\top b_K$ is the same for every key $j$ that query $i$ reads and the softmax ignores a constant. None is added,
-# since the slopes are not weights. An ALiBi layer therefore counts as a NoPE layer, not as a RoPE layer: BLOOM's real
-# attention and decoder layers agree with that closed form (six shapes), and a closed form that takes ALiBi for RoPE
-# is refused (`tests/test_families.py`). Falcon RW's attention (`alibi = true`) is counted the same way. BLOOM's whole
-# model is not counted: a LayerNorm on its token embeddings is a piece attnid's model count does not have, and the
-# count says so by name.
+# **ALiBi** (BLOOM and Falcon RW; MPT too, whose model type attnid does not read) gives queries and keys no
+# position map at all: it adds $-m_h (i - j)$ to head $h$'s score of query $i$ on key $j$, a fixed slope per head and
+# no parameter. Every symmetry of a layer without a position map survives, since the added term holds neither a
+# query nor a key: each head keeps the whole $GL(D)$ gauge $(S^\top q_i)^\top (S^{-1} k_j) = q_i^\top k_j$, and the
+# key bias still drops out, since $q_i^\top b_K$ is the same for every key $j$ that query $i$ reads and the softmax
+# ignores a constant. None is added, since the slopes are not weights. An ALiBi layer therefore counts as a NoPE layer,
+# not as a RoPE layer: BLOOM's real attention and decoder layers agree with that closed form (six shapes), and a closed
+# form that takes ALiBi for RoPE is refused (`tests/test_families.py`). Falcon RW's attention (`alibi = true`) is
+# counted the same way. BLOOM's whole model is not counted: a LayerNorm on its token embeddings is a piece attnid's
+# model count does not have, and the count says so by name.
 #
 # **M-RoPE** (Qwen2.5-VL's text layers) keeps RoPE's frequencies and turns each rotated pair by one of three
 # position streams, time, height and width (`mrope_section` pairs each). Text tokens advance all three together, so on
@@ -354,15 +354,14 @@ table(released)
 # $y = W_{\mathrm{out}} (C \odot (w \star u))$. Per channel, a factor on $B_i$'s row against its inverse on $x_i$'s
 # keeps $u_i$, and factors on $u_i$, on the filter and on $C_i$'s row are taken back by `out_proj`'s column $i$: four
 # directions per channel, $4E$ in all, with or without biases (each factor carries its row's bias). Nothing mixes two
-# channels, since each filter is its own channel's. The real `Lfm2ShortConv` agrees on four shapes (two to four taps,
-# with and without biases), and a closed form without the $B_i$/$x_i$ trade is refused; with a single tap the module
-# shows a fifth direction per channel that is not derived here, and that case is refused by name. LFM2 models, which
-# interleave these layers with attention ones, are not yet counted layer kind by layer kind.
+# channels, since each filter is its own channel's. The real `Lfm2ShortConv` agrees on five shapes (one to four taps,
+# with and without biases), and a closed form without the $B_i$/$x_i$ trade is refused. LFM2 models, which interleave
+# these layers with attention ones, are not yet counted layer kind by layer kind.
 #
-# The released files of these families:
-#
-# GLM-4.5-Air's whole model leaves {glue:text}`glm_air_share:.3%` of its parameters unidentified, dots.llm1's
-# {glue:text}`dots_share:.3%` and ERNIE-4.5-21B-A3B's {glue:text}`ernie_share:.3%`.
+# The table below counts the released files of the families of this section (each transcribed field by field, its
+# source named inside, under `data/configs/families`). GLM-4.5-Air's whole model leaves
+# {glue:text}`glm_air_share:.3%` of its parameters unidentified, dots.llm1's {glue:text}`dots_share:.3%` and
+# ERNIE-4.5-21B-A3B's {glue:text}`ernie_share:.3%`.
 
 # %%
 families = rel.families_table()

@@ -348,7 +348,7 @@ def test_a_qk_norm_after_rope_trades_its_weights_per_coordinate(monkeypatch):
         audit_hf("hunyuan_v1_moe", scope="attention", **kw)
 
 
-@pytest.mark.parametrize("embed,kernel,bias", [(4, 2, False), (6, 3, False), (8, 3, True), (5, 4, True)])
+@pytest.mark.parametrize("embed,kernel,bias", [(4, 2, False), (6, 3, False), (8, 3, True), (5, 4, True), (8, 1, False)])
 def test_a_short_convolution_keeps_four_scales_per_channel(embed, kernel, bias):
     """LFM2's short convolution, y = W_out (C ⊙ (w ⋆ (B ⊙ x))): per channel, a factor on B's row against its inverse
     on x's, and factors on the product, the filter and C's row that out_proj's column takes back: 4E directions, with
@@ -360,8 +360,8 @@ def test_a_short_convolution_keeps_four_scales_per_channel(embed, kernel, bias):
 
 
 def test_a_short_convolution_without_the_product_freedom_is_refused(monkeypatch):
-    """Planted: a closed form that forgets the B/x trade (three scales per channel) is refused by the real module;
-    one tap, where the module shows a fifth direction per channel that is not derived, is refused by name."""
+    """Planted: a closed form that forgets the B/x trade (three scales per channel) is refused by the real module; a
+    filter of no tap is refused by name."""
     from attnid.counting import short_conv
     from attnid.counting.attention import Count
     from attnid.hf import HFAuditError
@@ -377,5 +377,5 @@ def test_a_short_convolution_without_the_product_freedom_is_refused(monkeypatch)
     with pytest.raises(HFAuditError, match="closed form 18"):
         hf_short_conv.audit_short_conv_hf(6, 3)
     monkeypatch.undo()
-    with pytest.raises(ValueError, match=r"kernel must be an integer >= 2, got 1 \(with one tap"):
-        short_conv.count_short_conv(8, 1)
+    with pytest.raises(ValueError, match="kernel must be an integer >= 1, got 0"):
+        short_conv.count_short_conv(8, 0)

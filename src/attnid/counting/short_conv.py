@@ -18,15 +18,12 @@ from .attention import Count
 
 
 def count_short_conv(embed: int, kernel: int, bias: bool = False) -> Count:
-    """:class:`Count` of one short convolution of width ``embed`` E with ``kernel`` ≥ 2 taps (LFM2's ``conv_L_cache``),
+    """:class:`Count` of one short convolution of width ``embed`` E with ``kernel`` taps (LFM2's ``conv_L_cache``),
     with or without ``bias`` (``conv_bias``: on ``in_proj``, the filters and ``out_proj``): four free scales per
     channel (module docstring)."""
-    for name, v, lo in (("embed", embed, 1), ("kernel", kernel, 2)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}" + (
-                " (with one tap the filter is one more factor per channel, and the real module shows one more "
-                "direction per channel than these four: not derived; LFM2 has three taps)" if name == "kernel" else ""
-            ))  # fmt: skip
+    for name, v in (("embed", embed), ("kernel", kernel)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     E = embed
     params = {
         "in_proj": 3 * E * E + (3 * E if bias else 0),

@@ -16,9 +16,11 @@ def audit_short_conv_hf(
     embed: int = 8, kernel: int = 3, bias: bool = False, *, seed: int = 0, rtol: float = RTOL, check: bool = True
 ) -> AuditResult:
     """Audit ``Lfm2ShortConv`` of width ``embed`` with ``kernel`` taps (``conv_L_cache``) and ``bias``
-    (``conv_bias``) at seeded random weights in float64, on ``B = 4`` sequences of ``L = 3 kernel + 4`` hidden states
-    (each channel's filter seen at every lag); ``details["theory_unidentified"]`` is the closed form. With ``check``,
-    a difference from it or a singular-value gap under ``MIN_GAP`` raises :class:`HFAuditError`."""
+    (``conv_bias``) at seeded random weights in float64, on sequences of ``L = 3 kernel + 4`` hidden states (each
+    channel's filter seen at every lag), enough of them that the outputs outnumber the parameters three to one
+    (with fewer, the data, not the module, leave directions free); ``details["theory_unidentified"]`` is the closed
+    form. With ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises
+    :class:`HFAuditError`."""
     tf = _transformers()
     theory = count_short_conv(embed, kernel, bias)
     config = tf.Lfm2Config(hidden_size=embed, num_hidden_layers=1, layer_types=["conv"], conv_L_cache=kernel,
@@ -32,7 +34,8 @@ def audit_short_conv_hf(
             f"lfm2 short convolution: the module has {n} parameters, the closed form {theory.total_params}"
         )
     L = 3 * kernel + 4
-    x = torch.randn(4, L, embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
+    B = max(4, -(-3 * n // (L * embed)))
+    x = torch.randn(B, L, embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
     res = audit_module(module, (x,), rtol=rtol)
     res.details.update(hf_type="lfm2", scope="short convolution", module="transformers.models.lfm2.Lfm2ShortConv",
                        theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block,
