@@ -379,3 +379,14 @@ def test_a_short_convolution_without_the_product_freedom_is_refused(monkeypatch)
     monkeypatch.undo()
     with pytest.raises(ValueError, match="kernel must be an integer >= 1, got 0"):
         short_conv.count_short_conv(8, 0)
+
+
+def test_a_whole_qwen2_5_vl_model_is_not_audited_and_says_why():
+    """transformers' whole Qwen2.5-VL model carries its vision tower, and its text model has no causal-LM class of
+    its own: a whole-model audit is refused with that reason (the closed form still counts a released file's text
+    model)."""
+    from attnid.hf import audit_hf
+
+    with pytest.raises(ValueError, match="text model has no causal-LM class of its own"):
+        audit_hf("qwen2_5_vl", scope="model", embed=8, heads=2)
+    assert scope_count(config_preset(FAMILIES / "qwen2.5-vl-7b-instruct.json"), "model", "qwen").total_params > 0

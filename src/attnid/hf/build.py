@@ -162,7 +162,7 @@ POSITION_MAPS = ("text", "grid")  # the positions an audit feeds: a text's, or (
 def grid_positions(B: int, L: int) -> torch.Tensor:
     """``(3, B, L)`` positions of M-RoPE's three streams (time, height, width) for a multimodal input: token ``n``
     lies in frame ``n // 4`` of 2 x 2 patches, at row ``(n // 2) % 2`` and column ``n % 2``, each stream counted from
-    its frame's time as Qwen2.5-VL counts an image's (so every stream moves, and none moves with another)."""
+    its frame's time as Qwen2.5-VL counts an image's (so every stream moves, and no two streams move alike)."""
     n = torch.arange(L)
     t = n // 4
     streams = torch.stack([t, t + (n // 2) % 2, t + n % 2])

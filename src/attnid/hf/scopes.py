@@ -300,12 +300,22 @@ def _check_hf_arguments(
         raise ValueError("attn_implementation: blocks and models are audited through sdpa only")
     if scope != "attention" and not HF_TYPES[hf_type].layer:
         raise ValueError(f"scope: attnid has no closed form for {hf_type}'s decoder layer; audit its attention")
-    if scope == "model" and not HF_TYPES[hf_type].lm:
+    if scope == "model":
+        _check_whole_model(hf_type)
+
+
+def _check_whole_model(hf_type: str) -> None:
+    """Refuse, with the reason, a whole-model audit of a type whose model is not built or not counted here."""
+    t = HF_TYPES[hf_type]
+    if t.mrope:
+        raise ValueError(f"scope: transformers builds a whole {hf_type} model with its vision tower, and its text "
+                         "model has no causal-LM class of its own to audit; audit a layer (--block)")  # fmt: skip
+    if not t.lm:
         raise ValueError(f"scope: attnid has no closed form for a whole {hf_type} model; audit a layer (--block)")
-    if scope == "model" and HF_TYPES[hf_type].embedding_norm:
+    if t.embedding_norm:
         raise ValueError(f"scope: a {hf_type} model has a LayerNorm on its token embeddings, which attnid does not "
                          "count; audit a layer (--block)")  # fmt: skip
-    if scope == "model" and HF_TYPES[hf_type].moe:
+    if t.moe:
         raise ValueError(f"scope: a {hf_type} model is audited layer by layer (--block: its mixture of experts); its "
                          "model count adds the terms of chapter 8")  # fmt: skip
 
