@@ -279,7 +279,8 @@ def test_workers_train_every_run_once_and_name_the_one_that_fails(corpus, tmp_pa
     its folder holds a run of another config) is named in one line while the others finish; then LaunchError names
     it."""
     from attnid.lm import records
-    from attnid.lm.launch import LaunchError, train_in_workers
+    from attnid.lm.launch import LaunchError
+    from attnid.lm.workers import train_in_workers
 
     monkeypatch.setenv("ATTNID_RUNS", str(tmp_path))
     cfgs = [make_config("smoke", case, seed=0) for case in ("points_sgd", "points_adamw", "points_sgd_wd")]

@@ -3,7 +3,7 @@
 * ``inline``: one run after another in the calling process (runs on one GPU time-share it, so
   concurrent processes are no faster there).
 * ``local``: every run a submitit job in its own process on this machine, ``parallel`` at a time (the book's
-  runs train in worker processes instead, several runs each: :func:`train_in_workers`).
+  runs train in worker processes instead, several runs each: :mod:`attnid.lm.workers`).
 * ``slurm``: every run a job of one SLURM job array; returns once submitted (``wait=True`` waits).
 * ``debug``: submitit's in-process executor (for tests and debugging).
 
@@ -24,31 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..inputs import printable
 from ..interrupts import sigterm_as_interrupt
 from .profiles import RunConfig
+from .workers import STOP_WAIT_S, LaunchError, Stopped, train_in_workers, trained_line
 
 LAUNCHERS = ("inline", "local", "slurm", "debug")
 # A local job's deadline. submitit's local executor kills a job after 2 minutes unless told otherwise (it passes
 # the deadline to the job as SUBMITIT_LOCAL_TIMEOUT_S); a cpu run takes half a minute on idle cores and several
 # on a busy machine, a paper-scale run hours. A week is no deadline in practice.
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
-
-
-class LaunchError(RuntimeError):
-    """Jobs that could not be submitted or did not finish; the message names them and says how to resume."""
-
-
-class Stopped(LaunchError):
-    """A local suite stopped by SIGTERM or Ctrl-C: its running jobs were stopped too and waited for (the message
-    says which); ``signame`` is the signal's name."""
-
-    def __init__(self, message: str, signame: str):
-        super().__init__(message)
-        self.signame = signame
-
-
-STOP_WAIT_S = 120  # how long a stopped suite waits for its jobs to end before it kills them
 
 
 def _children(pid: int) -> list[int]:
@@ -193,7 +177,7 @@ def launch(
     n = len(configs)
 
     def done(i: int, cfg: RunConfig, s: dict) -> dict:
-        report(_trained_line(i, n, cfg, s))
+        report(trained_line(i, n, cfg, s))
         return s
 
     if launcher == "inline":
@@ -352,10 +336,10 @@ def train_configs(
     """Train ``cfgs`` (runs of one profile); returns how many.
 
     On the CPU the runs go ``parallel`` at a time (default: one per core, at most 4), in the order given, in worker
-    processes of one thread each (:func:`train_in_workers`): the cpu profile's small models are compute-bound, and
-    two one-thread processes on two cores do about 1.5x the work of one two-thread process. On a GPU, where processes
-    time-share the device, the runs of each model shape (seeds and cases) train as one stacked model
-    (:mod:`attnid.lm.batched`), the shapes one after another. The smoke profile's runs train inline, one after
+    processes of one thread each (:func:`attnid.lm.workers.train_in_workers`): the cpu profile's small models are
+    compute-bound, and two one-thread processes on two cores do about 1.5x the work of one two-thread process. On a
+    GPU, where processes time-share the device, the runs of each model shape (seeds and cases) train as one stacked
+    model (:mod:`attnid.lm.batched`), the shapes one after another. The smoke profile's runs train inline, one after
     another: each takes less time than a process takes to start."""
     from .profiles import resolve_device
 
@@ -376,164 +360,6 @@ def train_configs(
     else:
         train_in_workers(cfgs, min(n, len(cfgs)), report=report)
     return len(cfgs)
-
-
-def train_in_workers(cfgs: Sequence[RunConfig], workers: int, report: Callable[[str], None] = print) -> list[dict]:
-    """Train ``cfgs`` in ``workers`` processes of one CPU thread each, each taking the next run when its last one
-    ends (in the order given), torch imported and the corpus read once per process: a process per run (a
-    submitit job) cost 3.3 CPU-s more per run on this project's 2-core machine, 130 CPU-s over the cpu book's 40
-    runs. Returns the summaries (without their rows), in order. A run that fails is reported in one line and the
-    others go on; then :class:`LaunchError` names them. SIGTERM or Ctrl-C stops the running runs (SIGINT: they save
-    nothing more and resume from their last checkpoint), waits for them (:data:`STOP_WAIT_S`, then SIGKILL) and
-    raises :class:`Stopped`."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")  # not fork: the caller may hold threads and torch's state
-    tasks, results = ctx.Queue(), ctx.Queue()
-    for i, cfg in enumerate(cfgs):
-        tasks.put((i, cfg.as_dict()))
-    stopping = ctx.Event()
-    procs = [
-        ctx.Process(target=_worker, args=(tasks, results, stopping), name=f"attnid-run-{k}") for k in range(workers)
-    ]
-    for _ in procs:
-        tasks.put(None)  # one end mark per process
-    runs = _WorkerRuns(cfgs, report)
-    try:
-        with sigterm_as_interrupt():
-            with _sigint_ignored():  # inherited: a stop while a process starts (imports) ends it, not a traceback
-                for p in procs:
-                    p.start()
-            while any(p.is_alive() for p in procs):
-                runs.collect(results, wait_s=1.0)
-            runs.collect(results, wait_s=0.0)
-    except KeyboardInterrupt as e:
-        names = ", ".join(runs.named(sorted(runs.running))) or "none"
-        tasks.cancel_join_thread()  # the runs no process took: dropped, so that this process can exit
-        _stop_workers(procs, stopping)
-        signame = getattr(e, "signame", "SIGINT")
-        raise Stopped(
-            f"stopped by {signame}: the running jobs ({names}) were stopped and have ended; run the same command "
-            "again: finished runs are reused and stopped ones resume from their checkpoints",
-            signame,
-        ) from None
-    for i in list(runs.running):  # its process ended during the run (killed, out of memory)
-        runs.take("failed", i, "its process ended during the run")
-    missing = [i for i, s in enumerate(runs.out) if s is None]
-    if missing:
-        raise LaunchError(
-            f"{len(missing)} of {len(cfgs)} runs did not finish ({', '.join(runs.named(missing))}); run the same "
-            "command again: finished runs are reused and stopped ones resume from their checkpoints"
-        )
-    return runs.out  # type: ignore[return-value]
-
-
-class _WorkerRuns:
-    """What :func:`train_in_workers` has heard from its processes: the summaries, the runs in training (index ->
-    pid), each run reported once as it ends."""
-
-    def __init__(self, cfgs: Sequence[RunConfig], report: Callable[[str], None]):
-        self.cfgs, self.report = cfgs, report
-        self.out: list[dict | None] = [None] * len(cfgs)
-        self.running: dict[int, int] = {}
-
-    def named(self, indices) -> list[str]:
-        return [f"{self.cfgs[i].case} seed {self.cfgs[i].seed}" for i in indices]
-
-    def take(self, kind: str, i: int, value) -> None:
-        cfg, n = self.cfgs[i], len(self.cfgs)
-        if kind == "started":
-            self.running[i] = value
-            return
-        self.running.pop(i, None)
-        if kind == "done":
-            self.out[i] = value
-            self.report(_trained_line(i + 1, n, cfg, value))
-        else:
-            self.report(f"[{i + 1}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: did not finish ({value})")
-
-    def collect(self, results, wait_s: float) -> None:
-        """Take every message waiting on ``results``, waiting up to ``wait_s`` for the first."""
-        import queue
-
-        try:
-            self.take(*results.get(timeout=wait_s) if wait_s else results.get_nowait())
-            while True:
-                self.take(*results.get_nowait())
-        except queue.Empty:
-            return
-
-
-def _trained_line(i: int, n: int, cfg: RunConfig, s: dict) -> str:
-    return (
-        f"[{i}/{n}] {cfg.profile}/{cfg.case} seed {cfg.seed}: final val loss {s['final_val_loss']:.4f}, "
-        f"{s['wall_seconds']:.1f} s ({printable(s['precision'])})"
-    )
-
-
-@contextlib.contextmanager
-def _sigint_ignored():
-    """SIGINT ignored in this block (in the main thread; elsewhere nothing changes)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-def _worker(tasks, results, stopping) -> None:
-    """One process of :func:`train_in_workers`: runs from ``tasks`` until its end mark or ``stopping`` is set, each
-    reported on ``results`` as ``("started", i, pid)``, then ``("done", i, summary)`` or ``("failed", i, reason)``.
-    It starts with SIGINT ignored; from here SIGINT (a stop) ends it quietly, the run it was training resumable from
-    its last checkpoint."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        import torch
-
-        from .data import load
-        from .lifecycle import Interrupted
-        from .train import train
-
-        torch.set_num_threads(1)
-        data = load()
-        while not stopping.is_set() and (task := tasks.get()) is not None:
-            i, config = task
-            results.put(("started", i, os.getpid()))
-            try:
-                s = train(RunConfig.from_dict(config), data=data, progress=False)
-            except Interrupted:  # the stop, turned by the training loop into where to resume
-                return
-            except Exception as e:  # one line; the other runs go on
-                results.put(("failed", i, f"{type(e).__name__}: {printable(first_line(e), 300)}"))
-                continue
-            results.put(("done", i, {k: v for k, v in s.items() if k not in ("rows", "heads")}))
-    except KeyboardInterrupt:
-        pass
-
-
-def first_line(e: BaseException) -> str:
-    """An exception's first line of text ("" if it has none)."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def _stop_workers(procs: list, stopping) -> None:
-    """Stop the processes of :func:`train_in_workers`: ``stopping`` set (one still starting takes no run), SIGINT
-    to each live one, then wait (:data:`STOP_WAIT_S`) and kill what is left."""
-    stopping.set()
-    for p in procs:
-        if p.is_alive() and p.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGINT)
-    deadline = time.monotonic() + STOP_WAIT_S
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join()
 
 
 def run_suite(
