@@ -1,4 +1,4 @@
-# attnid: `make book` builds the companion book, `make test` runs every test.
+# attnid: `make book` builds the companion book, `make test` runs the tests (`make test-book`: the smoke book's).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -18,12 +18,13 @@ STAMP := $(VENV)/.installed
 # test worker and kernel
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help venv test test-fast lint format bench bench-gpu bench-count paper-records data book chapter serve clean
+.PHONY: help venv test test-book test-fast lint format bench bench-gpu bench-count paper-records data book chapter serve clean
 
 help:
 	@echo "make book     execute every chapter (PROFILE=$(PROFILE), DEVICE=$(DEVICE), JOBS=$(JOBS) at once) and build the HTML book"
-	@echo "make test     run the whole test suite"
-	@echo "make test-fast   every test but the slow ones (the smoke book, real presets, processes)"
+	@echo "make test     run the tests of the package, its commands and its training (all but the book's)"
+	@echo "make test-book   the book's tests: the smoke book built and its pages in Chromium, chapters run elsewhere"
+	@echo "make test-fast   every test but the slow ones (real presets, processes) and the book's"
 	@echo "make lint     ruff check, ruff format --check and mypy on src/ (configured in pyproject.toml)"
 	@echo "make format   apply ruff's fixes and formatting"
 	@echo "make chapter NB=notebooks/03_biases.py   re-execute one chapter and rebuild"
@@ -61,10 +62,16 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 test: $(STAMP)
-	$(PYTEST)
+	$(PYTEST) -m "not book"
+
+# the book's tests: every chapter executed at profile smoke and the book built strictly (every page opened in
+# Chromium, the counter page and the site's links checked), a chapter run outside the checkout and in a fresh
+# environment with Jupyter only, the book tool's kernels, stops and page check
+test-book: $(STAMP)
+	$(PYTEST) -m book
 
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not book"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -338,6 +338,16 @@ table(released)
 # counted the same way. BLOOM's whole model is not counted: a LayerNorm on its token embeddings is a piece attnid's
 # model count does not have, and the count says so by name.
 #
+# **Falcon** wires its layer by three switches of its file, and each wiring is one chapter 8 counts already.
+# `parallel_attn` off gives GPT-2's sequential layer. On, Falcon-7B's one LayerNorm feeds attention and MLP side by
+# side (Phi's wiring, where the single norm's scale and shift are shared by both readers). The new architecture of
+# Falcon-40B and 180B gives each sub-layer a LayerNorm of its own (GPT-NeoX's), or one for both with
+# `num_ln_in_parallel_attn = 1`, and shares keys and values by groups. A file is read into the wiring its code builds,
+# the real layer's Jacobian agrees with that wiring's closed form (six shapes), and the closed form of the other
+# wiring is refused. Counted from its file, Falcon-7B's whole model has its checkpoint's parameter total, and each
+# wiring's total is that of transformers' own model built from the same fields. Falcon RW, with ALiBi, is counted at
+# its attention.
+#
 # **M-RoPE** (Qwen2.5-VL's text layers) keeps RoPE's frequencies and turns each rotated pair by one of three
 # position streams, time, height and width (`mrope_section` pairs each). Text tokens advance all three together, so on
 # text the layer is a RoPE layer. On an image the streams part, but each pair still turns by its own frequency times

@@ -40,14 +40,29 @@ def paper():
     return runs
 
 
-FIRST = "tests/test_book.py"  # the longest file (it builds the smoke book): started first, beside the others
+# the longest files of `make test-book` and `make test` (the CPU seconds each took, printed below each run): started
+# first, beside the others, so that no long file starts last and runs alone
+FIRST = ("tests/test_book.py", "tests/test_book_tool.py", "tests/test_blocks.py", "tests/test_hf.py")
+BOOK_FIXTURE = "smoke_book"  # tests/test_book.py's: every chapter executed at profile smoke and the book built
 
 
 def pytest_collection_modifyitems(items):
     """Under ``--dist loadfile --no-loadscope-reorder`` (make test) files go to the workers in collection order,
-    and a worker takes its next file only when its current one is nearly done: the longest file goes first,
-    so that the other worker runs everything else meanwhile instead of one file waiting behind it."""
-    items.sort(key=lambda item: item.nodeid.split("::")[0] != FIRST)
+    and a worker takes its next file only when its current one is nearly done: the longest files go first,
+    so that the other workers run everything else meanwhile instead of one file waiting behind them.
+
+    The book's tests are marked ``book`` (``make test-book`` runs them, ``make test`` the others): the files that
+    execute chapters, build books or open pages mark themselves, and a test that reads the smoke book is marked here
+    wherever it is."""
+    for item in items:
+        if BOOK_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.book)
+
+    def rank(item) -> int:
+        path = item.nodeid.split("::")[0]
+        return FIRST.index(path) if path in FIRST else len(FIRST)
+
+    items.sort(key=rank)
 
 
 # ------------------------------------------------------------------ what each test file costs in CPU

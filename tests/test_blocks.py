@@ -110,6 +110,12 @@ BLOCK_SHAPES = {
     # EXAONE 4: norms after each sub-layer, QK-norm per head, NoPE full-attention layers
     "exaone4": [dict(heads=2), dict(heads=1, nope=True), dict(heads=4, groups=2), dict(heads=4, groups=2, nope=True),
                 dict(heads=2, head_dim=6, ffn=12), dict(embed=12, heads=3, groups=1, nope=True, ffn=16)],
+    # Falcon: one LayerNorm before attention and MLP side by side (Falcon-7B: multi-query), a LayerNorm each (the new
+    # architecture of Falcon-40B and 180B, groups of keys), one for both in the new architecture (Falcon 2), or a
+    # sequential layer (parallel_attn off); biases on every map or none
+    "falcon": [dict(heads=2), dict(heads=4, groups=1), dict(heads=4, groups=2, residual="parallel"),
+               dict(heads=2, residual="sequential", bias="all"), dict(heads=4, groups=2, residual="shared_norm"),
+               dict(heads=1, residual="parallel", bias="all", ffn=12)],
     # Command R: one LayerNorm without a shift before attention and MLP side by side; Command R+'s QK LayerNorm
     "cohere": [dict(heads=2), dict(heads=1), dict(heads=4, groups=2), dict(heads=2, qk_norm="layer"),
                dict(heads=2, bias="all", ffn=12), dict(embed=12, heads=3, groups=1, qk_norm="layer", ffn=16)],
@@ -143,7 +149,7 @@ def test_whole_decoder_layer_count_equals_the_closed_form(hf_type, i):
 def _attention_config(hf_type, kw):
     from attnid.hf import equivalent_config
 
-    return equivalent_config(hf_type, **{k: v for k, v in kw.items() if k != "ffn"})
+    return equivalent_config(hf_type, **{k: v for k, v in kw.items() if k not in ("ffn", "residual")})
 
 
 def test_block_terms_of_a_gpt2_layer():
@@ -185,6 +191,8 @@ MODEL_CASES = [
     ("cohere", dict(groups=1, ffn=8, tied=False, seed=1)),  # untied: each head row along 1/γ reads nothing
     ("cohere", dict(groups=2, ffn=8, qk_norm="layer", bias="all")),
     ("stablelm", dict(heads=2, groups=1, rope_dims=2, qk_norm="layer")),  # the LayerNorm per head of StableLM 2 12B
+    ("falcon", dict(heads=4, groups=2, ffn=8, residual="parallel")),  # Falcon-40B's wiring: a LayerNorm each, tied
+    ("falcon", dict(bias="all", residual="sequential", tied=False)),  # Falcon RW's wiring (with RoPE), biases
 ]
 
 
@@ -253,6 +261,7 @@ PUBLISHED_PARAMS = {
     "qwen3-30b-a3b": 30_532_122_624,
     "gpt-oss-20b": 20_914_757_184,
     "phi-4-mini": 3_836_021_760,
+    "falcon-7b": 6_921_720_704,
 }
 # the cards give these to the stated digits only (Gemma 3 without its vision tower; DeepSeek-V3 without its
 # multi-token-prediction module): billions
@@ -326,7 +335,7 @@ def test_cli_count_scope_and_block_audit(capsys):
     "argv,message",
     [
         (["count", "--embed", "8", "--heads", "2", "--scope", "block"], "needs --preset"),
-        (["count", "--preset", "falcon-7b", "--scope", "block"], "no block structure"),
+        (["count", "--preset", "gemma-7b", "--scope", "block"], "no block structure"),
         (["audit", "--embed", "8", "--heads", "2", "--block"], "through --hf"),
         (["audit", "--hf", "gpt2", "--block", "--model"], "not both"),
         (["audit", "--hf", "gpt2", "--block", "--layers", "2"], "only a whole-model audit"),

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from booktool import ROOT, RUNS, book, execute_here, need_chromium, statuses, tool
 
-pytestmark = pytest.mark.slow  # the whole file: it executes and builds the smoke book
+pytestmark = [pytest.mark.slow, pytest.mark.book]  # the whole file: it executes and builds the smoke book
 
 
 @pytest.fixture(scope="session")

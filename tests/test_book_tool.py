@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from booktool import HEAD, ROOT, RUNS, book, book_tool, execute_here, need_chromium, refusal, statuses, tool
 
-pytestmark = pytest.mark.slow  # kernels and browsers: seconds each
+pytestmark = [pytest.mark.slow, pytest.mark.book]  # kernels and browsers: seconds each
 
 
 def test_failing_chapter_is_named_with_its_cell(tmp_path):

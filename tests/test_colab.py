@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from booktool import ROOT, tool
 
-pytestmark = pytest.mark.slow  # a fresh environment is installed
+pytestmark = [pytest.mark.slow, pytest.mark.book]  # a fresh environment is installed
 
 
 def _fresh_jupyter(where):

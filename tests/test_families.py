@@ -6,6 +6,7 @@ import copy
 import json
 import logging
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -390,3 +391,78 @@ def test_a_whole_qwen2_5_vl_model_is_not_audited_and_says_why():
     with pytest.raises(ValueError, match="text model has no causal-LM class of its own"):
         audit_hf("qwen2_5_vl", scope="model", embed=8, heads=2)
     assert scope_count(config_preset(FAMILIES / "qwen2.5-vl-7b-instruct.json"), "model", "qwen").total_params > 0
+
+
+FALCON = json.loads((FAMILIES.parent / "falcon-7b.json").read_text())
+FALCON_40B = {"hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60}  # its sizes
+# Falcon's three switches and the wiring each gives: Falcon-7B's file, the new architecture of Falcon-40B and 180B
+# (a LayerNorm each for attention and MLP, eight groups of keys), Falcon 2's (one LayerNorm for both), a sequential one
+FALCON_WIRINGS = [
+    ({}, "shared_norm"),
+    ({**FALCON_40B, "new_decoder_architecture": True, "num_kv_heads": 8}, "parallel"),
+    ({**FALCON_40B, "new_decoder_architecture": True, "num_kv_heads": 8, "num_ln_in_parallel_attn": 1}, "shared_norm"),
+    ({"parallel_attn": False, "multi_query": False, "bias": True}, "sequential"),
+]
+
+
+@pytest.mark.parametrize("changes,residual", FALCON_WIRINGS)
+def test_a_falcon_file_is_counted_as_its_switches_wire_its_layers(tmp_path, changes, residual):
+    """Each wiring of a Falcon file is read as transformers' Falcon code builds it, and its whole model's total is the
+    parameters of transformers' own model built from the same fields; one LayerNorm for both sub-layers counts
+    otherwise than one each."""
+    fields = dict(FALCON, **changes)
+    (tmp_path / "config.json").write_text(json.dumps(fields))
+    p = config_preset(tmp_path / "config.json")
+    assert (p.hf_type, p.model.residual) == ("falcon", residual)
+    assert scope_count(p, "model", "falcon").total_params == library_total(fields)
+    other = "parallel" if residual == "shared_norm" else "shared_norm"
+    block = scope_count(p, "block", "falcon").unidentified
+    assert scope_count(replace(p, model=replace(p.model, residual=other)), "block", "falcon").unidentified != block
+    if not changes:  # Falcon-7B as released (its safetensors: 6,921,720,704)
+        assert scope_count(p, "model", "falcon").total_params == 6_921_720_704
+
+
+@pytest.mark.parametrize(
+    "changes,named",
+    [
+        ({"new_decoder_architecture": True, "parallel_attn": False}, "builds no such layer"),
+        ({"num_ln_in_parallel_attn": 2}, "builds no such layer"),  # two LayerNorms made, one read
+        ({"new_decoder_architecture": True, "num_ln_in_parallel_attn": 3}, "builds no such layer"),
+        ({"activation": "relu"}, "activation: 'relu' is not modelled for falcon"),
+    ],
+)
+def test_a_falcon_layer_its_code_cannot_build_is_refused_by_name(tmp_path, changes, named):
+    (tmp_path / "config.json").write_text(json.dumps(dict(FALCON, **changes)))
+    with pytest.raises(ConfigError, match=named):
+        config_preset(tmp_path / "config.json")
+
+
+def test_falcon_rw_counts_its_alibi_attention_and_says_why_its_layer_is_not(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(dict(FALCON, alibi=True, parallel_attn=False, bias=True)))
+    p = config_preset(tmp_path / "config.json")
+    assert p.hf_type is None and not p.config.rope and p.model is None
+    with pytest.raises(ValueError, match="ALiBi"):
+        scope_count(p, "block", "falcon-rw")
+
+
+def test_a_falcon_layer_is_audited_with_its_wiring_and_refuses_another_closed_form():
+    """Planted: the audit of Falcon 2's layer (one LayerNorm before attention and MLP, the new architecture's groups)
+    read against the closed form of a LayerNorm each: the difference is named."""
+    from attnid.counting import count_block
+    from attnid.families import block_config, equivalent_config
+    from attnid.hf import HFAuditError, audit_hf, check_hf_audit
+
+    r = audit_hf("falcon", scope="block", embed=8, heads=4, groups=2, residual="shared_norm", ffn=16)
+    assert r.unidentified == r.details["theory_unidentified"] and r.details["residual"] == "shared_norm"
+    cfg = equivalent_config("falcon", embed=8, heads=4, groups=2)
+    two_norms = count_block(block_config("falcon", cfg, 16, residual="parallel")).unidentified
+    assert two_norms != r.unidentified
+    r.details["theory_unidentified"] = two_norms
+    with pytest.raises(HFAuditError, match="closed form"):
+        check_hf_audit(r)
+    with pytest.raises(ValueError, match="sequential layer shares keys and values across every head"):
+        audit_hf("falcon", scope="block", embed=8, heads=4, groups=2, residual="sequential")
+    with pytest.raises(ValueError, match="the attention module has no residual wiring"):
+        audit_hf("falcon", embed=8, heads=2, residual="parallel")
+    with pytest.raises(ValueError, match="llama's layers are wired 'sequential', not 'parallel'"):
+        audit_hf("llama", scope="block", embed=8, heads=2, residual="parallel")

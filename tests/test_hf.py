@@ -48,6 +48,7 @@ CASES = {
     "qwen2_5_vl": dict(groups=2),  # M-RoPE at text positions (a multimodal map: tests/test_families.py)
     "hunyuan_v1_moe": dict(groups=2, bias="all"),  # its QK-norm per head after RoPE, all four biases
     "bloom": dict(),  # ALiBi: a fixed bias on the scores, no position map on queries and keys; fused qkv per head
+    "falcon": dict(groups=2, bias="all"),  # fused qkv per group of keys (its new architecture), biases on every map
 }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from booktool import ROOT
 
-pytestmark = pytest.mark.slow  # it executes chapter 7, which trains its smoke runs
+pytestmark = [pytest.mark.slow, pytest.mark.book]  # it executes chapter 7, which trains its smoke runs
 
 
 def _files(root: Path) -> dict[str, tuple[int, int]]:

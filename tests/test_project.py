@@ -36,10 +36,17 @@ def test_workflows_pass_actionlint():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_ci_calls_the_readme_test_command():
+def test_ci_calls_the_readme_test_command_and_the_smoke_books():
+    """`.ci/run` and the CI workflow run the README's `make test` and `make test-book` (the tests `make test` leaves to
+    it), which the README names too."""
     readme = (ROOT / "README.md").read_text()
-    assert "make test" in readme.split("\n## ", 1)[0]
-    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    assert "make test" in readme.split("\n## ", 1)[0] and "`make test-book`" in readme.split("\n## ", 1)[0]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "make test" in ci and "make test-book" in ci
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    assert "run: make test TORCH_SPEC" in workflow and "run: make test-book TORCH_SPEC" in workflow
+    makefile = (ROOT / "Makefile").read_text()
+    assert '$(PYTEST) -m "not book"' in makefile and "-m book" in makefile
 
 
 MATH_FLOORS = 4  # floors 1-4 of ARCHITECTURE.md are the math; the language-model side starts above them

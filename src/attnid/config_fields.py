@@ -79,9 +79,8 @@ FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "n
 FAMILY_FIXED: dict[str, dict[str, object]] = {"cohere2": {"position_embedding_type": "rope_gptj"}}
 
 # fields read by families attnid counts at scope attention only (their blocks are not modelled)
-ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "ffn_hidden_size", "num_hidden_layers", "vocab_size", "type_vocab_size",
-                          "hidden_act", "hidden_activation", "activation", "tie_word_embeddings", "parallel_attn",
-                          "num_ln_in_parallel_attn")  # fmt: skip
+ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "num_hidden_layers", "vocab_size", "type_vocab_size", "hidden_act",
+                          "hidden_activation", "tie_word_embeddings")  # fmt: skip
 
 # fields that shape the decoder layer around the attention but not the attention layer: at a value attnid does not
 # model, the block and the model are refused (naming the field) and the attention is still counted
@@ -111,7 +110,7 @@ ACTIVATIONS: dict[str, tuple[str, ...]] = {
     "geglu": ("gelu_pytorch_tanh", "gelu", "gelu_new"),
 }
 
-ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation")
+ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation", "activation")  # Falcon's the last
 
 # the fields of a config that switch a family's QK-norm on or off, and the norm they switch on
 QK_NORM_FIELDS = {"llama4": ("use_qk_norm", "l2"), "stablelm": ("qk_layernorm", "layer"),

@@ -112,7 +112,7 @@ def _text_fields(fields: dict, model_type: str) -> dict:
     return {**text, "model_type": text_type}
 
 
-ATTENTION_ONLY_TYPES = ("bert", "falcon", "gemma")  # counted at scope attention (no block attnid models)
+ATTENTION_ONLY_TYPES = ("bert", "gemma")  # counted at scope attention (no block attnid models)
 
 # model types with a config class of their own whose model another family's code builds (transformers' auto mapping
 # names that family's causal LM): each is read as that family
@@ -196,6 +196,8 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         got = _read_latent(c)
     elif hf_type in ATTENTION_ONLY_TYPES:
         got = _read_attention_only(hf_type, c)
+    elif hf_type == "falcon":
+        got = _read_falcon(c)
     else:
         got = _read_family(hf_type, c)
     config, model, read = got
@@ -208,11 +210,13 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         model, only = None, (f"{'; '.join(beyond)}: not modelled for {hf_type}'s decoder layer (they do not reach "
                              "its attention layer)")  # fmt: skip
     if model is not None:
-        model = replace(model, source=source, **({} if outer_tie is None else {"tied": outer_tie}))
+        model = replace(model, source=source, tied=model.tied if outer_tie is None else outer_tie)
     reading = config_reading(fields, c, read, remote is not None, default, code_reads(model_type), hf_type)
     reading["truth_values"] = truths
     unread_rotary_share(reading, hf_type)
-    return Preset(f"{model_type} config ({source})", config, None if hf_type in ATTENTION_ONLY_TYPES else hf_type,
+    # no module audits Falcon RW's ALiBi attention here (BLOOM's verifies ALiBi)
+    family = None if hf_type in ATTENTION_ONLY_TYPES or (hf_type == "falcon" and c.alibi) else hf_type
+    return Preset(f"{model_type} config ({source})", config, family,
                   model, reading=reading, attention_only=only, origin=origin or ConfigSource(Path(path)))  # fmt: skip
 
 
@@ -252,7 +256,11 @@ def _text_model(fields: dict, source: str, model_type: str) -> tuple[dict, str, 
 
 
 def _attention_only_reason(hf_type: str, c) -> str:
-    """Why a family with a counted attention has no counted block or model (Qwen3-Next's linear attention)."""
+    """Why a family with a counted attention has no counted block or model (Qwen3-Next's linear attention, Falcon
+    RW's ALiBi layers)."""
+    if hf_type == "falcon" and c.alibi:
+        return ("its layers use ALiBi (Falcon RW): attnid counts their attention as BLOOM's, a layer without a "
+                "position map, and audits Falcon's decoder layer with RoPE only")  # fmt: skip
     if hf_type != "qwen3_next":
         return ""
     linear = sum(t == "linear_attention" for t in c.layer_types)
@@ -485,8 +493,36 @@ def _read_latent(c) -> tuple[MLAConfig, Model, set[str]]:
     return cfg, model, read
 
 
+def _read_falcon(c) -> tuple[AttentionConfig, Model | None, set[str]]:
+    """Falcon: its attention, with RoPE or (Falcon RW) ALiBi, a fixed bias on the scores counted as BLOOM's is, as a
+    layer without a position map; with RoPE its decoder layer as its three switches wire it
+    (:func:`attnid.family_kwargs.falcon_kwargs`)."""
+    E, H, new = c.hidden_size, c.num_attention_heads, bool(c.new_decoder_architecture)
+    G = c.num_kv_heads if new else 1 if c.multi_query else H
+    read = {"hidden_size", "num_attention_heads", "num_kv_heads", "new_decoder_architecture", "multi_query", "bias",
+            "alibi", "rope_parameters", "parallel_attn", "num_ln_in_parallel_attn", "ffn_hidden_size",
+            "num_hidden_layers", "vocab_size", "tie_word_embeddings", *_activations(c, "falcon")}  # fmt: skip
+    ln = c.num_ln_in_parallel_attn  # the layer reads a LayerNorm its __init__ did not make, or none at all:
+    if (new and not c.parallel_attn) or (c.parallel_attn and (ln not in (None, 1, 2) if new else ln == 2)):
+        raise ConfigError(f"parallel_attn = {c.parallel_attn!r}, new_decoder_architecture = {new}, "
+                          f"num_ln_in_parallel_attn = {c.num_ln_in_parallel_attn!r}: transformers' Falcon code builds "
+                          "no such layer")  # fmt: skip
+    base, _ = rope_of(c, partial=False)
+    try:
+        cfg = AttentionConfig(E, H, groups=G, bias="qkvo" if c.bias else "", rope=not c.alibi, causal=True,
+                              rope_base=base)  # fmt: skip
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+    if c.alibi:
+        return cfg, None, read
+    two_norms = new and c.num_ln_in_parallel_attn in (None, 2)
+    residual = "parallel" if two_norms else "shared_norm" if c.parallel_attn else "sequential"
+    ffn = _positive(c, "ffn_hidden_size", default=4 * E)
+    return cfg, Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", residual=residual), read
+
+
 def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[str]]:
-    """BERT, Falcon and Gemma (1): their attention only."""
+    """BERT and Gemma (1): their attention only."""
     E, H = c.hidden_size, c.num_attention_heads
     read = {"hidden_size", "num_attention_heads", *ATTENTION_ONLY_NEUTRAL}
     try:
@@ -494,13 +530,6 @@ def _read_attention_only(hf_type: str, c) -> tuple[AttentionConfig, None, set[st
             read |= {"is_decoder"}
             return AttentionConfig(E, H, bias="qkvo", causal=bool(c.is_decoder)), None, read
         base, _ = rope_of(c, partial=False)
-        if hf_type == "falcon":  # RoPE, or ALiBi (Falcon RW): a fixed bias on the scores, counted as BLOOM's is,
-            # as a layer without a position map
-            G = c.num_kv_heads if c.new_decoder_architecture else 1 if c.multi_query else H
-            read |= {"num_kv_heads", "new_decoder_architecture", "multi_query", "bias", "alibi", "rope_parameters"}
-            cfg = AttentionConfig(E, H, groups=G, bias="qkvo" if c.bias else "", rope=not c.alibi, causal=True,
-                                  rope_base=base)  # fmt: skip
-            return cfg, None, read
         read |= {"num_key_value_heads", "head_dim", "attention_bias", "rope_parameters", "use_bidirectional_attention"}
         cfg = AttentionConfig(E, H, groups=c.num_key_value_heads, head_dim=c.head_dim,
                               bias="qkvo" if c.attention_bias else "", rope=True,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .attention_config import AttentionConfig, parse_bias
 from .counting import BIASED_GATED_MLPS, GATED_MLPS, BlockConfig, ModelConfig
+from .family_kwargs import ATTENTION_BIAS_TYPES, CLASSIC_TYPES, classic_kwargs, mrope_sections, recent_kwargs
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class HFType:
     norm: str = "layer"  # counting.NORMS
     mlp: str = "gelu"  # counting.MLPS
     residual: str = "sequential"  # counting.RESIDUALS
+    # the other residual wirings its config can choose (Falcon's parallel_attn, new_decoder_architecture)
+    other_residuals: tuple[str, ...] = ()
     norm_position: str = "pre"  # counting.NORM_POSITIONS
     ffn_ratio: float = 4.0  # the type's usual MLP inner size over E
     positions: str = "rope"  # counting.POSITIONS
@@ -71,7 +74,18 @@ class HFType:
         """Whether the MLP maps carry biases when the attention has biases ``bias``."""
         if self.mlp in GATED_MLPS:
             return self.mlp in BIASED_GATED_MLPS
-        return bool(bias) if self.module in ("opt", "starcoder2") else True
+        return bool(bias) if self.module in ("opt", "starcoder2", "falcon") else True
+
+    def residual_of(self, residual: str | None) -> str:
+        """The residual wiring of a layer: ``residual`` (None: the type's), refused unless the type's config can
+        choose it."""
+        if residual is None:
+            return self.residual
+        choices = (self.residual, *self.other_residuals)
+        if residual not in choices:
+            raise ValueError(f"residual: {self.module}'s layers are wired {' or '.join(map(repr, choices))}, not "
+                             f"{residual!r}")  # fmt: skip
+        return residual
 
     def qk_norms(self) -> tuple[str, ...]:
         """The QK-norms this type can have (its default first; "" for none)."""
@@ -82,7 +96,8 @@ class HFType:
             return {}
         if self.module in ("qwen3_moe", "ernie4_5_moe", *GROUPED_ROUTER_TYPES):
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
-        return {"gpt2": {"n_inner": ffn}, "opt": {"ffn_dim": ffn}}.get(self.module, {"intermediate_size": ffn})
+        named = {"gpt2": "n_inner", "opt": "ffn_dim", "falcon": "ffn_hidden_size"}
+        return {named.get(self.module, "intermediate_size"): ffn}
 
     def expert_kwargs(self, experts: int) -> dict:
         """A mixture of ``experts`` experts, two chosen per token, in every layer (none: ``{}``)."""
@@ -104,13 +119,16 @@ class HFType:
                                                           "norm_topk_prob": True} if self.module == "qwen3_moe"
                                                          else {})}  # fmt: skip
 
-    def config_kwargs(self, cfg: AttentionConfig, attn_implementation: str = "sdpa") -> dict:
-        """The keyword arguments of the model's config class for the architecture ``cfg``."""
+    def config_kwargs(
+        self, cfg: AttentionConfig, attn_implementation: str = "sdpa", residual: str | None = None
+    ) -> dict:
+        """The keyword arguments of the model's config class for the architecture ``cfg`` (its layers wired
+        ``residual``: None, the type's own)."""
         E, H = cfg.E, cfg.H
         common = dict(vocab_size=16, num_hidden_layers=1, attn_implementation=attn_implementation)
         name = self.module
-        if name in ("gpt2", "opt", "bloom"):
-            return _classic_kwargs(name, cfg, common)
+        if name in CLASSIC_TYPES:
+            return classic_kwargs(name, cfg, common, self.residual_of(residual))
         kw = dict(common, hidden_size=E, num_attention_heads=H, intermediate_size=4 * E, attention_dropout=0.0)
         if self.groups:
             kw["num_key_value_heads"] = cfg.G
@@ -118,7 +136,7 @@ class HFType:
             kw["head_dim"] = cfg.D
         if name in ATTENTION_BIAS_TYPES:
             kw["attention_bias"] = bool(cfg.bias)
-        kw.update(_recent_kwargs(name, cfg))
+        kw.update(recent_kwargs(name, cfg, self.rope_in_windows))
         if name == "gemma3":  # 1/sqrt(D) as ours, one global (full-attention) layer, no cap
             kw.update(query_pre_attn_scalar=cfg.D, layer_types=["full_attention"], attn_logit_softcapping=None)
         if name == "gemma2":  # its own scale and cap: 1/sqrt(D) as ours, the cap of cfg
@@ -151,90 +169,6 @@ class HFType:
             }
             kw["resid_pdrop"] = 0.0
         return kw
-
-
-def mrope_sections(pairs: int) -> list[int]:
-    """The rotated pairs of a head shared out among M-RoPE's three position streams (time, height, width), the
-    first streams taking one more where they do not divide evenly (Qwen2.5-VL's released [16, 24, 24] gives the time
-    stream fewer; any split of the pairs has the same count)."""
-    return [pairs // 3 + (1 if i < pairs % 3 else 0) for i in range(3)]
-
-
-def _classic_kwargs(name: str, cfg: AttentionConfig, common: dict) -> dict:
-    """The config keywords of GPT-2, OPT and BLOOM, whose classes name their fields their own way."""
-    E, H = cfg.E, cfg.H
-    if name == "gpt2":
-        return dict(
-            common, n_embd=E, n_head=H, n_positions=64, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
-            bos_token_id=0, eos_token_id=0,
-        )  # fmt: skip
-    if name == "opt":
-        return dict(
-            common, hidden_size=E, num_attention_heads=H, ffn_dim=4 * E, enable_bias=bool(cfg.bias), dropout=0.0
-        )
-    # BLOOM: its MLP is 4E wide by its code
-    return dict(common, hidden_size=E, n_head=H, hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=0,
-                eos_token_id=0, pad_token_id=0)  # fmt: skip
-
-
-# the types whose config switches their attention biases with attention_bias
-ATTENTION_BIAS_TYPES = (
-    "llama",
-    "qwen3",
-    "olmo2",
-    "olmo3",
-    "gemma2",
-    "gemma3",
-    "gpt_oss",
-    "qwen3_moe",
-    "smollm3",
-    "granite",
-    "glm4",
-    "glm4_moe",
-    "dots1",
-    "hunyuan_v1_moe",
-    "llama4",
-    "qwen3_next",
-    "cohere",
-    "cohere2",
-)
-
-
-def _recent_kwargs(name: str, cfg: AttentionConfig) -> dict:
-    """What the config classes of the 2025 families need beyond the common keywords."""
-    no_ids: dict = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)  # outside a tiny vocabulary
-    if name == "smollm3":  # the audited layer may be a NoPE one
-        return no_ids if cfg.rope else {**no_ids, "no_rope_layers": [0]}
-    switches = {  # the family's own switches of biases and QK-norm
-        "phi3": {}, "glm4": {}, "starcoder2": dict(use_bias=bool(cfg.bias)), "ernie4_5": dict(use_bias=bool(cfg.bias)),
-        "ernie4_5_moe": dict(use_bias=bool(cfg.bias)),
-        "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
-        "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
-        "dots1": {}, "qwen2_5_vl": {}, "hunyuan_v1_moe": {},
-    }  # fmt: skip
-    if name in switches:
-        return dict(no_ids, **switches[name])
-    if name == "seed_oss":  # its q/k/v biases and its output bias switched apart
-        return dict(no_ids, attention_bias="q" in cfg.bias, attention_out_bias="o" in cfg.bias, residual_dropout=0.0)
-    if HF_TYPES[name].rope_in_windows:  # RoPE in the sliding-window layers only: the audited layer one of them or
-        # a full-attention (NoPE) one; the window longer than any audit's input
-        kind = "sliding_attention" if cfg.rope else "full_attention"
-        return dict(no_ids, layer_types=[kind], sliding_window=4096)
-    if name == "olmo3":  # one full-attention layer (its sliding-window layers differ only in the mask)
-        return {"layer_types": ["full_attention"]}
-    if name == "qwen3_next":  # one full (softmax) attention layer
-        return dict(no_ids, layer_types=["full_attention"])
-    if name == "llama4":  # the audited layer a RoPE one (L2 QK-norm) or a NoPE one with a temperature that varies
-        # over the audit's positions (floor_scale 2: the scale changes every second token); no chunking at this length
-        return dict(no_ids, no_rope_layers=[1 if cfg.rope else 0], use_qk_norm=cfg.qk_norm == "l2",
-                    attn_temperature_tuning=True, floor_scale=2, attn_scale=0.1, moe_layers=[],
-                    intermediate_size_mlp=4 * cfg.E,
-                    rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base})  # fmt: skip
-    if name == "gpt_oss":  # one full-attention layer, plain RoPE at cfg's base
-        return dict(
-            layer_types=["full_attention"], rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base}
-        )
-    return {}
 
 
 HF_TYPES: dict[str, HFType] = {
@@ -351,6 +285,13 @@ HF_TYPES: dict[str, HFType] = {
         # -m_h (i - j) on head h's scores, instead of position embeddings
         "bloom", "BloomConfig", "BloomAttention", None, biases=("qkvo",), layer="BloomBlock", lm="BloomForCausalLM",
         positions="alibi", fixed_ffn=True, embedding_norm=True, tied=True,
+    ),
+    "falcon": HFType(  # Falcon: LayerNorm, GELU, biases on every map or none (bias), fused q/k/v, one LayerNorm
+        # before attention and MLP side by side (Falcon-7B), a LayerNorm each (the new architecture: Falcon-40B,
+        # 180B), or a sequential layer (parallel_attn off)
+        "falcon", "FalconConfig", "FalconAttention", "FalconRotaryEmbedding", biases=("", "qkvo"), groups=True,
+        layer="FalconDecoderLayer", lm="FalconForCausalLM", residual="shared_norm",
+        other_residuals=("parallel", "sequential"), tied=True,
     ),
     "ernie4_5_moe": HFType(  # ERNIE 4.5's mixtures: ERNIE 4.5's attention, a softmax router whose choice (not its
         # weights) adds a bias per expert, shared experts beside, dense layers where moe_layer_* leave them
@@ -517,29 +458,31 @@ def block_config(
     norm_eps_zero: bool = False,
     experts: int = 0,
     shared_ffn: int | None = None,
+    residual: str | None = None,
 ) -> BlockConfig:
     """The :class:`~attnid.counting.BlockConfig` of one ``hf_type`` decoder layer around ``cfg``, its norms at
     ``ε = 0`` if ``norm_eps_zero`` (released models have ``ε > 0``), with a mixture of ``experts`` experts of inner
     size ``ffn`` for a mixture-of-experts type (its router, and where the type has them shared experts of total inner
-    size ``shared_ffn``, default ``ffn``: one)."""
+    size ``shared_ffn``, default ``ffn``: one), its sub-layers wired ``residual`` (None: the type's own;
+    :meth:`HFType.residual_of`)."""
     t = HF_TYPES[hf_type]
     if bool(experts) != t.moe:
         raise ValueError(f"experts: {hf_type} " + ("has a mixture of experts: give their number (2 or more)"
                                                    if t.moe else "has one MLP, no experts"))  # fmt: skip
     return BlockConfig(
-        cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual,
+        cfg, ffn, norm=t.norm, mlp=t.mlp, mlp_bias=t.mlp_bias(cfg.bias), residual=t.residual_of(residual),
         norm_position=t.norm_position, norm_eps_zero=norm_eps_zero, experts=experts,
         shared_ffn=(ffn if shared_ffn is None else shared_ffn) if t.shared_expert and experts else 0,
         router=t.router or "sigmoid", choice_bias=t.choice_bias and bool(experts),
     )  # fmt: skip
 
 
-def default_vocab(hf_type: str, embed: int, ffn: int) -> int:
+def default_vocab(hf_type: str, embed: int, ffn: int, residual: str | None = None) -> int:
     """A vocabulary for a tiny whole-model audit. In a parallel block the first layer's MLP reads the token
     embedding alone, so it is seen at ``V`` points only: ``V = 3F`` keeps it identified, ``4F`` for a gated MLP
     (three maps: Command R's model at 3F leaves its count to the data); ``3E`` elsewhere."""
     t = HF_TYPES[hf_type]
-    if t.residual == "sequential":
+    if t.residual_of(residual) == "sequential":
         return max(16, 3 * embed)
     return (4 if t.mlp in GATED_MLPS else 3) * ffn
 
@@ -555,12 +498,13 @@ def model_config(
     seq_len: int,
     norm_eps: float,
     final_softcap: float | None = None,
+    residual: str | None = None,
 ) -> ModelConfig:
     """The :class:`~attnid.counting.ModelConfig` of a tiny ``hf_type`` causal LM read on ``seq_len`` tokens, its
-    logits capped at ``final_softcap`` (None: no cap)."""
+    logits capped at ``final_softcap`` (None: no cap), its layers wired ``residual`` (None: the type's own)."""
     t = HF_TYPES[hf_type]
     return ModelConfig(
-        block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps == 0), layers, vocab, tied=tied, positions=t.positions,
-        context=seq_len if t.positions == "learned" else 0, unused_positions=t.unused_positions,
+        block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps == 0, residual=residual), layers, vocab, tied=tied,
+        positions=t.positions, context=seq_len if t.positions == "learned" else 0, unused_positions=t.unused_positions,
         head_bias=t.head_bias, norm_eps_zero=norm_eps == 0, final_softcap=final_softcap,
     )  # fmt: skip

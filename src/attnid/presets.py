@@ -50,6 +50,7 @@ class Model:
     nope_qk_norm: bool = True  # its NoPE layers keep the QK-norm (False: Llama 4)
     nope_dense_layers: int = 0  # NoPE layers among the dense ones
     final_softcap: float | None = None  # the logits capped to c tanh(z / c) (Gemma 2)
+    residual: str | None = None  # its layers' wiring where the family's config chooses it (Falcon); None: the family's
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,19 @@ PRESETS: dict[str, Preset] = {
             nope_qk_norm=False,
         ),
     ),
-    "falcon-7b": Preset("Falcon-7B (multi-query, G = 1)", AttentionConfig(4544, 71, groups=1, rope=True, causal=True)),
+    "falcon-7b": Preset(
+        "Falcon-7B (multi-query, G = 1; one LayerNorm before attention and MLP side by side)",
+        AttentionConfig(4544, 71, groups=1, rope=True, causal=True),
+        "falcon",
+        Model(
+            32,
+            18176,
+            65024,
+            True,
+            "https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json",
+            residual="shared_norm",
+        ),
+    ),
     "gemma-7b": Preset("Gemma-7B (D = 256 > E/H)", AttentionConfig(3072, 16, head_dim=256, rope=True, causal=True)),
 }
 
@@ -378,7 +391,7 @@ def block_of(p: Preset, name: str) -> BlockConfig:
         )
     m = p.model
     return block_config(p.hf_type, p.config.with_(causal=True), m.ffn, experts=m.experts,
-                        shared_ffn=m.shared_ffn if m.experts else None)  # fmt: skip
+                        shared_ffn=m.shared_ffn if m.experts else None, residual=m.residual)  # fmt: skip
 
 
 def preset_count(name: str, scope: str = "attention") -> Count:

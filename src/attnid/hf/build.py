@@ -49,11 +49,14 @@ def implementation_of(hf_type: str) -> str:
     return "eager" if HF_TYPES[hf_type].eager else "sdpa"
 
 
-def _hf_config(hf_type: str, cfg: AttentionConfig, attn_implementation: str = "sdpa", **changes):
-    """The ``transformers`` config object of ``hf_type`` for ``cfg``, with ``changes`` on top."""
+def _hf_config(
+    hf_type: str, cfg: AttentionConfig, attn_implementation: str = "sdpa", residual: str | None = None, **changes
+):
+    """The ``transformers`` config object of ``hf_type`` for ``cfg``, its layers wired ``residual`` (None: the
+    type's own), with ``changes`` on top."""
     tf = _transformers()
     t = HF_TYPES[hf_type]
-    return getattr(tf, t.config)(**dict(t.config_kwargs(cfg, attn_implementation), **changes))
+    return getattr(tf, t.config)(**dict(t.config_kwargs(cfg, attn_implementation, residual), **changes))
 
 
 def _modeling(hf_type: str):
@@ -169,13 +172,15 @@ def grid_positions(B: int, L: int) -> torch.Tensor:
     return streams[:, None, :].expand(3, B, L)
 
 
-def _hidden_forward(rotary, eager: bool = False, module=None, positions: str = "text"):
+def _hidden_forward(rotary, eager: bool = False, module=None, positions: str = "text", no_alibi: bool = False):
     """``forward(call, x)``: a module on hidden states ``x`` ``(B, L, E)`` through sdpa's math kernel (exact
     float64 and differentiable in forward mode; the fused CPU kernel is not), with the rotary tables. With
     ``eager`` (a module that runs its own attention: soft-capping), a causal mask is passed and its softmax
     kept in float64 (:func:`_float64_softmax`). The rotation of a modeling ``module`` that computes it in float32 is
     kept in float64 (:func:`_exact_rotary`: Llama 4's complex ``freqs_cis``, Cohere's interleaved pairs).
-    ``positions``: ``"text"`` (0, 1, 2, ...) or, for M-RoPE, ``"grid"`` (:func:`grid_positions`)."""
+    ``positions``: ``"text"`` (0, 1, 2, ...) or, for M-RoPE, ``"grid"`` (:func:`grid_positions`). ``no_alibi``: the
+    module takes an ALiBi table as an argument, None under RoPE (Falcon's)."""
+    alibi = {"alibi": None} if no_alibi else {}
 
     def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
         L = x.shape[1]
@@ -191,7 +196,7 @@ def _hidden_forward(rotary, eager: bool = False, module=None, positions: str = "
             else:
                 table = (table[0].to(x.dtype), table[1].to(x.dtype))
             with _exact_rotary(module):
-                return _first(call(x, attention_mask=mask, position_embeddings=table))
+                return _first(call(x, attention_mask=mask, position_embeddings=table, **alibi))
 
     return forward
 
@@ -219,7 +224,7 @@ def _forward_of(hf_type: str, cfg: AttentionConfig, rotary, module, residual: bo
     t = HF_TYPES[hf_type]
     if t.positions == "alibi":
         return _alibi_forward(cfg.H, module, residual)
-    return _hidden_forward(rotary, eager=t.eager, module=module, positions=positions)
+    return _hidden_forward(rotary, eager=t.eager, module=module, positions=positions, no_alibi=hf_type == "falcon")
 
 
 def _first(out):
@@ -299,14 +304,17 @@ def build_block(
     norm_eps: float = 0.0,
     experts: int = 0,
     positions: str = "text",
+    residual: str | None = None,
 ):
     """``(module, forward)``: one whole decoder layer of ``hf_type`` (norms, attention, MLP or ``experts`` experts of
-    inner size ``ffn``, two chosen per token, residual connections) in float64 with seeded random weights
-    (:func:`_prepare`; a softmax router's weights computed in float64), every norm at ``ε = norm_eps``, run on
-    hidden states."""
+    inner size ``ffn``, two chosen per token, residual connections wired ``residual``, None: the type's own) in
+    float64 with seeded random weights (:func:`_prepare`; a softmax router's weights computed in float64), every norm
+    at ``ε = norm_eps``, run on hidden states."""
     t = HF_TYPES[hf_type]
     mod = _modeling(hf_type)
-    config = _hf_config(hf_type, cfg, implementation_of(hf_type), **t.ffn_kwargs(ffn), **t.expert_kwargs(experts))
+    config = _hf_config(
+        hf_type, cfg, implementation_of(hf_type), residual, **t.ffn_kwargs(ffn), **t.expert_kwargs(experts)
+    )
     config._experts_implementation = "eager"  # a model sets it; the layer alone runs the experts' own loop
     layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed, norm_eps=norm_eps)
     for m in layer.modules():
@@ -330,12 +338,13 @@ def build_block(
 def build_model(
     hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int,
     norm_eps: float = 0.0, seed: int = 0, exact_norms: bool = True, final_softcap: float | None = None,
+    residual: str | None = None,
 ):  # fmt: skip
     """``(module, forward)``: a whole ``hf_type`` causal LM (embeddings, ``layers`` decoder layers, final
     norm, LM head) with ``seq_len`` positions, norms at ``ε = norm_eps`` (``exact_norms=False`` keeps
     transformers' float32 RMSNorm), its logits capped at ``final_softcap`` (Gemma 2's
-    ``final_logit_softcapping``; None: no cap); ``forward(call, ids)`` gives the next-token log-probabilities
-    ``(B, L, vocab)``."""
+    ``final_logit_softcapping``; None: no cap), its layers wired ``residual`` (None: the type's own);
+    ``forward(call, ids)`` gives the next-token log-probabilities ``(B, L, vocab)``."""
     t = HF_TYPES[hf_type]
     tf = _transformers()
     if final_softcap is not None and hf_type != "gemma2":
@@ -350,7 +359,7 @@ def build_model(
     if hf_type == "gemma3":  # every layer a global one, as in the block audit
         changes["layer_types"] = ["full_attention"] * layers
     eager = t.eager
-    config = _hf_config(hf_type, cfg, implementation_of(hf_type), **changes)
+    config = _hf_config(hf_type, cfg, implementation_of(hf_type), residual, **changes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps, exact_norms=exact_norms)

@@ -177,9 +177,10 @@ AUDIT_EXPERTS = 4  # a mixture-of-experts layer is audited with four experts, tw
 
 
 def _block_scope(
-    hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | None, norm_eps: float, positions: str = "text", **_
-) -> ScopeAudit:
-    """One whole decoder layer: :func:`attnid.counting.count_block`."""
+    hf_type: str, cfg: AttentionConfig, *, seed: int, ffn: int | None, norm_eps: float, positions: str = "text",
+    residual: str | None = None, **_,
+) -> ScopeAudit:  # fmt: skip
+    """One whole decoder layer (wired ``residual``; None: the type's own): :func:`attnid.counting.count_block`."""
     _check_layer_norm_width(hf_type, cfg)
     t = HF_TYPES[hf_type]
     F = default_ffn(hf_type, cfg.E) if ffn is None else ffn
@@ -190,7 +191,7 @@ def _block_scope(
         raise ValueError(f"bias: {hf_type}'s {MLP_BIAS_SWITCHES[hf_type]} puts biases on its gated MLP too, a decoder "
                          "layer attnid does not count; audit its attention")  # fmt: skip
     k = AUDIT_EXPERTS if t.moe else 0
-    theory = count_block(block_config(hf_type, cfg, F, norm_eps_zero=norm_eps == 0, experts=k))
+    theory = count_block(block_config(hf_type, cfg, F, norm_eps_zero=norm_eps == 0, experts=k, residual=residual))
     B, L = _block_size(cfg, theory.total_params)
     return ScopeAudit(
         theory,
@@ -199,7 +200,9 @@ def _block_scope(
         L,
         cfg.E,
         "--embed, --ffn",
-        build=lambda: build_block(hf_type, cfg, ffn=F, seed=seed, norm_eps=norm_eps, experts=k, positions=positions),
+        build=lambda: build_block(
+            hf_type, cfg, ffn=F, seed=seed, norm_eps=norm_eps, experts=k, positions=positions, residual=residual
+        ),
         inputs=lambda gen: torch.randn(B, L, cfg.E, generator=gen, dtype=torch.float64),
         details=dict(
             attn_implementation=implementation_of(hf_type), ffn=F, norms=FLOAT64_NORMS, **({"experts": k} if k else {})
@@ -219,6 +222,7 @@ def _model_scope(
     tied: bool | None,
     norm_eps: float,
     final_softcap: float | None = None,
+    residual: str | None = None,
     **_,
 ) -> ScopeAudit:
     """A causal LM read through ``log_softmax``: :func:`attnid.counting.count_model`; its vocabulary must show the
@@ -226,7 +230,7 @@ def _model_scope(
     _check_layer_norm_width(hf_type, cfg)
     t = HF_TYPES[hf_type]
     F = default_ffn(hf_type, cfg.E) if ffn is None else ffn
-    least = default_vocab(hf_type, cfg.E, F)
+    least = default_vocab(hf_type, cfg.E, F, residual)
     V = least if vocab is None else vocab
     if V <= cfg.E:
         raise ValueError(
@@ -235,17 +239,15 @@ def _model_scope(
         )
     if tied and t.head_bias:
         raise ValueError(f"tied: the {hf_type} LM head has a bias, so it cannot be tied to the embedding")
-    if t.residual != "sequential" and least > V:
+    if t.residual_of(residual) != "sequential" and least > V:
         raise ValueError(
             f"vocab: in a {hf_type} model the first layer's MLP reads the token embedding alone, so a vocabulary of "
             f"{V} leaves it under-determined and the count would describe the data; use at least {least} "
             "(the default)"
         )
-    tie = t.tied if tied is None else tied
-    layers = 1 if layers is None else layers
-    seq_len = default_seq_len(cfg)
-    shape: dict[str, Any] = dict(ffn=F, layers=layers, vocab=V, tied=tie, seq_len=seq_len, norm_eps=norm_eps)
-    shape["final_softcap"] = final_softcap
+    tie, layers = t.tied if tied is None else tied, 1 if layers is None else layers
+    shape: dict[str, Any] = dict(ffn=F, layers=layers, vocab=V, tied=tie, seq_len=default_seq_len(cfg),
+                                 norm_eps=norm_eps, final_softcap=final_softcap, residual=residual)  # fmt: skip
     theory = count_model(model_config(hf_type, cfg, **shape))
     B, L = _block_size(cfg, theory.total_params, words=V)
     return ScopeAudit(
@@ -331,15 +333,22 @@ def _position_map(hf_type: str, scope: str, positions: str) -> dict:
     return {} if positions == "text" else {"positions": positions}
 
 
-def _scope_extras(scope: str, nope: bool, final_softcap: float | None) -> dict:
+def _scope_extras(scope: str, nope: bool, final_softcap: float | None, hf_type: str, residual: str | None) -> dict:
     """The settings only some scopes have, refused by name elsewhere: the logits' cap (a model's), a NoPE layer (an
-    attention layer's or a block's)."""
+    attention layer's or a block's), the residual wiring (a block's or a model's, where the type's config chooses
+    it: :meth:`attnid.families.HFType.residual_of`)."""
+    if residual is not None and scope == "attention":
+        raise ValueError("residual: the attention module has no residual wiring; audit a block or a model")
+    if residual is not None:
+        HF_TYPES[hf_type].residual_of(residual)
     if final_softcap is not None and scope != "model":
         raise ValueError("final_softcap: the logits' cap belongs to a whole model (scope 'model')")
     if nope and scope == "model":
         raise ValueError("nope: a model audit builds the type's own layers (audit one NoPE layer at scope attention "
                          "or block)")  # fmt: skip
-    return {"final_softcap": final_softcap} if scope == "model" else {}
+    return ({"final_softcap": final_softcap} if scope == "model" else {}) | (
+        {"residual": residual} if residual is not None else {}
+    )
 
 
 def audit_hf(
@@ -348,7 +357,7 @@ def audit_hf(
     attn_implementation: str = "sdpa", max_memory: float | None = None, scope: str = "attention",
     ffn: int | None = None, layers: int | None = None, vocab: int | None = None, tied: bool | None = None,
     norm_eps: float = 0.0, progress: bool = False, nope: bool = False, final_softcap: float | None = None,
-    qk_norm: str | None = None, positions: str = "text",
+    qk_norm: str | None = None, positions: str = "text", residual: str | None = None,
 ) -> AuditResult:  # fmt: skip
     """Audit a real ``hf_type`` module at a small width: ``unidentified`` from the Jacobian rank,
     ``details["theory_unidentified"]`` from the closed form.
@@ -370,7 +379,9 @@ def audit_hf(
     logits capped at that value (Gemma 2's ``final_logit_softcapping``). ``qk_norm``: a QK-norm the type's config can
     switch on (StableLM 2's ``qk_layernorm``, Cohere's ``use_qk_norm``: ``"layer"``); None: the type's default.
     ``positions``: ``"text"``, or for an M-RoPE type (Qwen2.5-VL) ``"grid"``, a multimodal position map
-    (:func:`attnid.hf.build.grid_positions`), at scope attention or block.
+    (:func:`attnid.hf.build.grid_positions`), at scope attention or block. ``residual``: a block's or a model's
+    wiring where the type's config chooses it (Falcon: ``"shared_norm"``, ``"parallel"``, ``"sequential"``); None:
+    the type's own.
     """
     cfg = equivalent_config(  # refuses an unknown type and a shape the type cannot express
         hf_type, embed=embed, heads=heads, groups=groups, head_dim=head_dim, rope_dims=rope_dims, bias=bias,
@@ -379,7 +390,7 @@ def audit_hf(
     sizes = dict(ffn=ffn, layers=layers, vocab=vocab, tied=tied, norm_eps=norm_eps)
     _check_hf_arguments(hf_type, scope, seed=seed, attn_implementation=attn_implementation, normed=bool(cfg.qk_norm),
                         **sizes)  # fmt: skip
-    extra = {**_scope_extras(scope, nope, final_softcap), **_position_map(hf_type, scope, positions)}
+    extra = {**_scope_extras(scope, nope, final_softcap, hf_type, residual), **_position_map(hf_type, scope, positions)}
     plan = SCOPE_AUDITS[scope](hf_type, cfg, seed=seed, attn_implementation=attn_implementation, **sizes, **extra)
     n = plan.theory.total_params
     _check_memory(
@@ -392,7 +403,9 @@ def audit_hf(
         plan.check_inputs(module, forward, x)
     res = audit_module(module, (x,), forward=forward, rtol=rtol, progress=progress)
     res.details.update(_details(hf_type, scope, cfg, plan, seed=seed, near_null=_near_null(res), norm_eps=norm_eps,
-                                **({"positions": positions} if HF_TYPES[hf_type].mrope else {})))  # fmt: skip
+                                **({"positions": positions} if HF_TYPES[hf_type].mrope else {}),
+                                **({"residual": HF_TYPES[hf_type].residual_of(residual)} if scope != "attention"
+                                   and HF_TYPES[hf_type].other_residuals else {})))  # fmt: skip
     if check:
         check_hf_audit(res)
     return res
