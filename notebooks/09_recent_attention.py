@@ -368,6 +368,24 @@ table(released)
 # with and without biases), and a closed form without the $B_i$/$x_i$ trade is refused. LFM2 models, which interleave
 # these layers with attention ones, are not yet counted layer kind by layer kind.
 #
+# **Mamba-2's mixer** (the state-space layers of Granite 4's hybrids, Falcon-H1, Zamba2 and Bamba) is not attention
+# either. `in_proj` gives a gate $z$, the channels of $x$, $B$ and $C$ and a time step per head; each channel of $x$,
+# $B$ and $C$ is convolved along time with its own short causal filter, plus a bias, and passed through SiLU. Head $h$
+# then scans $s_t = e^{\Delta_t A_h} s_{t-1} + \Delta_t x_t B_t^\top$, $y_t = s_t C_t + D_h x_t$ with
+# $\Delta_t = \mathrm{softplus}(dt_t + b_h)$, and `out_proj` reads $w \odot n(y \odot \mathrm{silu}(z))$, an RMSNorm
+# over each group's channels. A channel's filter reads its `in_proj` row alone, before the filter's bias and the SiLU,
+# so a factor on the row (and its bias) against its inverse on the filter keeps the function: one direction per
+# convolved channel. The gated norm's weight trades with `out_proj`'s columns, one direction per inner channel, and
+# with `in_proj` biases a head's time-step bias trades with $b_h$ (and, with a filter of one tap, a channel's two
+# biases reach it only as a sum). Nothing else is free. The scan alone would allow a change of state basis,
+# $B \to M^\top B$ and $C \to M^{-1} C$, as the $(S, S^{-\top})$ pair of attention does, but $B$ and $C$ leave a SiLU,
+# through which only a permutation passes, and a permutation moves no parameter continuously; the time step leaves a
+# softplus; the decay $A_h$ and the skip $D_h$ are read as they are. The real `Mamba2Mixer` and `Mamba2Block` agree on
+# eight shapes (one to four taps, groups shared by heads or one per head, each bias on and off), and a closed form
+# without the filters' trade is refused. One shape is refused by name: two taps with both biases and one head per
+# group, where the Jacobian shows one more free direction per state dimension of each group, which the terms above do
+# not explain. The hybrid models that stack these layers with attention are not yet counted layer kind by layer kind.
+#
 # The table below counts the released files of the families of this section (each transcribed field by field, its
 # source named inside, under `data/configs/families`). GLM-4.5-Air's whole model leaves
 # {glue:text}`glm_air_share:.3%` of its parameters unidentified, dots.llm1's {glue:text}`dots_share:.3%` and

@@ -1,0 +1,67 @@
+"""Mamba-2's mixer (chapter 9), the state-space layer of the hybrid models of 2025 (Granite 4, Falcon-H1, Zamba2,
+Bamba), a sequence mixer that is not attention. ``in_proj`` gives a gate ``z`` (``inner`` wide), the ``conv_dim =
+inner + 2 groups state`` channels of ``x``, ``B`` and ``C``, and a time step per head; each of those channels is
+convolved along time with its own causal filter of ``kernel`` taps (plus a bias) and passed through SiLU; per head
+``h`` (``inner / heads`` channels of ``x``, the ``B`` and ``C`` of its group) the scan
+
+    s_t = exp(Δ_t A_h) s_{t-1} + Δ_t x_t B_tᵀ,    y_t = s_t C_t + D_h x_t,    Δ_t = softplus(dt_t + dt_bias_h)
+
+runs, and ``out_proj`` reads ``w ⊙ n(y ⊙ silu(z))``, an RMSNorm ``n`` over each group's channels with a weight ``w``.
+
+What keeps the function: a factor on a convolved channel's ``in_proj`` row (and its bias) against its inverse on the
+channel's filter, since the filter reads that row alone, before its bias and the SiLU (``conv_dim`` directions); a
+factor on the gated norm's weight ``w_i`` against its inverse on ``out_proj``'s column ``i`` (``inner``); and, with
+``in_proj`` biases (``use_bias``), the bias of a head's time-step row against ``dt_bias_h``, which only their sum
+reaches (``heads``). Nothing else: ``B`` and ``C`` leave the SiLU, so the change of state basis ``B → Mᵀ B``,
+``C → M⁻¹ C`` that the scan alone allows reaches no parameter; the time step leaves a softplus, the decay ``A_h`` and
+the skip ``D_h`` are read as they are. With one tap (``kernel = 1``) and both biases, a channel's ``in_proj`` bias
+and its filter's bias reach it only as ``w b + c`` (``conv_dim`` more). A decoder layer (``x + mixer(N(x))``) adds
+its RMSNorm's weight against ``in_proj``'s columns (``embed``).
+
+Not derived, and refused: two taps with both biases and one head per group of ``B`` and ``C``, where the real
+module's Jacobian shows ``groups state`` free directions more than the above (checked at five shapes); with three
+taps or more, fewer groups than heads, or one of the biases off, it shows none.
+"""
+
+from __future__ import annotations
+
+from .attention import Count
+
+
+def count_mamba(
+    embed: int, inner: int, heads: int, groups: int, state: int, kernel: int, *, bias: bool = False,
+    conv_bias: bool = True, block: bool = False,
+) -> Count:  # fmt: skip
+    """:class:`Count` of one Mamba-2 mixer of width ``embed`` E, ``inner`` channels (``expand x E``) in ``heads``
+    heads, ``groups`` groups of ``B`` and ``C`` with ``state`` dimensions each, filters of ``kernel`` taps, ``bias``
+    on ``in_proj`` and ``out_proj`` (``use_bias``) and on the filters (``conv_bias``); with ``block``, the decoder
+    layer around it (an RMSNorm before it, a residual). The free directions are the module docstring's."""
+    for name, v in (("embed", embed), ("inner", inner), ("heads", heads), ("groups", groups), ("state", state),
+                    ("kernel", kernel)):  # fmt: skip
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if inner % heads:
+        raise ValueError(f"heads: {heads} heads must divide the {inner} inner channels")
+    if heads % groups:
+        raise ValueError(f"groups: {groups} groups of B and C must divide the {heads} heads")
+    if kernel == 2 and bias and conv_bias and groups == heads:
+        raise ValueError(
+            f"kernel: two taps with in_proj and filter biases and one head per group of B and C (groups = heads = "
+            f"{heads}) leave {groups * state} more directions free than attnid's closed form, which is not derived "
+            "there; attnid refuses rather than miscount"
+        )
+    E, conv_dim = embed, inner + 2 * groups * state
+    projected = inner + conv_dim + heads  # z, then x, B and C, then a time step per head
+    params = {
+        "in_proj": E * projected + (projected if bias else 0),
+        "filters": conv_dim * kernel + (conv_dim if conv_bias else 0),
+        "scan": 3 * heads,  # dt_bias, A_log, D
+        "gated_norm": inner,
+        "out_proj": inner * E + (E if bias else 0),
+    }
+    free = {"channel_scales": conv_dim, "gated_norm_scale": inner, "time_step_bias": heads if bias else 0,
+            "filter_bias": conv_dim if kernel == 1 and bias and conv_bias else 0}  # fmt: skip
+    if block:
+        params["norm"] = E
+        free["norm_scale"] = E
+    return Count(sum(params.values()), params, free)

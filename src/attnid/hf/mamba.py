@@ -1,0 +1,114 @@
+"""The audit of Mamba-2's real mixer and decoder layer (``transformers``' ``Mamba2Mixer``, ``Mamba2Block``) against
+:func:`attnid.counting.mamba.count_mamba` (chapter 9): the Jacobian of the module in float64 with respect to all its
+parameters, on hidden states, and its rank."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from ..audit import RTOL, AuditResult, audit_module
+from ..counting.mamba import count_mamba
+from .build import HFAuditError, _prepare, _transformers
+from .scopes import MIN_GAP
+
+MAMBA_SCOPES = ("mixer", "block")
+
+
+@contextmanager
+def _float64_kept() -> Iterator[None]:
+    """Mamba-2's scan casts its inputs, its decay and its time steps to float32 (``.float()``) whatever they are;
+    inside this block ``Tensor.float`` leaves a float64 tensor as it is, so that the scan keeps the audit's float64.
+    Other dtypes are cast as before. Process-wide while it lasts: the audit's forward runs inside it alone."""
+    original = torch.Tensor.float
+
+    def keep(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else original(self, *args, **kwargs)
+
+    torch.Tensor.float = keep  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.float = original  # type: ignore[method-assign]
+
+
+def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+    # MambaRMSNormGated in the input's dtype (transformers' computes in float32): the input times SiLU of the gate,
+    # normalised over each group of `group_size` channels, times the weight
+    h = hidden_states if gate is None else hidden_states * torch.nn.functional.silu(gate)
+    *prefix, width = h.shape
+    g = h.view(*prefix, width // self.group_size, self.group_size)
+    g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+    return self.weight * g.view(*prefix, width)
+
+
+def mamba2_forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
+    """The module ``call`` on hidden states ``x``, its scan kept in float64 (:func:`_float64_kept`)."""
+    with _float64_kept():
+        out = call(x)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def build_mamba2(
+    embed: int, expand: int, heads: int, groups: int, state: int, kernel: int, *, bias: bool, conv_bias: bool,
+    scope: str, norm_eps: float = 0.0, seed: int = 0,
+) -> tuple[torch.nn.Module, torch.Tensor]:  # fmt: skip
+    """``(module, x)``: ``Mamba2Mixer`` or ``Mamba2Block`` (:func:`audit_mamba2_hf`'s arguments) in float64 at seeded
+    random weights, its gated norm computed in float64, and hidden states ``x`` ``(B, 12, embed)`` enough for the
+    outputs to outnumber the parameters three to one. Run it through :func:`mamba2_forward`."""
+    if scope not in MAMBA_SCOPES:
+        raise ValueError(f"scope: expected one of {', '.join(MAMBA_SCOPES)}, got {scope!r}")
+    tf = _transformers()
+    from transformers.models.mamba2 import modeling_mamba2 as modeling
+
+    config = tf.Mamba2Config(hidden_size=embed, expand=expand, num_heads=heads, head_dim=expand * embed // heads,
+                             n_groups=groups, state_size=state, conv_kernel=kernel, use_bias=bias,
+                             use_conv_bias=conv_bias, layer_norm_epsilon=norm_eps, chunk_size=4, num_hidden_layers=1,
+                             vocab_size=16)  # fmt: skip
+    layer = modeling.Mamba2Block(config, layer_idx=0) if scope == "block" else modeling.Mamba2Mixer(config, 0)
+    module = _prepare(layer, embed, seed, norm_eps=norm_eps if scope == "block" else None)
+    for m in module.modules():
+        if isinstance(m, modeling.MambaRMSNormGated):
+            m.forward = types.MethodType(_gated_norm_float64, m)  # type: ignore[method-assign]
+    n = sum(p.numel() for p in module.parameters())
+    L = 12
+    B = max(2, -(-3 * n // (L * embed)))
+    return module, torch.randn(B, L, embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
+
+
+def audit_mamba2_hf(
+    embed: int = 8, expand: int = 2, heads: int = 4, groups: int = 1, state: int = 4, kernel: int = 4, *,
+    bias: bool = False, conv_bias: bool = True, scope: str = "mixer", norm_eps: float = 0.0, seed: int = 0,
+    rtol: float = RTOL, check: bool = True,
+) -> AuditResult:  # fmt: skip
+    """Audit ``Mamba2Mixer`` (``scope="mixer"``) or ``Mamba2Block`` (``"block"``: an RMSNorm at ``ε = norm_eps``
+    before the mixer, a residual) of width ``embed``, ``expand x embed`` inner channels in ``heads`` heads, ``groups``
+    groups of ``B`` and ``C`` of ``state`` dimensions, filters of ``kernel`` taps, ``bias`` (``use_bias``) and
+    ``conv_bias``, at seeded random weights in float64 (:func:`build_mamba2`), on sequences of 12 hidden states
+    scanned in chunks of 4 (the scan across chunks is read as well as within them; the chunk size does not change
+    the function). ``details["theory_unidentified"]`` is the closed form (a shape it does not cover is refused before
+    anything is built); with ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises
+    :class:`HFAuditError`."""
+    if scope not in MAMBA_SCOPES:
+        raise ValueError(f"scope: expected one of {', '.join(MAMBA_SCOPES)}, got {scope!r}")
+    theory = count_mamba(embed, expand * embed, heads, groups, state, kernel, bias=bias, conv_bias=conv_bias,
+                         block=scope == "block")  # fmt: skip
+    module, x = build_mamba2(embed, expand, heads, groups, state, kernel, bias=bias, conv_bias=conv_bias, scope=scope,
+                             norm_eps=norm_eps, seed=seed)  # fmt: skip
+    n = sum(p.numel() for p in module.parameters())
+    if n != theory.total_params:
+        raise HFAuditError(f"mamba2 {scope}: the module has {n} parameters, the closed form {theory.total_params}")
+    res = audit_module(module, (x,), forward=mamba2_forward, rtol=rtol)
+    res.details.update(hf_type="mamba2", scope=scope, module=f"transformers.models.mamba2.{type(module).__name__}",
+                       theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block,
+                       config=dict(E=embed, inner=expand * embed, heads=heads, groups=groups, state=state,
+                                   kernel=kernel, bias=bias, conv_bias=conv_bias))  # fmt: skip
+    if check and (res.sv_gap < MIN_GAP or res.unidentified != theory.unidentified):
+        raise HFAuditError(
+            f"mamba2 {scope}: the Jacobian gives {res.unidentified} unidentified parameters (gap {res.sv_gap:.1e}), "
+            f"the closed form {theory.unidentified} ({res.details['config']})"
+        )
+    return res

@@ -1,0 +1,74 @@
+"""Mamba-2's mixer and decoder layer (chapter 9): the closed form of attnid.counting.mamba equals the Jacobian rank
+of transformers' own Mamba2Mixer and Mamba2Block in float64, with a clear gap; a closed form without a mechanism,
+and a shape it does not cover, are refused."""
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from attnid.audit import audit_module
+from attnid.counting import mamba
+from attnid.hf import mamba as hf_mamba
+from attnid.hf.build import HFAuditError
+
+# widths 4 to 6: a fraction of a second each. Groups of B and C shared by heads or one per head, one to four taps,
+# each bias on and off, the layer around the mixer at ε = 0 and ε > 0
+SHAPES = [
+    dict(embed=4, expand=2, heads=2, groups=1, state=2, kernel=3),
+    dict(embed=4, expand=2, heads=2, groups=2, state=2, kernel=2),
+    dict(embed=6, expand=1, heads=3, groups=3, state=2, kernel=3, conv_bias=False),
+    dict(embed=4, expand=2, heads=1, groups=1, state=3, kernel=4),
+    dict(embed=4, expand=2, heads=4, groups=2, state=2, kernel=2, bias=True),
+    dict(embed=4, expand=2, heads=2, groups=1, state=2, kernel=1, bias=True),
+    dict(embed=4, expand=2, heads=2, groups=1, state=2, kernel=3, bias=True, scope="block", norm_eps=1e-5),
+    dict(embed=4, expand=2, heads=4, groups=2, state=2, kernel=3, scope="block"),
+]
+
+
+@pytest.mark.parametrize("kw", SHAPES, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()))
+def test_the_real_mixer_keeps_the_closed_forms_free_directions(kw):
+    r = hf_mamba.audit_mamba2_hf(**kw)  # raises on a difference or a blurred gap
+    assert r.unidentified == r.details["theory_unidentified"] == sum(r.details["terms"].values())
+    assert r.sv_gap > 1e6
+    inner = kw["expand"] * kw["embed"]
+    conv_dim = inner + 2 * kw["groups"] * kw["state"]
+    assert r.details["terms"]["channel_scales"] == conv_dim and r.details["terms"]["gated_norm_scale"] == inner
+
+
+def test_a_closed_form_without_the_filters_trade_is_refused(monkeypatch):
+    """Planted: the count without the trade of a channel's in_proj row against its filter (as if the convolution
+    were not there): the real mixer's Jacobian refuses it."""
+    original = mamba.count_mamba
+
+    def without_filters(*args, **kwargs):
+        c = original(*args, **kwargs)
+        return c.__class__(c.total_params, c.params_by_block, {**c.unidentified_by_block, "channel_scales": 0})
+
+    monkeypatch.setattr(hf_mamba, "count_mamba", without_filters)
+    with pytest.raises(HFAuditError, match="the Jacobian gives"):
+        hf_mamba.audit_mamba2_hf(**SHAPES[0])
+
+
+def test_the_shape_the_closed_form_does_not_cover_is_refused_and_is_what_it_says():
+    """Two taps with both biases and one head per group: refused by name, and the real mixer's Jacobian does show
+    groups state directions more than the closed form's terms give."""
+    kw = dict(embed=4, expand=2, heads=2, groups=2, state=2, kernel=2, bias=True, conv_bias=True)
+    with pytest.raises(ValueError, match="two taps with in_proj and filter biases"):
+        hf_mamba.audit_mamba2_hf(**kw)
+    module, x = hf_mamba.build_mamba2(**kw, scope="mixer")
+    r = audit_module(module, (x,), forward=hf_mamba.mamba2_forward)
+    covered = mamba.count_mamba(4, 8, 2, 2, 2, 3, bias=True).unidentified  # the same terms (three taps)
+    assert r.sv_gap > 1e6 and r.unidentified == covered + 2 * 2
+
+
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        ((4, 8, 3, 1, 2, 3), "heads: 3 heads must divide the 8 inner channels"),
+        ((4, 8, 2, 4, 2, 3), "groups: 4 groups of B and C must divide the 2 heads"),
+        ((4, 8, 2, 1, 0, 3), "state must be an integer >= 1"),
+    ],
+)
+def test_a_mixer_that_cannot_be_built_is_refused_by_name(args, named):
+    with pytest.raises(ValueError, match=named):
+        mamba.count_mamba(*args)
