@@ -56,7 +56,8 @@ PUBLISHED_TOTALS = {
     "yi-1.5-34b": 34_388_917_248, "gemma-2-9b-it": 9_241_705_984, "llama-3.2-1b": 1_235_814_400,
     "phi-4": 14_659_507_200, "mistral-nemo-base-2407": 12_247_782_400, "qwen2-0.5b": 494_032_768,
     "mistral-7b-v0.1": 7_241_732_096, "qwen2.5-0.5b": 494_032_768, "meta-llama-3-8b": 8_030_261_248,
-    "phi-3.5-mini-instruct": 3_821_079_552,
+    "phi-3.5-mini-instruct": 3_821_079_552, "qwen2.5-1.5b-instruct": 1_543_714_304,
+    "tinyllama-1.1b-chat-v1.0": 1_100_048_384,
 }  # fmt: skip
 
 
