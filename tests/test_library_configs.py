@@ -5,8 +5,6 @@ its fields left out in turn and with planted values, the fields and the count (o
 import copy
 import json
 import logging
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import transformers
-from booktool import ROOT
+from booktool import ROOT, tool
 
 from attnid import configs
 from attnid.configs import (
@@ -91,10 +89,10 @@ def fields_of(path) -> tuple[str, dict]:
     return model_type, fields
 
 
-def test_the_snapshot_is_the_installed_transformers():
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "snapshot_library_configs.py"), "--check"],
-                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_the_snapshot_is_the_installed_transformers(capsys):
+    """tools/snapshot_library_configs.py --check, in this process (transformers is imported here already)."""
+    code = tool("snapshot_library_configs").main(["--check"])
+    assert code == 0, capsys.readouterr().out
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem if p.parent == CONFIG_DIR else f"{p.parent.name}/{p.stem}")

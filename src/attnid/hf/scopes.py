@@ -43,8 +43,9 @@ from .build import (
 )
 
 MIN_GAP = 1e6  # a rank decision with a smaller singular-value gap is not trusted
-# a block or model audit reads at least this many informative outputs (E per token) per parameter: two keep every
-# gap of the test shapes above MIN_GAP (tests/test_blocks.py) at two thirds of the cost of three
+# an audit of a real module reads at least this many informative outputs (per token: E, or H C for an attention layer)
+# per parameter: two keep every gap of the test shapes above MIN_GAP (tests/test_blocks.py, tests/test_hf.py and the
+# other real-module tests) at two thirds of the cost of three
 BLOCK_DATA_RATIO = 2
 
 
@@ -127,10 +128,10 @@ def _attention_scope(
     hf_type: str, cfg: AttentionConfig, *, seed: int, attn_implementation: str, positions: str = "text", **_
 ) -> ScopeAudit:
     """The attention module alone: :func:`attnid.counting.count` of the equivalent config, data of
-    :func:`attnid.audit.default_data_size`."""
+    :func:`attnid.audit.default_data_size` at :data:`BLOCK_DATA_RATIO` outputs per parameter."""
     t = HF_TYPES[hf_type]
     theory = count(cfg)
-    B, L = default_data_size(cfg, theory.total_params)
+    B, L = default_data_size(cfg, theory.total_params, ratio=BLOCK_DATA_RATIO)
     return ScopeAudit(
         theory,
         f"transformers.models.{t.module}.{t.attention}",
