@@ -386,6 +386,19 @@ table(released)
 # group, where the Jacobian shows one more free direction per state dimension of each group, which the terms above do
 # not explain. The hybrid models that stack these layers with attention are not yet counted layer kind by layer kind.
 #
+# **Gated DeltaNet** (Qwen3-Next's layers that are not softmax attention) is a linear attention with a matrix state.
+# Its queries, keys and values are convolved per channel and passed through SiLU, as Mamba-2's are; queries and keys
+# are then normalised to unit length per head, and each value head writes with the delta rule,
+# $S_t = e^{g_t} S_{t-1} (I - \beta_t k_t k_t^\top) + \beta_t v_t k_t^\top$, $o_t = S_t q_t$, with
+# $\beta_t = \sigma(b_t)$ and a decay $g_t$ from a softplus; `out_proj` reads $w \odot n(o) \odot \mathrm{silu}(z)$.
+# The convolved channels trade with their filters as before, one direction each. The norm's weight $w$ is one vector
+# that all value heads share, so it trades with `out_proj`'s columns of one channel in every head together: one
+# direction per value channel of a head, not per channel of the layer. Nothing else is free, for the same reasons as
+# Mamba-2's. The real `Qwen3NextGatedDeltaNet` agrees on four shapes (key heads shared by value heads or one each,
+# two to four taps), and a closed form that gives the norm a weight per channel of the layer is refused.
+# Qwen3-Next's model, which stacks three of these layers to one of gated softmax attention, is counted at its
+# attention layers only.
+#
 # The table below counts the released files of the families of this section (each transcribed field by field, its
 # source named inside, under `data/configs/families`). GLM-4.5-Air's whole model leaves
 # {glue:text}`glm_air_share:.3%` of its parameters unidentified, dots.llm1's {glue:text}`dots_share:.3%` and

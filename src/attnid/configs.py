@@ -265,8 +265,8 @@ def _attention_only_reason(hf_type: str, c) -> str:
         return ""
     linear = sum(t == "linear_attention" for t in c.layer_types)
     return (f"{linear} of its {len(c.layer_types)} layers are linear attention (Gated DeltaNet), which is not softmax "
-            "attention and has no closed form here, and its mixture has a gated shared expert; attnid counts the "
-            "attention of its full-attention layers")  # fmt: skip
+            "attention (chapter 9 counts one alone; a model of both kinds is not counted yet), and its mixture has a "
+            "gated shared expert; attnid counts the attention of its full-attention layers")  # fmt: skip
 
 
 def _truth_values(fields: dict) -> tuple[dict, dict]:

@@ -1,7 +1,7 @@
 """Closed-form parameter and identification counts: one attention layer (:mod:`.attention`, paper §4; chapters
-2–5 and 9) and beyond it, a decoder layer and a whole model (:mod:`.models`, chapters 8–9), and two sequence
-mixers that are not attention, LFM2's short convolution (:mod:`.short_conv`) and Mamba-2's state-space mixer
-(:mod:`.mamba`; chapter 9)."""
+2–5 and 9) and beyond it, a decoder layer and a whole model (:mod:`.models`, chapters 8–9), and three sequence
+mixers that are not attention, LFM2's short convolution (:mod:`.short_conv`), Mamba-2's state-space mixer
+(:mod:`.mamba`) and Qwen3-Next's Gated DeltaNet (:mod:`.gated_deltanet`; chapter 9)."""
 
 from .attention import (
     BLOCKS,

@@ -19,20 +19,28 @@ MAMBA_SCOPES = ("mixer", "block")
 
 
 @contextmanager
-def _float64_kept() -> Iterator[None]:
-    """Mamba-2's scan casts its inputs, its decay and its time steps to float32 (``.float()``) whatever they are;
-    inside this block ``Tensor.float`` leaves a float64 tensor as it is, so that the scan keeps the audit's float64.
-    Other dtypes are cast as before. Process-wide while it lasts: the audit's forward runs inside it alone."""
-    original = torch.Tensor.float
+def float64_kept() -> Iterator[None]:
+    """The scans of Mamba-2 and Gated DeltaNet cast their inputs, decays and time steps to float32 (``.float()``,
+    ``.to(torch.float32)``) whatever they are; inside this block a float64 tensor stays float64 through both, so that
+    the scan keeps the audit's float64. Other dtypes are cast as before. Process-wide while it lasts: the audit's
+    forward runs inside it alone."""
+    original_float, original_to = torch.Tensor.float, torch.Tensor.to
 
-    def keep(self, *args, **kwargs):
-        return self if self.dtype == torch.float64 else original(self, *args, **kwargs)
+    def keep_float(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
 
-    torch.Tensor.float = keep  # type: ignore[method-assign]
+    def keep_to(self, *args, **kwargs):
+        if self.dtype == torch.float64:
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+            if kwargs.get("dtype") is torch.float32:
+                kwargs = {**kwargs, "dtype": torch.float64}
+        return original_to(self, *args, **kwargs)
+
+    torch.Tensor.float, torch.Tensor.to = keep_float, keep_to  # type: ignore[method-assign]
     try:
         yield
     finally:
-        torch.Tensor.float = original  # type: ignore[method-assign]
+        torch.Tensor.float, torch.Tensor.to = original_float, original_to  # type: ignore[method-assign]
 
 
 def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
@@ -46,8 +54,8 @@ def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor | 
 
 
 def mamba2_forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
-    """The module ``call`` on hidden states ``x``, its scan kept in float64 (:func:`_float64_kept`)."""
-    with _float64_kept():
+    """The module ``call`` on hidden states ``x``, its scan kept in float64 (:func:`float64_kept`)."""
+    with float64_kept():
         out = call(x)
     return out[0] if isinstance(out, tuple) else out
 

@@ -1,0 +1,64 @@
+"""The audit of Qwen3-Next's real Gated DeltaNet (``transformers``' ``Qwen3NextGatedDeltaNet``) against
+:func:`attnid.counting.gated_deltanet.count_gated_deltanet` (chapter 9): the Jacobian of the module in float64 with
+respect to all its parameters, on hidden states, and its rank."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from ..audit import RTOL, AuditResult, audit_module
+from ..counting.gated_deltanet import count_gated_deltanet
+from .build import HFAuditError, _prepare, _transformers
+from .mamba import mamba2_forward
+from .scopes import MIN_GAP
+
+
+def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    # Qwen3NextRMSNormGated in the input's dtype (transformers' computes in float32): an RMSNorm over the last axis
+    # (one head's value channels), its weight, then SiLU of the gate
+    normed = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+    return self.weight * normed * torch.nn.functional.silu(gate)
+
+
+def audit_gated_deltanet_hf(
+    embed: int = 8, key_heads: int = 2, value_heads: int = 2, key_dim: int = 4, value_dim: int = 4, kernel: int = 4,
+    *, norm_eps: float = 0.0, seed: int = 0, rtol: float = RTOL, check: bool = True,
+) -> AuditResult:  # fmt: skip
+    """Audit ``Qwen3NextGatedDeltaNet`` of width ``embed`` with ``key_heads`` and ``value_heads`` heads of ``key_dim``
+    and ``value_dim`` channels, filters of ``kernel`` taps and its norm at ``ε = norm_eps``, at seeded random weights
+    in float64 (its scan kept in float64: :func:`attnid.hf.mamba.float64_kept`), on sequences of 12 hidden states,
+    enough of them that the outputs outnumber the parameters three to one. ``details["theory_unidentified"]`` is the
+    closed form; with ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises
+    :class:`HFAuditError`."""
+    theory = count_gated_deltanet(embed, key_heads, value_heads, key_dim, value_dim, kernel)
+    tf = _transformers()
+    from transformers.models.qwen3_next import modeling_qwen3_next as modeling
+
+    config = tf.Qwen3NextConfig(hidden_size=embed, linear_num_key_heads=key_heads, linear_num_value_heads=value_heads,
+                                linear_key_head_dim=key_dim, linear_value_head_dim=value_dim,
+                                linear_conv_kernel_dim=kernel, rms_norm_eps=norm_eps, num_hidden_layers=1,
+                                layer_types=["linear_attention"], vocab_size=16, num_attention_heads=2,
+                                num_key_value_heads=1)  # fmt: skip
+    module = _prepare(modeling.Qwen3NextGatedDeltaNet(config, layer_idx=0), embed, seed)
+    norm = module.get_submodule("norm")
+    norm.forward = types.MethodType(_gated_norm_float64, norm)
+    n = sum(p.numel() for p in module.parameters())
+    if n != theory.total_params:
+        raise HFAuditError(f"gated deltanet: the module has {n} parameters, the closed form {theory.total_params}")
+    L = 12
+    B = max(2, -(-3 * n // (L * embed)))
+    x = torch.randn(B, L, embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
+    res = audit_module(module, (x,), forward=mamba2_forward, rtol=rtol)
+    res.details.update(hf_type="qwen3_next", scope="gated deltanet",
+                       module="transformers.models.qwen3_next.Qwen3NextGatedDeltaNet",
+                       theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block,
+                       config=dict(E=embed, key_heads=key_heads, value_heads=value_heads, key_dim=key_dim,
+                                   value_dim=value_dim, kernel=kernel))  # fmt: skip
+    if check and (res.sv_gap < MIN_GAP or res.unidentified != theory.unidentified):
+        raise HFAuditError(
+            f"gated deltanet: the Jacobian gives {res.unidentified} unidentified parameters (gap {res.sv_gap:.1e}), "
+            f"the closed form {theory.unidentified} ({res.details['config']})"
+        )
+    return res
