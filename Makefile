@@ -1,4 +1,4 @@
-# attnid: `make book` builds the companion book, `make test` runs the tests (`make test-book`: the smoke book's).
+# attnid: `make book` builds the companion book, `make test` runs the tests (`make test-book`: the book's tests).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv

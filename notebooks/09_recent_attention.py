@@ -382,9 +382,12 @@ table(released)
 # through which only a permutation passes, and a permutation moves no parameter continuously; the time step leaves a
 # softplus; the decay $A_h$ and the skip $D_h$ are read as they are. The real `Mamba2Mixer` and `Mamba2Block` agree on
 # eight shapes (one to four taps, groups shared by heads or one per head, each bias on and off), and a closed form
-# without the filters' trade is refused. One shape is refused by name: two taps with both biases and one head per
-# group, where the Jacobian shows one more free direction per state dimension of each group, which the terms above do
-# not explain. The hybrid models that stack these layers with attention are not yet counted layer kind by layer kind.
+# without the filters' trade is refused. One case adds directions: with two taps and both biases, a channel's two
+# biases can trade at the first token alone, where $C_0$ is read only through
+# $y_0 = (\Delta_0 B_0^\top C_0 + D_h)\,x_0$, one number per head times $x_0$. When each group of $B$ and $C$ serves
+# one head, the gated norm removes that number at $\varepsilon = 0$, and one more direction per channel of $C$ is
+# free; at $\varepsilon > 0$ it is only nearly free, and with a group shared by two heads not at all. The hybrid
+# models that stack these layers with attention are not yet counted layer kind by layer kind.
 #
 # **Gated DeltaNet** (Qwen3-Next's layers that are not softmax attention) is a linear attention with a matrix state.
 # Its queries, keys and values are convolved per channel and passed through SiLU, as Mamba-2's are; queries and keys

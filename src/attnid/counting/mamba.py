@@ -12,15 +12,15 @@ What keeps the function: a factor on a convolved channel's ``in_proj`` row (and 
 channel's filter, since the filter reads that row alone, before its bias and the SiLU (``conv_dim`` directions); a
 factor on the gated norm's weight ``w_i`` against its inverse on ``out_proj``'s column ``i`` (``inner``); and, with
 ``in_proj`` biases (``use_bias``), the bias of a head's time-step row against ``dt_bias_h``, which only their sum
-reaches (``heads``). Nothing else: ``B`` and ``C`` leave the SiLU, so the change of state basis ``B → Mᵀ B``,
+reaches (``heads``). Nothing else in general: ``B`` and ``C`` leave the SiLU, so the change of state basis ``B → Mᵀ B``,
 ``C → M⁻¹ C`` that the scan alone allows reaches no parameter; the time step leaves a softplus, the decay ``A_h`` and
 the skip ``D_h`` are read as they are. With one tap (``kernel = 1``) and both biases, a channel's ``in_proj`` bias
-and its filter's bias reach it only as ``w b + c`` (``conv_dim`` more). A decoder layer (``x + mixer(N(x))``) adds
-its RMSNorm's weight against ``in_proj``'s columns (``embed``).
-
-Not derived, and refused: two taps with both biases and one head per group of ``B`` and ``C``, where the real
-module's Jacobian shows ``groups state`` free directions more than the above (checked at five shapes); with three
-taps or more, fewer groups than heads, or one of the biases off, it shows none.
+and its filter's bias reach it only as ``w b + c`` (``conv_dim`` more). With two taps and both biases, that pair
+changes a channel at the first token alone; ``C`` there is read only through ``y_0 = (Δ_0 B_0·C_0 + D_h) x_0``, one
+number per head times ``x_0``, which the gated norm removes when each group of its channels is one head
+(``groups = heads``) and its ε is 0: one more direction per ``C`` channel (``groups state``); at ε > 0 they are only
+nearly free. A decoder layer (``x + mixer(N(x))``) adds its RMSNorm's weight against ``in_proj``'s columns
+(``embed``).
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ from .attention import Count
 
 def count_mamba(
     embed: int, inner: int, heads: int, groups: int, state: int, kernel: int, *, bias: bool = False,
-    conv_bias: bool = True, block: bool = False,
+    conv_bias: bool = True, block: bool = False, norm_eps_zero: bool = True,
 ) -> Count:  # fmt: skip
     """:class:`Count` of one Mamba-2 mixer of width ``embed`` E, ``inner`` channels (``expand x E``) in ``heads``
     heads, ``groups`` groups of ``B`` and ``C`` with ``state`` dimensions each, filters of ``kernel`` taps, ``bias``
     on ``in_proj`` and ``out_proj`` (``use_bias``) and on the filters (``conv_bias``); with ``block``, the decoder
-    layer around it (an RMSNorm before it, a residual). The free directions are the module docstring's."""
+    layer around it (an RMSNorm before it, a residual); ``norm_eps_zero``: the norms' ε is 0 (released models have
+    ε > 0). The free directions are the module docstring's."""
     for name, v in (("embed", embed), ("inner", inner), ("heads", heads), ("groups", groups), ("state", state),
                     ("kernel", kernel)):  # fmt: skip
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -44,12 +45,6 @@ def count_mamba(
         raise ValueError(f"heads: {heads} heads must divide the {inner} inner channels")
     if heads % groups:
         raise ValueError(f"groups: {groups} groups of B and C must divide the {heads} heads")
-    if kernel == 2 and bias and conv_bias and groups == heads:
-        raise ValueError(
-            f"kernel: two taps with in_proj and filter biases and one head per group of B and C (groups = heads = "
-            f"{heads}) leave {groups * state} more directions free than attnid's closed form, which is not derived "
-            "there; attnid refuses rather than miscount"
-        )
     E, conv_dim = embed, inner + 2 * groups * state
     projected = inner + conv_dim + heads  # z, then x, B and C, then a time step per head
     params = {
@@ -59,8 +54,11 @@ def count_mamba(
         "gated_norm": inner,
         "out_proj": inner * E + (E if bias else 0),
     }
+    both_biases = bias and conv_bias
+    first_token = groups * state if kernel == 2 and both_biases and groups == heads and norm_eps_zero else 0
     free = {"channel_scales": conv_dim, "gated_norm_scale": inner, "time_step_bias": heads if bias else 0,
-            "filter_bias": conv_dim if kernel == 1 and bias and conv_bias else 0}  # fmt: skip
+            "filter_bias": conv_dim if kernel == 1 and both_biases else 0,
+            "first_token_biases": first_token}  # fmt: skip
     if block:
         params["norm"] = E
         free["norm_scale"] = E

@@ -92,18 +92,17 @@ def audit_mamba2_hf(
     bias: bool = False, conv_bias: bool = True, scope: str = "mixer", norm_eps: float = 0.0, seed: int = 0,
     rtol: float = RTOL, check: bool = True,
 ) -> AuditResult:  # fmt: skip
-    """Audit ``Mamba2Mixer`` (``scope="mixer"``) or ``Mamba2Block`` (``"block"``: an RMSNorm at ``ε = norm_eps``
-    before the mixer, a residual) of width ``embed``, ``expand x embed`` inner channels in ``heads`` heads, ``groups``
+    """Audit ``Mamba2Mixer`` (``scope="mixer"``) or ``Mamba2Block`` (``"block"``: an RMSNorm before the mixer, a
+    residual) of width ``embed``, ``expand x embed`` inner channels in ``heads`` heads, ``groups``
     groups of ``B`` and ``C`` of ``state`` dimensions, filters of ``kernel`` taps, ``bias`` (``use_bias``) and
     ``conv_bias``, at seeded random weights in float64 (:func:`build_mamba2`), on sequences of 12 hidden states
     scanned in chunks of 4 (the scan across chunks is read as well as within them; the chunk size does not change
-    the function). ``details["theory_unidentified"]`` is the closed form (a shape it does not cover is refused before
-    anything is built); with ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises
-    :class:`HFAuditError`."""
+    the function), every norm at ``ε = norm_eps``. ``details["theory_unidentified"]`` is the closed form; with
+    ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises :class:`HFAuditError`."""
     if scope not in MAMBA_SCOPES:
         raise ValueError(f"scope: expected one of {', '.join(MAMBA_SCOPES)}, got {scope!r}")
     theory = count_mamba(embed, expand * embed, heads, groups, state, kernel, bias=bias, conv_bias=conv_bias,
-                         block=scope == "block")  # fmt: skip
+                         block=scope == "block", norm_eps_zero=norm_eps == 0)  # fmt: skip
     module, x = build_mamba2(embed, expand, heads, groups, state, kernel, bias=bias, conv_bias=conv_bias, scope=scope,
                              norm_eps=norm_eps, seed=seed)  # fmt: skip
     n = sum(p.numel() for p in module.parameters())
