@@ -19,6 +19,7 @@ import transformers
 from attnid.configs import FLAT_TEXT_MODELS, SOURCE_KEY, ConfigError, _flat_text_config, config_preset
 from attnid.counting import SCOPES
 from attnid.families import HF_TYPES
+from attnid.hf import structure_audit
 from attnid.presets import scope_count
 
 FAMILIES = Path(__file__).resolve().parents[1] / "data" / "configs" / "families"
@@ -420,6 +421,8 @@ def test_a_falcon_file_is_counted_as_its_switches_wire_its_layers(tmp_path, chan
     assert scope_count(replace(p, model=replace(p.model, residual=other)), "block", "falcon").unidentified != block
     if not changes:  # Falcon-7B as released (its safetensors: 6,921,720,704)
         assert scope_count(p, "model", "falcon").total_params == 6_921_720_704
+    key, _ = structure_audit(p, "block", "falcon")  # `attnid audit --config --block` audits the file's own wiring
+    assert ("residual", residual) in key[2]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..attention_config import QK_NORM_NAMES
 from ..audit import METHODS as AUDIT_METHODS
-from ..counting import MLAConfig, count
+from ..counting import RESIDUALS, MLAConfig, count
 from ..families import HF_TYPES, MLA_TYPES
 from ..inputs import printable
 from .commands import add_command
@@ -83,7 +83,7 @@ def _audit_hf(a) -> int:
         a.hf, embed=E, heads=H, groups=a.groups, head_dim=a.head_dim, rope_dims=rope_dims, bias=a.bias,
         seed=a.seed, check=False, max_memory=None if a.max_memory is None else a.max_memory * 2**30,
         scope=scope, ffn=a.ffn, norm_eps=a.norm_eps, progress=True, layers=a.layers, vocab=a.vocab, tied=a.tied,
-        qk_norm=qk_norm,
+        qk_norm=qk_norm, residual=a.residual,
     )  # fmt: skip
     return _report_hf_audit(r, a.json)
 
@@ -113,7 +113,7 @@ def _audit_mla(a) -> int:
     refused = [f for f, v in (("--groups", a.groups), ("--bias", a.bias), ("--layers", a.layers),
                               ("--vocab", a.vocab), ("--tied/--untied", a.tied), ("--preset", a.preset),
                               ("--batch", a.batch), ("--seq-len", a.seq_len), ("--qk-norm", a.qk_norm),
-                              ("--max-memory", a.max_memory)) if v is not None]  # fmt: skip
+                              ("--max-memory", a.max_memory), ("--residual", a.residual)) if v is not None]  # fmt: skip
     refused += [f for f, v in (("--model", a.model), ("--rope", a.rope), ("--causal", a.causal),
                                ("--output-gate", a.output_gate),
                                ("--method", a.method != "auto")) if v]  # fmt: skip
@@ -255,7 +255,8 @@ def cmd_audit(a) -> int:
 def _audit_layer(a) -> int:
     """``attnid audit [architecture flags]``: our column-form layer, compared with the closed form."""
     whole = [f for f, v in (("--block", a.block), ("--model", a.model), ("--ffn", a.ffn), ("--layers", a.layers),
-                            ("--vocab", a.vocab), ("--tied/--untied", a.tied), ("--experts", a.experts))
+                            ("--vocab", a.vocab), ("--tied/--untied", a.tied), ("--experts", a.experts),
+                            ("--residual", a.residual))
              if v not in (None, False)]  # fmt: skip
     if whole:
         raise ValueError(f"{', '.join(whole)}: whole blocks and models are audited through --hf TYPE")
@@ -319,28 +320,7 @@ def audit_parser(sub) -> None:
         + "; ".join(f"{k} {v['embed']} and {v['heads']}" for k, v in HF_DEFAULTS.items())
         + "); needs the audit extra",
     )
-    g = p.add_argument_group("whole blocks and models (with --hf; chapter 8)")
-    g.add_argument("--block", action="store_true", help="audit one whole decoder layer: norms, attention, MLP")
-    g.add_argument("--model", action="store_true", help="audit a tiny whole causal LM (log-probabilities)")
-    g.add_argument("--ffn", type=int, help="MLP inner size F (default: the type's usual ratio to E)")
-    g.add_argument("--layers", type=int, help="--model: decoder layers (default 1)")
-    g.add_argument("--vocab", type=int, help="--model: vocabulary size (default: large enough to excite every layer)")
-    g.add_argument("--tied", dest="tied", action="store_const", const=True, help="--model: tie the LM head")
-    g.add_argument("--untied", dest="tied", action="store_const", const=False, help="--model: untie the LM head")
-    g.add_argument("--kv-rank", type=int, help="deepseek_v3: rank of the key/value latent (default 6)")
-    g.add_argument("--q-rank", type=int, help="deepseek_v3: rank of the query latent (default 6; 0: no query latent)")
-    g.add_argument(
-        "--experts", type=int,
-        help="deepseek_v3 --block: a mixture of K routed experts of inner size --ffn (two chosen per token) and one "
-        "shared expert, in place of one MLP (default: one MLP, as DeepSeek-V3's first layers)",
-    )  # fmt: skip
-    g.add_argument(
-        "--norm-eps",
-        type=float,
-        default=0.0,
-        help="--block, --model, or the attention of a type with QK-norm: every norm's epsilon (default 0: exact scale "
-        "symmetry)",
-    )
+    _whole_model_args(p)
     g = p.add_argument_group("trained points (chapter 10)")
     g.add_argument(
         "--run", metavar="DIR",
@@ -358,3 +338,34 @@ def audit_parser(sub) -> None:
     threads_arg(p)
     p.add_argument("--max-memory", type=float, help="refuse audits estimated to need more GiB (default: free memory)")
     p.set_defaults(func=cmd_audit)
+
+
+def _whole_model_args(p) -> None:
+    """``attnid audit``'s flags for whole decoder layers and models of a transformers type (``--hf``; chapter 8)."""
+    g = p.add_argument_group("whole blocks and models (with --hf; chapter 8)")
+    g.add_argument("--block", action="store_true", help="audit one whole decoder layer: norms, attention, MLP")
+    g.add_argument("--model", action="store_true", help="audit a tiny whole causal LM (log-probabilities)")
+    g.add_argument("--ffn", type=int, help="MLP inner size F (default: the type's usual ratio to E)")
+    g.add_argument("--layers", type=int, help="--model: decoder layers (default 1)")
+    g.add_argument("--vocab", type=int, help="--model: vocabulary size (default: large enough to excite every layer)")
+    g.add_argument("--tied", dest="tied", action="store_const", const=True, help="--model: tie the LM head")
+    g.add_argument("--untied", dest="tied", action="store_const", const=False, help="--model: untie the LM head")
+    g.add_argument(
+        "--residual", choices=RESIDUALS,
+        help="--block or --model of a type whose config chooses its wiring (falcon): sequential, parallel (a norm "
+        "each for attention and MLP) or shared_norm (one norm for both; default: the type's own)",
+    )  # fmt: skip
+    g.add_argument("--kv-rank", type=int, help="deepseek_v3: rank of the key/value latent (default 6)")
+    g.add_argument("--q-rank", type=int, help="deepseek_v3: rank of the query latent (default 6; 0: no query latent)")
+    g.add_argument(
+        "--experts", type=int,
+        help="deepseek_v3 --block: a mixture of K routed experts of inner size --ffn (two chosen per token) and one "
+        "shared expert, in place of one MLP (default: one MLP, as DeepSeek-V3's first layers)",
+    )  # fmt: skip
+    g.add_argument(
+        "--norm-eps",
+        type=float,
+        default=0.0,
+        help="--block, --model, or the attention of a type with QK-norm: every norm's epsilon (default 0: exact scale "
+        "symmetry)",
+    )

@@ -95,6 +95,8 @@ def structure_audit(p: Preset, scope: str, name: str) -> tuple[tuple, Callable[[
         )
     kw = small_structure(p.config) if scope == "attention" else small_block_structure(p)
     kw["qk_norm"] = p.config.qk_norm  # where the family's config can switch its QK-norm (StableLM 2, Llama 4)
+    if scope == "block" and p.model is not None and p.model.residual is not None:
+        kw["residual"] = p.model.residual  # where the family's config chooses its wiring (Falcon)
     if not HF_TYPES[p.hf_type].groups and kw["groups"] != kw["heads"]:
         raise ValueError(f"preset: {name} shares keys across heads, which {p.hf_type} cannot express")
     return (p.hf_type, scope, tuple(sorted(kw.items()))), lambda seed: audit_hf(p.hf_type, seed=seed, scope=scope, **kw)
