@@ -24,3 +24,10 @@ def printable(text: object, limit: int = 120) -> str:
     cut = s[:limit]
     shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
     return shown + (f"... ({len(s):,} characters)" if len(s) > limit else "")
+
+
+def check_sizes(**sizes: object) -> None:
+    """Refuse, naming it, a size that is not an integer ≥ 1 (a bool is not a size)."""
+    for name, v in sizes.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")

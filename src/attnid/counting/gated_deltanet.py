@@ -21,6 +21,7 @@ softplus and a SiLU.
 
 from __future__ import annotations
 
+from ..inputs import check_sizes
 from .attention import Count
 
 
@@ -30,10 +31,9 @@ def count_gated_deltanet(
     """:class:`Count` of one Gated DeltaNet layer of width ``embed`` E (Qwen3-Next's ``linear_*`` sizes: key and
     value heads and their dimensions, ``linear_conv_kernel_dim`` taps): the free directions of the module
     docstring."""
-    for name, v in (("embed", embed), ("key_heads", key_heads), ("value_heads", value_heads), ("key_dim", key_dim),
-                    ("value_dim", value_dim), ("kernel", kernel)):  # fmt: skip
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    check_sizes(
+        embed=embed, key_heads=key_heads, value_heads=value_heads, key_dim=key_dim, value_dim=value_dim, kernel=kernel
+    )
     if value_heads % key_heads:
         raise ValueError(f"key_heads: {key_heads} key heads must divide the {value_heads} value heads")
     E, keys, values = embed, key_heads * key_dim, value_heads * value_dim

@@ -25,6 +25,7 @@ nearly free. A decoder layer (``x + mixer(N(x))``) adds its RMSNorm's weight aga
 
 from __future__ import annotations
 
+from ..inputs import check_sizes
 from .attention import Count
 
 
@@ -37,10 +38,7 @@ def count_mamba(
     on ``in_proj`` and ``out_proj`` (``use_bias``) and on the filters (``conv_bias``); with ``block``, the decoder
     layer around it (an RMSNorm before it, a residual); ``norm_eps_zero``: the norms' ε is 0 (released models have
     ε > 0). The free directions are the module docstring's."""
-    for name, v in (("embed", embed), ("inner", inner), ("heads", heads), ("groups", groups), ("state", state),
-                    ("kernel", kernel)):  # fmt: skip
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    check_sizes(embed=embed, inner=inner, heads=heads, groups=groups, state=state, kernel=kernel)
     if inner % heads:
         raise ValueError(f"heads: {heads} heads must divide the {inner} inner channels")
     if heads % groups:

@@ -14,6 +14,7 @@ channels: the filter is one per channel (depthwise), and a product of two linear
 
 from __future__ import annotations
 
+from ..inputs import check_sizes
 from .attention import Count
 
 
@@ -21,9 +22,7 @@ def count_short_conv(embed: int, kernel: int, bias: bool = False) -> Count:
     """:class:`Count` of one short convolution of width ``embed`` E with ``kernel`` taps (LFM2's ``conv_L_cache``),
     with or without ``bias`` (``conv_bias``: on ``in_proj``, the filters and ``out_proj``): four free scales per
     channel (module docstring)."""
-    for name, v in (("embed", embed), ("kernel", kernel)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    check_sizes(embed=embed, kernel=kernel)
     E = embed
     params = {
         "in_proj": 3 * E * E + (3 * E if bias else 0),

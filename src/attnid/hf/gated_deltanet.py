@@ -8,11 +8,10 @@ import types
 
 import torch
 
-from ..audit import RTOL, AuditResult, audit_module
+from ..audit import RTOL, AuditResult
 from ..counting.gated_deltanet import count_gated_deltanet
-from .build import HFAuditError, _prepare, _transformers
-from .mamba import mamba2_forward
-from .scopes import MIN_GAP
+from .build import _prepare, _transformers
+from .mixers import audit_mixer, float64_forward, mixer_inputs
 
 
 def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
@@ -28,7 +27,7 @@ def audit_gated_deltanet_hf(
 ) -> AuditResult:  # fmt: skip
     """Audit ``Qwen3NextGatedDeltaNet`` of width ``embed`` with ``key_heads`` and ``value_heads`` heads of ``key_dim``
     and ``value_dim`` channels, filters of ``kernel`` taps and its norm at ``ε = norm_eps``, at seeded random weights
-    in float64 (its scan kept in float64: :func:`attnid.hf.mamba.float64_kept`), on sequences of 12 hidden states,
+    in float64 (its scan kept in float64: :func:`attnid.hf.mixers.float64_kept`), on sequences of 12 hidden states,
     enough of them that the outputs outnumber the parameters three to one. ``details["theory_unidentified"]`` is the
     closed form; with ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises
     :class:`HFAuditError`."""
@@ -44,21 +43,11 @@ def audit_gated_deltanet_hf(
     module = _prepare(modeling.Qwen3NextGatedDeltaNet(config, layer_idx=0), embed, seed)
     norm = module.get_submodule("norm")
     norm.forward = types.MethodType(_gated_norm_float64, norm)
-    n = sum(p.numel() for p in module.parameters())
-    if n != theory.total_params:
-        raise HFAuditError(f"gated deltanet: the module has {n} parameters, the closed form {theory.total_params}")
-    L = 12
-    B = max(2, -(-3 * n // (L * embed)))
-    x = torch.randn(B, L, embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
-    res = audit_module(module, (x,), forward=mamba2_forward, rtol=rtol)
-    res.details.update(hf_type="qwen3_next", scope="gated deltanet",
-                       module="transformers.models.qwen3_next.Qwen3NextGatedDeltaNet",
-                       theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block,
-                       config=dict(E=embed, key_heads=key_heads, value_heads=value_heads, key_dim=key_dim,
-                                   value_dim=value_dim, kernel=kernel))  # fmt: skip
-    if check and (res.sv_gap < MIN_GAP or res.unidentified != theory.unidentified):
-        raise HFAuditError(
-            f"gated deltanet: the Jacobian gives {res.unidentified} unidentified parameters (gap {res.sv_gap:.1e}), "
-            f"the closed form {theory.unidentified} ({res.details['config']})"
-        )
-    return res
+    return audit_mixer(
+        module, mixer_inputs(module, embed, 12, seed), theory, name="gated deltanet", forward=float64_forward,
+        rtol=rtol, check=check,
+        details=dict(hf_type="qwen3_next", scope="gated deltanet",
+                     module="transformers.models.qwen3_next.Qwen3NextGatedDeltaNet",
+                     config=dict(E=embed, key_heads=key_heads, value_heads=value_heads, key_dim=key_dim,
+                                 value_dim=value_dim, kernel=kernel)),
+    )  # fmt: skip

@@ -5,42 +5,15 @@ parameters, on hidden states, and its rank."""
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import torch
 
-from ..audit import RTOL, AuditResult, audit_module
+from ..audit import RTOL, AuditResult
 from ..counting.mamba import count_mamba
-from .build import HFAuditError, _prepare, _transformers
-from .scopes import MIN_GAP
+from .build import _prepare, _transformers
+from .mixers import audit_mixer, float64_forward, mixer_inputs
 
 MAMBA_SCOPES = ("mixer", "block")
-
-
-@contextmanager
-def float64_kept() -> Iterator[None]:
-    """The scans of Mamba-2 and Gated DeltaNet cast their inputs, decays and time steps to float32 (``.float()``,
-    ``.to(torch.float32)``) whatever they are; inside this block a float64 tensor stays float64 through both, so that
-    the scan keeps the audit's float64. Other dtypes are cast as before. Process-wide while it lasts: the audit's
-    forward runs inside it alone."""
-    original_float, original_to = torch.Tensor.float, torch.Tensor.to
-
-    def keep_float(self, *args, **kwargs):
-        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
-
-    def keep_to(self, *args, **kwargs):
-        if self.dtype == torch.float64:
-            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
-            if kwargs.get("dtype") is torch.float32:
-                kwargs = {**kwargs, "dtype": torch.float64}
-        return original_to(self, *args, **kwargs)
-
-    torch.Tensor.float, torch.Tensor.to = keep_float, keep_to  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        torch.Tensor.float, torch.Tensor.to = original_float, original_to  # type: ignore[method-assign]
 
 
 def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
@@ -53,20 +26,13 @@ def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor | 
     return self.weight * g.view(*prefix, width)
 
 
-def mamba2_forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
-    """The module ``call`` on hidden states ``x``, its scan kept in float64 (:func:`float64_kept`)."""
-    with float64_kept():
-        out = call(x)
-    return out[0] if isinstance(out, tuple) else out
-
-
 def build_mamba2(
     embed: int, expand: int, heads: int, groups: int, state: int, kernel: int, *, bias: bool, conv_bias: bool,
     scope: str, norm_eps: float = 0.0, seed: int = 0,
 ) -> tuple[torch.nn.Module, torch.Tensor]:  # fmt: skip
     """``(module, x)``: ``Mamba2Mixer`` or ``Mamba2Block`` (:func:`audit_mamba2_hf`'s arguments) in float64 at seeded
     random weights, its gated norm computed in float64, and hidden states ``x`` ``(B, 12, embed)`` enough for the
-    outputs to outnumber the parameters three to one. Run it through :func:`mamba2_forward`."""
+    outputs to outnumber the parameters three to one. Run it through :func:`attnid.hf.mixers.float64_forward`."""
     if scope not in MAMBA_SCOPES:
         raise ValueError(f"scope: expected one of {', '.join(MAMBA_SCOPES)}, got {scope!r}")
     tf = _transformers()
@@ -81,10 +47,7 @@ def build_mamba2(
     for m in module.modules():
         if isinstance(m, modeling.MambaRMSNormGated):
             m.forward = types.MethodType(_gated_norm_float64, m)  # type: ignore[method-assign]
-    n = sum(p.numel() for p in module.parameters())
-    L = 12
-    B = max(2, -(-3 * n // (L * embed)))
-    return module, torch.randn(B, L, embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
+    return module, mixer_inputs(module, embed, 12, seed)
 
 
 def audit_mamba2_hf(
@@ -105,17 +68,9 @@ def audit_mamba2_hf(
                          block=scope == "block", norm_eps_zero=norm_eps == 0)  # fmt: skip
     module, x = build_mamba2(embed, expand, heads, groups, state, kernel, bias=bias, conv_bias=conv_bias, scope=scope,
                              norm_eps=norm_eps, seed=seed)  # fmt: skip
-    n = sum(p.numel() for p in module.parameters())
-    if n != theory.total_params:
-        raise HFAuditError(f"mamba2 {scope}: the module has {n} parameters, the closed form {theory.total_params}")
-    res = audit_module(module, (x,), forward=mamba2_forward, rtol=rtol)
-    res.details.update(hf_type="mamba2", scope=scope, module=f"transformers.models.mamba2.{type(module).__name__}",
-                       theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block,
-                       config=dict(E=embed, inner=expand * embed, heads=heads, groups=groups, state=state,
-                                   kernel=kernel, bias=bias, conv_bias=conv_bias))  # fmt: skip
-    if check and (res.sv_gap < MIN_GAP or res.unidentified != theory.unidentified):
-        raise HFAuditError(
-            f"mamba2 {scope}: the Jacobian gives {res.unidentified} unidentified parameters (gap {res.sv_gap:.1e}), "
-            f"the closed form {theory.unidentified} ({res.details['config']})"
-        )
-    return res
+    return audit_mixer(
+        module, x, theory, name=f"mamba2 {scope}", forward=float64_forward, rtol=rtol, check=check,
+        details=dict(hf_type="mamba2", scope=scope, module=f"transformers.models.mamba2.{type(module).__name__}",
+                     config=dict(E=embed, inner=expand * embed, heads=heads, groups=groups, state=state,
+                                 kernel=kernel, bias=bias, conv_bias=conv_bias)),
+    )  # fmt: skip

@@ -4,12 +4,10 @@ to all its parameters, on hidden states, and its rank."""
 
 from __future__ import annotations
 
-import torch
-
-from ..audit import RTOL, AuditResult, audit_module
+from ..audit import RTOL, AuditResult
 from ..counting.short_conv import count_short_conv
-from .build import HFAuditError, _prepare, _transformers
-from .scopes import MIN_GAP
+from .build import _prepare, _transformers
+from .mixers import audit_mixer, mixer_inputs
 
 
 def audit_short_conv_hf(
@@ -28,21 +26,9 @@ def audit_short_conv_hf(
     from transformers.models.lfm2.modeling_lfm2 import Lfm2ShortConv
 
     module = _prepare(Lfm2ShortConv(config, layer_idx=0), embed, seed)
-    n = sum(p.numel() for p in module.parameters())
-    if n != theory.total_params:
-        raise HFAuditError(
-            f"lfm2 short convolution: the module has {n} parameters, the closed form {theory.total_params}"
-        )
-    L = 3 * kernel + 4
-    B = max(4, -(-3 * n // (L * embed)))
-    x = torch.randn(B, L, embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
-    res = audit_module(module, (x,), rtol=rtol)
-    res.details.update(hf_type="lfm2", scope="short convolution", module="transformers.models.lfm2.Lfm2ShortConv",
-                       theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block,
-                       config=dict(E=embed, kernel=kernel, bias=bias))  # fmt: skip
-    if check and (res.sv_gap < MIN_GAP or res.unidentified != theory.unidentified):
-        raise HFAuditError(
-            f"lfm2 short convolution: the Jacobian gives {res.unidentified} unidentified parameters (gap "
-            f"{res.sv_gap:.1e}), the closed form {theory.unidentified} (E = {embed}, kernel = {kernel}, bias = {bias})"
-        )
-    return res
+    return audit_mixer(
+        module, mixer_inputs(module, embed, 3 * kernel + 4, seed, least=4), theory, name="lfm2 short convolution",
+        rtol=rtol, check=check,
+        details=dict(hf_type="lfm2", scope="short convolution", module="transformers.models.lfm2.Lfm2ShortConv",
+                     config=dict(E=embed, kernel=kernel, bias=bias)),
+    )  # fmt: skip

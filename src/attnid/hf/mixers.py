@@ -1,0 +1,77 @@
+"""What the audits of the sequence mixers that are not attention share (chapter 9: LFM2's short convolution,
+Mamba-2, Gated DeltaNet): their scans kept in float64, their data, and the audit of a real module against its closed
+form."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from ..audit import RTOL, AuditResult, audit_module
+from ..counting import Count
+from .build import HFAuditError
+from .scopes import MIN_GAP
+
+
+@contextmanager
+def float64_kept() -> Iterator[None]:
+    """The scans of Mamba-2 and Gated DeltaNet cast their inputs, decays and time steps to float32 (``.float()``,
+    ``.to(torch.float32)``) whatever they are; inside this block a float64 tensor stays float64 through both, so that
+    the scan keeps the audit's float64. Other dtypes are cast as before. Process-wide while it lasts: the audit's
+    forward runs inside it alone."""
+    original_float, original_to = torch.Tensor.float, torch.Tensor.to
+
+    def keep_float(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else original_float(self, *args, **kwargs)
+
+    def keep_to(self, *args, **kwargs):
+        if self.dtype == torch.float64:
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+            if kwargs.get("dtype") is torch.float32:
+                kwargs = {**kwargs, "dtype": torch.float64}
+        return original_to(self, *args, **kwargs)
+
+    torch.Tensor.float, torch.Tensor.to = keep_float, keep_to  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.float, torch.Tensor.to = original_float, original_to  # type: ignore[method-assign]
+
+
+def float64_forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
+    """The module ``call`` on hidden states ``x``, its scan kept in float64 (:func:`float64_kept`)."""
+    with float64_kept():
+        out = call(x)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def mixer_inputs(module: torch.nn.Module, embed: int, seq_len: int, seed: int, least: int = 2) -> torch.Tensor:
+    """Hidden states ``(B, seq_len, embed)`` in float64, seeded, enough sequences (at least ``least``) that the
+    outputs outnumber ``module``'s parameters three to one (with fewer, the data, not the module, leave directions
+    free)."""
+    n = sum(p.numel() for p in module.parameters())
+    B = max(least, -(-3 * n // (seq_len * embed)))
+    return torch.randn(B, seq_len, embed, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
+
+
+def audit_mixer(
+    module: torch.nn.Module, x: torch.Tensor, theory: Count, *, name: str, details: dict,
+    forward: Callable | None = None, rtol: float = RTOL, check: bool = True,
+) -> AuditResult:  # fmt: skip
+    """The Jacobian count of a real mixer ``module`` on ``x`` (through ``forward``) beside its closed form ``theory``
+    (``details["theory_unidentified"]``, ``details["terms"]``, and ``details`` added: its type, scope, module and
+    config). A module whose parameters are not the closed form's raises :class:`HFAuditError` before the audit; with
+    ``check``, so does a difference from it or a singular-value gap under ``MIN_GAP`` (``name`` says which module)."""
+    n = sum(p.numel() for p in module.parameters())
+    if n != theory.total_params:
+        raise HFAuditError(f"{name}: the module has {n} parameters, the closed form {theory.total_params}")
+    res = audit_module(module, (x,), forward=forward, rtol=rtol)
+    res.details.update(details, theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block)
+    if check and (res.sv_gap < MIN_GAP or res.unidentified != theory.unidentified):
+        raise HFAuditError(
+            f"{name}: the Jacobian gives {res.unidentified} unidentified parameters (gap {res.sv_gap:.1e}), the "
+            f"closed form {theory.unidentified} ({details.get('config')})"
+        )
+    return res
