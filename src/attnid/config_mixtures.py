@@ -22,9 +22,7 @@ def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
     experts, chosen = _positive(c, key, default=None), _positive(c, "num_experts_per_tok", default=None)
     if hf_type == "gpt_oss":
         _check_gpt_oss_experts(c, chosen)
-    if chosen < 2 or experts < chosen:
-        raise ConfigError(f"num_experts_per_tok: {chosen} of {experts} experts; attnid counts two or more chosen "
-                          "(with one, a renormalised router's weight is 1 whatever its logits)")  # fmt: skip
+    _check_chosen("num_experts_per_tok", chosen, experts)
     if hf_type == "qwen3_moe" and (c.decoder_sparse_step != 1 or c.mlp_only_layers):
         raise ConfigError(f"decoder_sparse_step = {c.decoder_sparse_step}, mlp_only_layers = "
                           f"{printable(repr(c.mlp_only_layers), 60)}: dense layers among the mixtures are not modelled "
@@ -44,9 +42,7 @@ def _grouped_mixture_model(c, t, read: set[str]) -> Model:
     if experts is None or chosen is None:
         raise ConfigError(f"n_routed_experts, num_experts_per_tok: {experts}, {chosen}; transformers builds "
                           f"{t.module}'s mixture from both (give them)")  # fmt: skip
-    if chosen < 2 or experts < chosen:
-        raise ConfigError(f"num_experts_per_tok: {chosen} of {experts} experts; attnid counts two or more chosen "
-                          "(with one, a renormalised router's weight is 1 whatever its logits)")  # fmt: skip
+    _check_chosen("num_experts_per_tok", chosen, experts)
     shared = _positive(c, "n_shared_experts", default=None)
     if shared is None:
         raise ConfigError(f"n_shared_experts: null; transformers builds {t.module}'s shared experts n_shared_experts "
@@ -81,9 +77,7 @@ def _hunyuan_model(c, t, read: set[str]) -> Model:
     read |= {"num_experts", "moe_topk", "intermediate_size"}
     layers = c.num_hidden_layers
     experts, chosen = _per_layer(c, "num_experts", layers), _per_layer(c, "moe_topk", layers)
-    if chosen < 2 or experts < chosen:
-        raise ConfigError(f"moe_topk: {chosen} of {experts} experts; attnid counts two or more chosen (with one, a "
-                          "renormalised router's weight is 1 whatever its logits)")  # fmt: skip
+    _check_chosen("moe_topk", chosen, experts)
     ffn = _positive(c, "intermediate_size", default=None)
     return Model(layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts, shared_ffn=ffn,
                  **_layer_kinds_and_head(c, t, read))  # fmt: skip
@@ -98,9 +92,7 @@ def _ernie_mixture_model(c, t, read: set[str]) -> Model:
     read |= {"moe_num_experts", "moe_k", "moe_num_shared_experts", "moe_intermediate_size", "moe_layer_start_index",
              "moe_layer_end_index", "moe_layer_interval", "moe_norm_min", "intermediate_size"}  # fmt: skip
     experts, chosen = _positive(c, "moe_num_experts", default=None), _positive(c, "moe_k", default=None)
-    if experts is None or chosen is None or chosen < 2 or experts < chosen:
-        raise ConfigError(f"moe_k: {chosen} of {experts} experts; attnid counts two or more chosen (with one, a "
-                          "renormalised router's weight is 1 whatever its logits)")  # fmt: skip
+    _check_chosen("moe_k", chosen, experts)
     floor = c.moe_norm_min
     if not (isinstance(floor, (int, float)) and not isinstance(floor, bool) and 0 <= floor < chosen / experts):
         raise ConfigError(f"moe_norm_min: {printable(repr(floor))}: the floor of the chosen weights' sum must stay "
@@ -199,6 +191,14 @@ def _layer_kinds_and_head(c, t, read: set[str]) -> dict:
     if not positive_number(cap):
         cap = None  # None, or a value refused by name in _refuse_unmodelled (POSITIVE)
     return {"nope_layers": nope, "final_softcap": None if cap is None else float(cap)}
+
+
+def _check_chosen(field: str, chosen: int | None, experts: int | None) -> None:
+    """Refuse a mixture that chooses fewer than two experts per token, or more than it has (``field`` names the
+    config's count of chosen experts)."""
+    if experts is None or chosen is None or chosen < 2 or experts < chosen:
+        raise ConfigError(f"{field}: {chosen} of {experts} experts; attnid counts two or more chosen (with one, a "
+                          "renormalised router's weight is 1 whatever its logits)")  # fmt: skip
 
 
 def _positive(c, name: str, default):
