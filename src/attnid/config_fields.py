@@ -34,6 +34,7 @@ NEUTRAL: dict[str, str] = {
                     "a fixed factor (or its numerics): absorbed by the weights it multiplies, no new symmetry"),
     "rms_norm_eps": "a norm's ε; refused if not positive (released norms have ε > 0)",
     "layer_norm_eps": "a norm's ε; refused if not positive",
+    "norm_eps": "a norm's ε; refused if not positive",
     "layer_norm_epsilon": "a norm's ε; refused if not positive",
     "norm_epsilon": "a norm's ε; refused if not positive",
     "max_position_embeddings": "the longest input; a RoPE model has no position rows (read where it has)",
@@ -76,6 +77,11 @@ FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "n
                                     "apply_residual_connection_post_layernorm": False}  # fmt: skip
 # a family whose released files name what its code implements otherwise (Command R7B's original Cohere keys: its
 # interleaved-pair RoPE, GPT-J's)
+# fields that a config class's __post_init__ turns into another: older names (LFM2's, Falcon's), and LFM2's list of
+# attention layers, from which it writes layer_types
+OLDER_NAMES = {"block_ff_dim": "intermediate_size", "tie_embedding": "tie_word_embeddings", "n_embed": "hidden_size",
+               "full_attn_idxs": "layer_types"}  # fmt: skip
+
 FAMILY_FIXED: dict[str, dict[str, object]] = {"cohere2": {"position_embedding_type": "rope_gptj"}}
 
 # fields read by families attnid counts at scope attention only (their blocks are not modelled)
@@ -153,4 +159,5 @@ FAMILY_BIAS = {
     "mixtral": "",
     "phi3": "",
     "exaone4": "",
+    "lfm2": "",
 }  # by its code (fmt: skip)

@@ -33,6 +33,7 @@ from .config_fields import (
     MLP_BIAS_SWITCHES,
     MULTIMODAL_FIELDS,
     NEUTRAL,
+    OLDER_NAMES,
     POSITIVE,
     QK_NORM_FIELDS,
     REMOTE_CODE,
@@ -42,6 +43,7 @@ from .config_fields import (
     TRUTH_FIELDS,
     ConfigError,
 )
+from .config_hybrid import hybrid_model
 from .config_mixtures import (
     _ernie_mixture_model,
     _grouped_mixture_model,
@@ -293,7 +295,8 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: 
     if "rope_parameters" in read:
         # GPT-NeoX's names are gathered by its own class only
         read = read | {f for f in ROPE_FIELDS if f not in ("rotary_pct", "rotary_emb_base") or family == "gpt_neox"}
-    stored = {k: c.attribute_map.get(k, k) for k in fields}  # the name the class keeps each field under
+    # the name the class keeps each field under
+    stored = {k: OLDER_NAMES.get(k, c.attribute_map.get(k, k)) for k in fields}
     read = read | {k for k in fields if stored[k] in read}
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}
     unread = unread_reason(family)
@@ -345,6 +348,8 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
     cfg, read = _read_attention(hf_type, c)
     if hf_type == "qwen3_next":
         return cfg, None, read | _full_attention_layers(c)
+    if t.hybrid:  # LFM2, Bamba: attention layers beside layers of another mixer
+        return cfg, hybrid_model(hf_type, c, read), read
     if hf_type == "llama4":
         return cfg, _llama4_model(c, read), read
     if hf_type in ("cohere", "cohere2"):
@@ -436,7 +441,8 @@ def _qk_norm_of(c, hf_type: str, read: set[str]) -> tuple[str, float]:
         read.add(field)
         qk_norm = norm if getattr(c, field) else ""
     d = c.to_dict()
-    return qk_norm, (d.get("layer_norm_eps" if qk_norm == "layer" else "rms_norm_eps", 0.0) if qk_norm else 0.0)
+    eps = "layer_norm_eps" if qk_norm == "layer" else "norm_eps" if hf_type == "lfm2" else "rms_norm_eps"
+    return qk_norm, (d.get(eps, 0.0) if qk_norm else 0.0)
 
 
 def _full_attention_layers(c) -> set[str]:

@@ -58,12 +58,22 @@ class HFType:
     choice_bias: bool = False  # a parameter per expert that only chooses the experts (ERNIE 4.5's)
     mrope: bool = False  # M-RoPE: each rotated pair turned by one of three position streams (Qwen2.5-VL)
     fixed_ffn: bool = False  # its code fixes the MLP's inner size to ffn_ratio x E (BLOOM)
+    half_rotary: bool = False  # its code fixes the rotary share at one half of each head (Bamba)
+    # a hybrid model: (the name its config gives a layer whose mixer is not attention, that mixer:
+    # attnid.counting.hybrid.MIXERS); None: every layer is attention
+    hybrid: tuple[str, str] | None = None
     embedding_norm: bool = False  # a LayerNorm on the token embeddings (BLOOM): its whole model is not counted
 
     @property
     def moe(self) -> bool:
         """Whether its decoder layer is a mixture of experts (Mixtral, Qwen3-MoE, gpt-oss)."""
         return bool(self.router)
+
+    def mixer_layer(self) -> tuple[str, str]:
+        """``(name, mixer)`` of a hybrid type's layers that are not attention (:attr:`hybrid`), refused for another."""
+        if self.hybrid is None:
+            raise ValueError(f"hf: {self.module} is not a hybrid model (every layer is attention)")
+        return self.hybrid
 
     @property
     def eager(self) -> bool:
@@ -228,6 +238,16 @@ HF_TYPES: dict[str, HFType] = {
         "qwen3", "Qwen3Config", "Qwen3Attention", "Qwen3RotaryEmbedding", biases=("", "qkvo"), groups=True,
         head_dim=True, layer="Qwen3DecoderLayer", lm="Qwen3ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
         qk_norm="head",
+    ),
+    "lfm2": HFType(  # LFM2's attention layers (its short-convolution layers: attnid.counting.short_conv)
+        "lfm2", "Lfm2Config", "Lfm2Attention", "Lfm2RotaryEmbedding", biases=("",), groups=True,
+        layer="Lfm2DecoderLayer", lm="Lfm2ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3, qk_norm="head",
+        tied=True, hybrid=("conv", "short convolution"),
+    ),
+    "bamba": HFType(  # Bamba's attention layers (its Mamba-2 layers: attnid.counting.mamba); half of each head rotated
+        "bamba", "BambaConfig", "BambaAttention", "BambaRotaryEmbedding", biases=("", "qkvo"), groups=True,
+        partial_rope=True, half_rotary=True, layer="BambaDecoderLayer", lm="BambaForCausalLM", norm="rms",
+        mlp="swiglu", ffn_ratio=8 / 3, hybrid=("linear_attention", "mamba2"),
     ),
     "gemma2": HFType(
         "gemma2", "Gemma2Config", "Gemma2Attention", "Gemma2RotaryEmbedding", biases=("", "qkvo"), groups=True,
@@ -406,6 +426,9 @@ def equivalent_config(
         raise ValueError(f"rope_dims: {hf_type} rotates all head dimensions (rope_dims = head_dim = {cfg.D})")
     if rope_dims is None and not t.partial_rope:
         return cfg.with_(rope=True)  # an odd head_dim is refused as such, not as a rope_dims nobody gave
+    if t.half_rotary and (cfg.D % 4 or rope_dims not in (None, cfg.D // 2)):
+        raise ValueError(f"rope_dims: {hf_type}'s code rotates half of each head, a head_dim divisible by 4 "
+                         f"(head_dim {cfg.D}, rope_dims {rope_dims})")  # fmt: skip
     if rope_dims is None:
         rope_dims = max(2, (cfg.D // 2) // 2 * 2)
     return cfg.with_(rope=True, rope_dims=rope_dims)

@@ -77,6 +77,7 @@ ATTENTION_BIAS_TYPES = (
     "hunyuan_v1_moe",
     "llama4",
     "qwen3_next",
+    "bamba",
     "cohere",
     "cohere2",
 )
@@ -105,6 +106,12 @@ def recent_kwargs(name: str, cfg: AttentionConfig, rope_in_windows: str = "") ->
         return dict(no_ids, layer_types=[kind], sliding_window=4096)
     if name == "olmo3":  # one full-attention layer (its sliding-window layers differ only in the mask)
         return {"layer_types": ["full_attention"]}
+    if name == "bamba":  # one attention layer (its code rotates half of each head whatever it is given)
+        return dict(
+            no_ids, attn_layer_indices=[0], mlp_bias=False, mamba_n_heads=2, mamba_d_state=4, mamba_chunk_size=4
+        )
+    if name == "lfm2":  # one attention layer, its MLP as wide as asked, its norms' ε under one name
+        return dict(no_ids, layer_types=["full_attention"], block_auto_adjust_ff_dim=False, norm_eps=cfg.qk_norm_eps)
     if name == "qwen3_next":  # one full (softmax) attention layer
         return dict(no_ids, layer_types=["full_attention"])
     if name == "llama4":  # the audited layer a RoPE one (L2 QK-norm) or a NoPE one with a temperature that varies

@@ -487,6 +487,26 @@ def _glm4(c: LibraryConfig, kw: dict) -> None:
         c.eos_token_id = [151329, 151336, 151338]
 
 
+def _lfm2(c: LibraryConfig, kw: dict) -> None:
+    """LFM2: its layers' kinds from full_attn_idxs (every layer attention without it); tie_embedding and block_ff_dim,
+    the older names of tie_word_embeddings and intermediate_size."""
+    if c.layer_types is None:
+        c.full_attn_idxs = c.full_attn_idxs if c.full_attn_idxs is not None else list(range(c.num_hidden_layers))
+        c.layer_types = ["full_attention" if i in c.full_attn_idxs else "conv" for i in range(c.num_hidden_layers)]
+    c.tie_word_embeddings = kw.pop("tie_embedding", c.tie_word_embeddings)
+    c.intermediate_size = kw.pop("block_ff_dim", c.intermediate_size)
+
+
+def _bamba(c: LibraryConfig, kw: dict) -> None:
+    """Bamba: Mamba-2's head size from its inner width ("auto"); half of each attention head rotated, whatever the
+    file says."""
+    _kv_heads(c, kw)
+    if c.mamba_d_head == "auto" and isinstance(c.mamba_n_heads, int) and c.mamba_n_heads:
+        c.mamba_d_head = c.mamba_expand * c.hidden_size // c.mamba_n_heads
+    c.time_step_limit = tuple(c.time_step_limit) if c.time_step_limit is not None else None
+    kw["partial_rotary_factor"] = 0.5
+
+
 POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "opt": _opt,
     "llama": _both(_head_dim, _kv_heads),
@@ -523,4 +543,6 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "deepseek_v3": _deepseek_v3,
     "falcon": _falcon,
     "gemma": _gemma,
+    "lfm2": _lfm2,
+    "bamba": _bamba,
 }

@@ -51,6 +51,8 @@ class Model:
     nope_dense_layers: int = 0  # NoPE layers among the dense ones
     final_softcap: float | None = None  # the logits capped to c tanh(z / c) (Gemma 2)
     residual: str | None = None  # its layers' wiring where the family's config chooses it (Falcon); None: the family's
+    # of its layers, those whose mixer is not attention (a hybrid model: LFM2, Bamba), (MixerBlock, how many) by kind
+    mixer_layers: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -427,8 +429,21 @@ def scope_count(p: Preset, scope: str, name: str) -> Count:
             unused_positions=t.unused_positions if t else 0, head_bias=t.head_bias if t else False,
             dense_layers=m.dense_layers, dense_ffn=m.dense_ffn, nope_layers=m.nope_layers,
             nope_qk_norm=m.nope_qk_norm, nope_dense_layers=m.nope_dense_layers, final_softcap=m.final_softcap,
+            mixer_layers=m.mixer_layers,
         )
     )  # fmt: skip
+
+
+def mixer_layers_note(p: Preset) -> str:
+    """Which layers the attention and block scopes of a hybrid model show (its attention ones), and how many of the
+    other kinds it has; empty for a model whose every layer is attention."""
+    m = p.model
+    if m is None or not m.mixer_layers:
+        return ""
+    others = ", ".join(f"{n} {block.mixer} layers" for block, n in m.mixer_layers)
+    attention = m.layers - sum(n for _, n in m.mixer_layers)
+    return (f"one of its {attention} attention layers; its {others} are counted at scope model (chapter 9), not as "
+            "attention")  # fmt: skip
 
 
 def layer_type_counts(p: Preset) -> dict[str, Count]:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from ..counting import BLOCKS, SCOPES, MLAConfig, count
 from ..inputs import printable
-from ..presets import Preset, layer_type_counts, scope_count
+from ..presets import Preset, layer_type_counts, mixer_layers_note, scope_count
 from .commands import add_command
 from .common import arch_args, arch_dict, attention_config, chosen_model, strict_json, table_lines
 
@@ -25,6 +25,8 @@ def cmd_count(a) -> int:
     _add_reading(out, chosen)
     if chosen is not None and chosen[1].attention_only:  # which layers this count is (Qwen3-Next's softmax ones)
         out["attention_only"] = chosen[1].attention_only
+    if chosen is not None and mixer_layers_note(chosen[1]):  # a hybrid model: which kind of layer this is
+        out["shows"] = mixer_layers_note(chosen[1])
     if a.json:
         print(strict_json(out))
         return 0
@@ -38,6 +40,8 @@ def cmd_count(a) -> int:
               "unidentified")  # fmt: skip
     if "attention_only" in out:
         print(f"(counted: one attention layer; {out['attention_only']})")
+    if "shows" in out:
+        print(f"(counted: {out['shows']})")
     if chosen is None and cfg.qk_norm and a.norm_eps is None:
         more = c.unidentified - count(cfg.with_(qk_norm_eps=RELEASED_EPS)).unidentified
         print(f"(QK-norm at ε = 0, the exact symmetric point: {more} directions more than with a released model's "
@@ -117,6 +121,8 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
     c = scope_count(p, a.scope, name)
     arch = asdict(p.config) if isinstance(p.config, MLAConfig) else arch_dict(p.config)
     out = {"architecture": arch, "scope": a.scope, "model": asdict(p.model) if p.model else None, **c.as_dict()}
+    if a.scope == "block" and mixer_layers_note(p):
+        out["shows"] = mixer_layers_note(p)
     _add_reading(out, chosen)
     if a.json:
         print(strict_json(out))
@@ -127,6 +133,8 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
     if a.scope == "block" and p.model is not None and p.model.nope_layers:
         print(f"(a RoPE layer; the model's {p.model.nope_layers} NoPE layers: `--scope attention` shows both kinds, "
               "`--scope model` counts each)")  # fmt: skip
+    if "shows" in out:
+        print(f"(counted: {out['shows']})")
     terms = [*c.params_by_block.items(), *c.unidentified_by_block.items(), ("total", c.total_params)]
     lines = table_lines(["", ""], [[k if k == "total" else f"  {k}", v] for k, v in terms])[1:]
     n = len(c.params_by_block)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from ..attention_config import AttentionConfig
 from .attention import Count, MLAConfig, count, count_mla
+from .hybrid import MixerBlock, count_mixer_block
 
 
 def layer_gauge_dims(cfg: AttentionConfig) -> int:
@@ -314,7 +315,9 @@ class ModelConfig:
     attention keeps the whole ``GL(D)`` query/key gauge of the paper; with ``nope_qk_norm`` False they also have no
     QK-norm (Llama 4 normalises queries and keys in its RoPE layers only); ``nope_dense_layers`` of them are dense
     layers (the rest of the NoPE layers hold the mixture). ``final_softcap`` c: the logits capped to
-    ``c tanh(z / c)`` before ``log_softmax`` (Gemma 2), which breaks the logit shift of an untied head."""
+    ``c tanh(z / c)`` before ``log_softmax`` (Gemma 2), which breaks the logit shift of an untied head.
+    ``mixer_layers``: of the ``layers``, those whose sequence mixer is not attention, ``(MixerBlock, how many)`` for
+    each kind (a hybrid model: LFM2's short convolutions, Mamba-2); counted beside pre-norm RMSNorm blocks only."""
 
     block: BlockConfig
     layers: int
@@ -331,6 +334,7 @@ class ModelConfig:
     nope_qk_norm: bool = True
     nope_dense_layers: int = 0
     final_softcap: float | None = None
+    mixer_layers: tuple[tuple[MixerBlock, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("layers", "vocab"):
@@ -351,6 +355,7 @@ class ModelConfig:
         if d and (not self.block.experts or self.dense_ffn < 1):
             raise ValueError("dense_layers: dense layers replace a mixture of experts, with dense_ffn >= 1")
         self._check_nope()
+        self._check_mixers()
         cap = self.final_softcap
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf):
             raise ValueError(f"final_softcap must be a positive finite number or None, got {cap!r}")
@@ -368,6 +373,31 @@ class ModelConfig:
         if self.layers - d < k - nd:
             raise ValueError("nope_layers: more NoPE mixture layers than mixture layers")
 
+    def _check_mixers(self) -> None:
+        """Refuse hybrid layers where no closed form was derived: beside blocks that are not sequential pre-norm
+        RMSNorm ones, of another width, beside dense or NoPE layers, or leaving no attention layer."""
+        if not self.mixer_layers:
+            return
+        b = self.block
+        for item in self.mixer_layers:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], MixerBlock)):
+                raise TypeError(f"mixer_layers: expected (MixerBlock, how many) pairs, got {item!r}")
+            n = item[1]
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"mixer_layers: each kind's number of layers must be a positive integer, got {n!r}")
+            if item[0].embed != b.E:
+                raise ValueError(f"mixer_layers: a {item[0].mixer} layer of width {item[0].embed} in a model of {b.E}")
+        if b.norm != "rms" or b.norm_position != "pre" or b.residual != "sequential":
+            raise ValueError("mixer_layers: hybrid layers are counted beside sequential pre-norm RMSNorm blocks only")
+        if self.dense_layers or self.nope_layers:
+            raise ValueError("mixer_layers: hybrid layers are not counted beside dense or NoPE layers")
+        if sum(n for _, n in self.mixer_layers) >= self.layers:
+            raise ValueError("mixer_layers: a hybrid model has at least one attention layer among its layers")
+
+    def attention_layers(self) -> int:
+        """How many of the ``layers`` are attention layers (all but the ``mixer_layers``)."""
+        return self.layers - sum(n for _, n in self.mixer_layers)
+
     def _dense(self, block: BlockConfig) -> BlockConfig:
         """``block`` with one MLP of inner size ``dense_ffn`` in place of its mixture of experts."""
         return replace(block, ffn=self.dense_ffn, experts=0, shared_ffn=0, choice_bias=False)
@@ -382,13 +412,14 @@ class ModelConfig:
             nope_dense = self._dense(nope) if self.dense_layers else None
         nd = self.nope_dense_layers
         kinds = [(dense, self.dense_layers - nd), (nope_dense, nd), (nope, self.nope_layers - nd),
-                 (self.block, self.layers - self.dense_layers - self.nope_layers + nd)]  # fmt: skip
+                 (self.block, self.attention_layers() - self.dense_layers - self.nope_layers + nd)]  # fmt: skip
         return [(b, n) for b, n in kinds if b is not None and n]
 
     def total_params(self) -> int:
         E = self.block.E
         final_norm = 2 * E if self.block.norm == "layer" else E  # the blocks' kind of norm
         n = sum(k * count_block(b).total_params for b, k in self.blocks()) + self.vocab * E + final_norm
+        n += sum(k * count_mixer_block(b).total_params for b, k in self.mixer_layers)
         n += 0 if self.tied else self.vocab * E + (self.vocab if self.head_bias else 0)
         if self.positions == "learned":
             n += (self.context + self.unused_positions) * E
@@ -427,6 +458,8 @@ def count_model(model: ModelConfig) -> Count:
     """Unidentified dimensions of a whole causal LM (chapter 8 derives each term):
 
     * ``blocks``: :func:`count_block` of each layer (dense and mixture-of-experts layers by kind);
+    * ``mixer_blocks`` (hybrid models): :func:`~attnid.counting.hybrid.count_mixer_block` of each layer whose mixer
+      is not attention; the terms below hold for them as they are (:mod:`attnid.counting.hybrid`);
     * ``stream_rotation``: an orthogonal change of basis ``Q`` of the residual stream, absorbed by every
       writer (``Q W``) and reader (``W Qᵀ``; the norms' ``γ`` first moved into the readers). RMSNorm keeps
       ``‖x‖``: ``E(E−1)/2``; LayerNorm needs ``Q 1 = 1``: ``(E−1)(E−2)/2``. Exact for any ε. None with a
@@ -461,6 +494,8 @@ def count_model(model: ModelConfig) -> Count:
     layer, shiftless = b.norm == "layer", b.norm == "layer_noshift"
     blocks = [(count_block(kind), k) for kind, k in model.blocks()]
     terms = {"blocks": sum(c.unidentified * k for c, k in blocks)}
+    mixers = [(count_mixer_block(kind), k) for kind, k in model.mixer_layers]
+    terms.update({"mixer_blocks": sum(c.unidentified * k for c, k in mixers)} if mixers else {})
     if layer or shiftless:
         terms.update(_layer_norm_terms(model))
     if model.tied:
@@ -476,6 +511,6 @@ def count_model(model: ModelConfig) -> Count:
             terms["final_norm"] = E + V
             terms["logit_shift"] -= 1 if model.final_softcap is None else 0
     terms["stream_scale"] = 1 if model.norm_eps_zero else 0
-    in_blocks = sum(c.total_params * k for c, k in blocks)
+    in_blocks = sum(c.total_params * k for c, k in blocks + mixers)
     params = {"blocks": in_blocks, "embeddings": model.total_params() - in_blocks}
     return Count(model.total_params(), params, terms)

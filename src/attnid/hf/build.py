@@ -316,7 +316,8 @@ def build_block(
         hf_type, cfg, implementation_of(hf_type), residual, **t.ffn_kwargs(ffn), **t.expert_kwargs(experts)
     )
     config._experts_implementation = "eager"  # a model sets it; the layer alone runs the experts' own loop
-    layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0), cfg.E, seed, norm_eps=norm_eps)
+    kind = {"layer_type": "full_attention"} if hf_type == "bamba" else {}  # its layer is a Mamba-2 one by default
+    layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0, **kind), cfg.E, seed, norm_eps=norm_eps)
     for m in layer.modules():
         if _is_router(m) and t.router == "softmax":  # gpt-oss's router computes in the input's dtype already
             m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
@@ -338,12 +339,13 @@ def build_block(
 def build_model(
     hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int,
     norm_eps: float = 0.0, seed: int = 0, exact_norms: bool = True, final_softcap: float | None = None,
-    residual: str | None = None,
+    residual: str | None = None, config_changes: dict | None = None,
 ):  # fmt: skip
     """``(module, forward)``: a whole ``hf_type`` causal LM (embeddings, ``layers`` decoder layers, final
     norm, LM head) with ``seq_len`` positions, norms at ``ε = norm_eps`` (``exact_norms=False`` keeps
     transformers' float32 RMSNorm), its logits capped at ``final_softcap`` (Gemma 2's
-    ``final_logit_softcapping``; None: no cap), its layers wired ``residual`` (None: the type's own);
+    ``final_logit_softcapping``; None: no cap), its layers wired ``residual`` (None: the type's own), its config's
+    fields ``config_changes`` set last (a hybrid model's layer kinds and mixers: :mod:`attnid.hf.hybrid`);
     ``forward(call, ids)`` gives the next-token log-probabilities ``(B, L, vocab)``."""
     t = HF_TYPES[hf_type]
     tf = _transformers()
@@ -356,9 +358,13 @@ def build_model(
         changes["n_positions"] = seq_len
     if hf_type == "opt":
         changes.update(max_position_embeddings=seq_len, word_embed_proj_dim=cfg.E)
-    if hf_type == "gemma3":  # every layer a global one, as in the block audit
+    if hf_type in ("gemma3", "lfm2"):  # every layer a global (attention) one, as in the block audit
         changes["layer_types"] = ["full_attention"] * layers
+    if hf_type == "bamba":
+        changes["attn_layer_indices"] = list(range(layers))
     eager = t.eager
+    if config_changes is not None:
+        changes.update(config_changes)
     config = _hf_config(hf_type, cfg, implementation_of(hf_type), residual, **changes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,0 +1,115 @@
+"""A hybrid model's ``config.json`` read (chapter 9): LFM2 (short convolutions beside attention layers) and Bamba
+(Mamba-2 mixers beside them), their layers' kinds and their mixers' sizes as transformers builds them. The attention
+layers are read as any family's (:mod:`attnid.configs`); the layers of the other kind become the model's
+``mixer_layers`` (:class:`attnid.counting.hybrid.MixerBlock`)."""
+
+from __future__ import annotations
+
+import math
+
+from .config_fields import ConfigError
+from .config_mixtures import _positive
+from .counting.hybrid import mixer_block
+from .families import HF_TYPES
+from .inputs import printable
+from .presets import Model
+
+# the fields each hybrid family's reader takes (its layer kinds, its MLP's inner size, its mixers)
+HYBRID_FIELDS = {
+    "lfm2": ("layer_types", "full_attn_idxs", "intermediate_size", "block_auto_adjust_ff_dim",
+             "block_ffn_dim_multiplier", "block_multiple_of", "conv_L_cache", "conv_bias", "norm_eps"),
+    "bamba": ("attn_layer_indices", "layer_types", "intermediate_size", "mamba_n_heads", "mamba_d_head",
+              "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_conv_bias", "mamba_proj_bias",
+              "mamba_chunk_size", "time_step_limit", "rms_norm_eps"),
+}  # fmt: skip
+
+
+def lfm2_ffn(c) -> int:
+    """LFM2's MLP inner size as ``Lfm2MLP`` computes it: ``intermediate_size`` (``block_ff_dim`` in older files),
+    with ``block_auto_adjust_ff_dim`` two thirds of it, times ``block_ffn_dim_multiplier`` and rounded up to a
+    multiple of ``block_multiple_of`` when a multiplier is given."""
+    ffn = _positive(c, "intermediate_size", default=None)
+    if ffn is None:
+        raise ConfigError("intermediate_size: LFM2's MLP needs its inner size (intermediate_size or block_ff_dim)")
+    if not isinstance(c.block_auto_adjust_ff_dim, bool):
+        raise ConfigError(f"block_auto_adjust_ff_dim: {printable(repr(c.block_auto_adjust_ff_dim))} must be true "
+                          "or false")  # fmt: skip
+    if not c.block_auto_adjust_ff_dim:
+        return ffn
+    ffn = int(2 * ffn / 3)
+    multiplier = c.block_ffn_dim_multiplier
+    if multiplier is not None:
+        ok = isinstance(multiplier, (int, float)) and not isinstance(multiplier, bool) and math.isfinite(multiplier)
+        if not ok or multiplier <= 0:
+            raise ConfigError(f"block_ffn_dim_multiplier: {printable(repr(multiplier))} must be a positive number")
+        step = _positive(c, "block_multiple_of", default=None)
+        if step is None:
+            raise ConfigError("block_multiple_of: LFM2 rounds its MLP's inner size up to it; give a positive integer")
+        ffn = step * -(-int(multiplier * ffn) // step)
+    if ffn < 1:
+        raise ConfigError(f"intermediate_size: {c.intermediate_size} leaves LFM2's MLP no inner size")
+    return ffn
+
+
+def _layer_kinds(hf_type: str, c) -> list[str]:
+    """The kind of each layer (its config's names), each one checked."""
+    n = c.num_hidden_layers
+    if hf_type == "bamba":
+        chosen = c.attn_layer_indices
+        ok = chosen is None or (isinstance(chosen, list) and all(isinstance(i, int) and 0 <= i < n for i in chosen))
+        if not ok:
+            raise ConfigError(f"attn_layer_indices: {printable(repr(chosen), 80)} must list layer numbers below {n}")
+        return ["full_attention" if chosen and i in chosen else "linear_attention" for i in range(n)]
+    kinds = c.layer_types
+    mixer = HF_TYPES[hf_type].mixer_layer()[0]
+    if not (isinstance(kinds, list) and len(kinds) == n and all(k in ("full_attention", mixer) for k in kinds)):
+        raise ConfigError(f"layer_types: {printable(repr(kinds), 80)} must give each of the {n} layers "
+                          f"'full_attention' or {mixer!r}")  # fmt: skip
+    return kinds
+
+
+def _mixer_sizes(hf_type: str, c) -> dict:
+    """The sizes of a hybrid family's mixer (:data:`attnid.counting.hybrid.MIXER_SIZES`) from its config."""
+    if hf_type == "lfm2":
+        for name in ("conv_bias",):
+            if not isinstance(getattr(c, name), bool):
+                raise ConfigError(f"{name}: {printable(repr(getattr(c, name)))} must be true or false")
+        return dict(kernel=_positive(c, "conv_L_cache", default=None), bias=c.conv_bias)
+    for name in ("mamba_conv_bias", "mamba_proj_bias"):
+        if not isinstance(getattr(c, name), bool):
+            raise ConfigError(f"{name}: {printable(repr(getattr(c, name)))} must be true or false")
+    E, expand, heads = c.hidden_size, c.mamba_expand, _positive(c, "mamba_n_heads", default=None)
+    if not (isinstance(expand, int) and not isinstance(expand, bool) and expand > 0):
+        raise ConfigError(f"mamba_expand: {printable(repr(expand))} must be a positive integer (attnid counts "
+                          "whole multiples of hidden_size)")  # fmt: skip
+    if heads is None or (expand * E) % heads or c.mamba_d_head != expand * E // heads:
+        raise ConfigError(f"mamba_n_heads: {heads} heads of mamba_d_head {printable(repr(c.mamba_d_head))} must split "
+                          f"the {expand} x {E} inner channels evenly")  # fmt: skip
+    limit = c.time_step_limit
+    if limit is None or tuple(limit) != (0.0, math.inf):
+        raise ConfigError(f"time_step_limit: {printable(repr(limit))} clamps Mamba-2's time step; attnid counts the "
+                          "mixer without a clamp, (0.0, inf)")  # fmt: skip
+    _positive(c, "mamba_chunk_size", default=None)  # the scan's chunks: the function is the same for any size
+    return dict(expand=expand, heads=heads, groups=_positive(c, "mamba_n_groups", default=None),
+                state=_positive(c, "mamba_d_state", default=None), kernel=_positive(c, "mamba_d_conv", default=None),
+                bias=c.mamba_proj_bias, conv_bias=c.mamba_conv_bias)  # fmt: skip
+
+
+def hybrid_model(hf_type: str, c, read: set[str]) -> Model:
+    """The :class:`~attnid.presets.Model` of a hybrid family's config ``c`` (its attention read already), its layers
+    whose mixer is not attention as ``mixer_layers``; the fields read are added to ``read``."""
+    read |= set(HYBRID_FIELDS[hf_type])
+    kinds = _layer_kinds(hf_type, c)
+    mixers = sum(k != "full_attention" for k in kinds)
+    if mixers == len(kinds):
+        raise ConfigError(f"{'attn_layer_indices' if hf_type == 'bamba' else 'layer_types'}: no layer is attention; "
+                          f"attnid counts a hybrid {hf_type} model with at least one attention layer")  # fmt: skip
+    ffn = lfm2_ffn(c) if hf_type == "lfm2" else _positive(c, "intermediate_size", default=None)
+    try:
+        block = mixer_block(HF_TYPES[hf_type].mixer_layer()[1], c.hidden_size, ffn, _mixer_sizes(hf_type, c))
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+    tied = c.tie_word_embeddings
+    if not isinstance(tied, bool):
+        raise ConfigError(f"tie_word_embeddings: {printable(repr(tied))} must be true or false")
+    return Model(c.num_hidden_layers, ffn, c.vocab_size, tied, "", mixer_layers=((block, mixers),) if mixers else ())

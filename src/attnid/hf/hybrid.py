@@ -1,0 +1,110 @@
+"""The audit of a real hybrid model, attention layers beside layers whose sequence mixer is not attention (LFM2's
+short convolutions, Bamba's Mamba-2 mixers), against :func:`attnid.counting.count_model` with its ``mixer_layers``
+(chapter 9): the Jacobian of the whole causal LM's log-probabilities in float64 with respect to all its parameters,
+and its rank."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+
+import torch
+
+from ..audit import RTOL, AuditResult
+from ..counting import ModelConfig, count_model
+from ..counting.hybrid import mixer_block
+from ..families import HF_TYPES, block_config, equivalent_config
+from .build import build_model
+from .mamba import _gated_norm_float64
+from .mixers import audit_mixer, float64_kept
+from .scopes import _block_size
+
+# the mixer's sizes a hybrid family's audit takes by default (LFM2: the short convolution's; Bamba: Mamba-2's)
+MIXER_DEFAULTS: dict[str, dict] = {
+    "lfm2": dict(kernel=3, bias=False),
+    "bamba": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
+}
+
+
+def _mixer_sizes(hf_type: str, mixer: dict | None) -> dict:
+    """The mixer's sizes of a ``hf_type`` hybrid model: its defaults with ``mixer`` on top, a name it lacks refused."""
+    if hf_type not in MIXER_DEFAULTS:
+        raise ValueError(f"hf: expected one of {', '.join(MIXER_DEFAULTS)} for a hybrid model, got {hf_type!r}")
+    defaults = MIXER_DEFAULTS[hf_type]
+    given = {} if mixer is None else mixer
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ValueError(f"mixer: {hf_type}'s mixer has sizes {', '.join(defaults)}, not {', '.join(unknown)}")
+    return {**defaults, **given}
+
+
+def hybrid_model_config(
+    hf_type: str, cfg, *, layer_types: tuple[str, ...], ffn: int, vocab: int, tied: bool, mixer: dict | None = None,
+    norm_eps_zero: bool = False,
+) -> ModelConfig:  # fmt: skip
+    """The :class:`~attnid.counting.ModelConfig` of a ``hf_type`` hybrid model whose layers are ``layer_types`` (its
+    config's names), its attention ``cfg``, its mixers of sizes ``mixer`` (:data:`MIXER_DEFAULTS` by default)."""
+    sizes = _mixer_sizes(hf_type, mixer)
+    name, kind = HF_TYPES[hf_type].mixer_layer()
+    mixers = sum(t == name for t in layer_types)
+    block = mixer_block(kind, cfg.E, ffn, sizes, norm_eps_zero=norm_eps_zero)
+    return ModelConfig(
+        block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps_zero), len(layer_types), vocab, tied=tied,
+        norm_eps_zero=norm_eps_zero, mixer_layers=((block, mixers),) if mixers else (),
+    )  # fmt: skip
+
+
+def _config_changes(hf_type: str, layer_types: tuple[str, ...], sizes: dict) -> dict:
+    """The fields of a ``hf_type`` config that make its layers ``layer_types`` with mixers of ``sizes``."""
+    if hf_type == "lfm2":
+        return dict(layer_types=list(layer_types), conv_L_cache=sizes["kernel"], conv_bias=sizes["bias"])
+    return dict(attn_layer_indices=[i for i, kind in enumerate(layer_types) if kind == "full_attention"],
+                mamba_expand=sizes["expand"], mamba_n_heads=sizes["heads"], mamba_d_head="auto",
+                mamba_n_groups=sizes["groups"], mamba_d_state=sizes["state"], mamba_d_conv=sizes["kernel"],
+                mamba_proj_bias=sizes["bias"], mamba_conv_bias=sizes["conv_bias"], mamba_chunk_size=4)  # fmt: skip
+
+
+def _scan_in_float64(module: torch.nn.Module, forward: Callable) -> Callable:
+    """``forward`` with every Mamba-2 scan of ``module`` in float64 (:func:`attnid.hf.mixers.float64_kept`), its gated
+    norms computed in float64."""
+    for m in module.modules():
+        if type(m).__name__.endswith("RMSNormGated"):
+            m.forward = types.MethodType(_gated_norm_float64, m)
+
+    def scanned(call: Callable, ids: torch.Tensor) -> torch.Tensor:
+        with float64_kept():
+            return forward(call, ids)
+
+    return scanned
+
+
+def audit_hybrid_hf(
+    hf_type: str = "lfm2", *, embed: int = 8, heads: int = 2, groups: int = 1,
+    layer_types: tuple[str, ...] = ("conv", "full_attention"), ffn: int = 8, vocab: int | None = None,
+    tied: bool = True, mixer: dict | None = None, norm_eps: float = 0.0, seed: int = 0, rtol: float = RTOL,
+    check: bool = True,
+) -> AuditResult:  # fmt: skip
+    """Audit a whole ``hf_type`` causal LM whose layers are ``layer_types`` (its config's names: LFM2's ``"conv"``
+    and ``"full_attention"``, Bamba's ``"linear_attention"`` and ``"full_attention"``), its attention of ``heads``
+    heads in ``groups`` groups, its MLPs of inner size ``ffn``, its mixers of sizes ``mixer`` (:data:`MIXER_DEFAULTS`),
+    a vocabulary of ``vocab`` (default ``max(16, 3 embed)``), every norm at ``ε = norm_eps``, at seeded random
+    weights in float64, read through ``log_softmax``. ``details["theory_unidentified"]`` is the closed form; with
+    ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises :class:`HFAuditError`."""
+    sizes = _mixer_sizes(hf_type, mixer)
+    cfg = equivalent_config(hf_type, embed=embed, heads=heads, groups=groups, norm_eps=norm_eps)
+    V = max(16, 3 * embed) if vocab is None else vocab
+    theory = count_model(hybrid_model_config(hf_type, cfg, layer_types=tuple(layer_types), ffn=ffn, vocab=V,
+                                             tied=tied, mixer=sizes, norm_eps_zero=norm_eps == 0))  # fmt: skip
+    module, forward = build_model(
+        hf_type, cfg, ffn=ffn, layers=len(layer_types), vocab=V, tied=tied, seq_len=0, norm_eps=norm_eps, seed=seed,
+        config_changes=_config_changes(hf_type, tuple(layer_types), sizes),
+    )  # fmt: skip
+    B, L = _block_size(cfg, theory.total_params, words=V)
+    ids = torch.randint(0, V, (B, L), generator=torch.Generator().manual_seed(20_000 + seed))
+    return audit_mixer(
+        module, ids, theory, name=f"{hf_type} hybrid model", forward=_scan_in_float64(module, forward), rtol=rtol,
+        check=check,
+        details=dict(hf_type=hf_type, scope="model", module=f"transformers.{type(module).__name__}",
+                     config=dict(E=embed, H=heads, G=groups, layer_types=list(layer_types), ffn=ffn, vocab=V,
+                                 tied=tied, mixer=sizes, norm_eps=norm_eps)),
+    )  # fmt: skip
