@@ -365,8 +365,8 @@ table(released)
 # keeps $u_i$, and factors on $u_i$, on the filter and on $C_i$'s row are taken back by `out_proj`'s column $i$: four
 # directions per channel, $4E$ in all, with or without biases (each factor carries its row's bias). Nothing mixes two
 # channels, since each filter is its own channel's. The real `Lfm2ShortConv` agrees on five shapes (one to four taps,
-# with and without biases), and a closed form without the $B_i$/$x_i$ trade is refused. LFM2 models, which interleave
-# these layers with attention ones, are not yet counted layer kind by layer kind.
+# with and without biases), and a closed form without the $B_i$/$x_i$ trade is refused. LFM2 interleaves these layers with
+# attention ones; its whole model is counted below, layer kind by layer kind.
 #
 # **Mamba-2's mixer** (the state-space layers of Granite 4's hybrids, Falcon-H1, Zamba2 and Bamba) is not attention
 # either. `in_proj` gives a gate $z$, the channels of $x$, $B$ and $C$ and a time step per head; each channel of $x$,
@@ -386,8 +386,8 @@ table(released)
 # biases can trade at the first token alone, where $C_0$ is read only through
 # $y_0 = (\Delta_0 B_0^\top C_0 + D_h)\,x_0$, one number per head times $x_0$. When each group of $B$ and $C$ serves
 # one head, the gated norm removes that number at $\varepsilon = 0$, and one more direction per channel of $C$ is
-# free; at $\varepsilon > 0$ it is only nearly free, and with a group shared by two heads not at all. The hybrid
-# models that stack these layers with attention are not yet counted layer kind by layer kind.
+# free; at $\varepsilon > 0$ it is only nearly free, and with a group shared by two heads not at all. Bamba, which stacks
+# these layers with attention ones, is counted below, layer kind by layer kind.
 #
 # **Gated DeltaNet** (Qwen3-Next's layers that are not softmax attention) is a linear attention with a matrix state.
 # Its queries, keys and values are convolved per channel and passed through SiLU, as Mamba-2's are; queries and keys
@@ -412,6 +412,34 @@ families = rel.families_table()
 for name, value in rel.families_facts(families).items():
     glue(name, value, display=False)
 table(families)
+
+# %% [markdown]
+# ## Hybrid models, layer kind by layer kind
+#
+# A hybrid model stacks attention layers and layers of another mixer, each wired as a pre-norm decoder layer,
+# $h = x + \mathrm{mixer}(N_1 x)$, $y = h + \mathrm{mlp}(N_2 h)$, with RMSNorms and a gated MLP. A layer of the other
+# kind leaves free its mixer's own directions (above), each norm's weight against the columns of the maps that read
+# it ($E$ per norm: the mixer's input projections read $N_1$, the MLP's gate and up maps $N_2$), and the MLP's unit
+# scales ($F$), as an attention layer does (chapter 8). Across layers nothing new appears: every mixer reads the
+# stream through a norm and a linear map and writes to it through a linear map, so a rotation of the stream, its
+# scale at $\varepsilon = 0$, the final norm against an untied head and the logit shift are free exactly as in a
+# model of attention layers alone, and so the whole model's count is its attention layers' blocks, its other layers'
+# blocks, and chapter 8's model-wide terms. The real `Lfm2ForCausalLM` (short convolutions) and `BambaForCausalLM`
+# (Mamba-2) agree with that count on four shapes each, tied and untied, with and without the mixers' biases, at
+# $\varepsilon = 0$ and $\varepsilon > 0$; a count that drops the short convolution's four scales per channel is
+# refused, and so is one that counts the other layers as attention (`tests/test_hybrid.py`).
+#
+# One short-convolution layer of LFM2-1.2B leaves {glue:text}`lfm2_conv_layer:,` directions free, against
+# {glue:text}`lfm2_attention_layer:,` for one of its attention layers; the whole model leaves
+# {glue:text}`lfm2_share:.3%` of its parameters unidentified, and Bamba-9B {glue:text}`bamba_share:.3%` (its
+# untied head lets the stream rotate). `attnid count --scope attention` and `--scope block` on such a file count one
+# attention layer and say so; `--scope model` counts every kind.
+
+# %%
+hybrids = rel.hybrid_table()
+for name, value in rel.hybrid_facts(hybrids).items():
+    glue(name, value, display=False)
+table(hybrids)
 
 # %% [markdown]
 # ## Norms and gates of 2025–2026

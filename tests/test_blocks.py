@@ -118,6 +118,11 @@ BLOCK_SHAPES = {
     "falcon": [dict(heads=2), dict(heads=4, groups=1), dict(heads=4, groups=2, residual="parallel"),
                dict(heads=2, residual="sequential", bias="all"), dict(heads=4, groups=2, residual="shared_norm"),
                dict(heads=1, residual="parallel", bias="all", ffn=12)],
+    # the attention layers of the hybrid models LFM2 (QK-norm per head) and Bamba (half of each head rotated)
+    "lfm2": [dict(heads=2), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12), dict(heads=2, ffn=20),
+             dict(embed=12, heads=3, groups=1)],
+    "bamba": [dict(heads=2), dict(heads=2, groups=1, bias="all"), dict(heads=1, ffn=12), dict(heads=2, ffn=20),
+              dict(embed=12, heads=3, groups=1, bias="all")],
     # Command R: one LayerNorm without a shift before attention and MLP side by side; Command R+'s QK LayerNorm
     "cohere": [dict(heads=2), dict(heads=4, groups=2), dict(heads=2, qk_norm="layer"),
                dict(heads=2, bias="all", ffn=12), dict(embed=12, heads=3, groups=1, qk_norm="layer", ffn=16)],

@@ -12,6 +12,7 @@ from booktool import ROOT
 from attnid.cli.commands import COMMANDS
 
 RELEASED = ROOT / "data" / "configs" / "released" / "llama-3.1-8b.json"
+HYBRID = ROOT / "data" / "configs" / "families" / "lfm2-1.2b.json"
 HEAVY = ("torch", "transformers", "numpy", "scipy")
 
 # a process in which the heavy packages cannot be imported (found by no finder, and None in sys.modules)
@@ -66,14 +67,17 @@ def test_the_counter_page_counts_without_torch():
 import json
 from attnid.browser import count_page, manifest
 f = json.loads(count_page("model", open({str(RELEASED)!r}).read(), "llama-3.1-8b.json"))
+h = json.loads(count_page("model", open({str(HYBRID)!r}).read(), "config.json"))
 p = json.loads(count_page("block", preset="gpt2"))
 bad = json.loads(count_page("attention", "[1, 2]"))
-print(f["json"]["total_params"], p["status"], bad["status"], len(manifest()["presets"]), bad["error"])
+print(f["json"]["total_params"], h["json"]["unidentified_by_block"]["mixer_blocks"], p["status"], bad["status"],
+      len(manifest()["presets"]), bad["error"])
 """
     r = blocked(code)
     assert r.returncode == 0, r.stderr
-    total, preset_status, refused, presets, error = r.stdout.split(maxsplit=4)
+    total, mixers, preset_status, refused, presets, error = r.stdout.split(maxsplit=5)
     assert (int(total), int(preset_status), int(refused)) == (8_030_261_248, 0, 2) and int(presets) > 20
+    assert int(mixers) == 10 * (6 * 2048 + 8192)  # LFM2-1.2B's short-convolution layers, counted without torch
     assert error.startswith("attnid: error: config: config.json")
 
 

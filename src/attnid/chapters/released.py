@@ -12,6 +12,7 @@ from ..attention import AttentionConfig
 from ..audit import audit
 from ..configs import CONFIG_DIR, ConfigError, config_preset
 from ..counting import count
+from ..counting.hybrid import count_mixer_block
 from ..presets import layer_type_counts, scope_count
 
 READS: tuple[str, ...] = ()  # no run records: everything here is computed from the math and the config files
@@ -293,3 +294,34 @@ def _centring(cfg: AttentionConfig) -> int:
     """The directions a LayerNorm per head frees by its centring alone: ``E`` per query head and per key head, one
     more per biased query head (:func:`attnid.counting.count`)."""
     return cfg.H * (cfg.E + ("q" in cfg.bias)) + cfg.G * cfg.E
+
+
+def hybrid_table() -> pd.DataFrame:
+    """One row per hybrid model among the family files (LFM2, Bamba): its layers by kind, what one layer of each kind
+    and the model-wide terms leave unidentified, and the whole model's count (chapter 9, layer kind by layer kind)."""
+    rows = []
+    for path in sorted(FAMILIES_DIR.glob("*.json")):
+        p = config_preset(path)
+        if p.model is None or not p.model.mixer_layers:
+            continue
+        ((mixer, n),) = p.model.mixer_layers  # one kind of layer beside attention in each family read
+        block, model = scope_count(p, "block", path.stem), scope_count(p, "model", path.stem)
+        per_mixer = count_mixer_block(mixer).unidentified
+        rows.append({
+            "file": path.stem, "family": p.hf_type, "attention layers": p.model.layers - n, "other layers": n,
+            "other kind": mixer.mixer, "attention layer unidentified": block.unidentified,
+            "other layer unidentified": per_mixer,
+            "model-wide terms": model.unidentified - model.unidentified_by_block["blocks"] - n * per_mixer,
+            "model params": model.total_params, "model unidentified": model.unidentified,
+            "model share unidentified": model.unidentified / model.total_params,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def hybrid_facts(hybrids: pd.DataFrame) -> dict:
+    """The numbers the prose beside :func:`hybrid_table` glues."""
+    row = hybrids.set_index("file")
+    return {"lfm2_share": float(row.loc["lfm2-1.2b", "model share unidentified"]),
+            "lfm2_conv_layer": int(row.loc["lfm2-1.2b", "other layer unidentified"]),
+            "lfm2_attention_layer": int(row.loc["lfm2-1.2b", "attention layer unidentified"]),
+            "bamba_share": float(row.loc["bamba-9b", "model share unidentified"])}  # fmt: skip

@@ -12,6 +12,7 @@ from ..audit import METHODS as AUDIT_METHODS
 from ..counting import RESIDUALS, MLAConfig, count
 from ..families import HF_TYPES, MLA_TYPES
 from ..inputs import printable
+from ..presets import mixer_layers_note
 from .commands import add_command
 from .common import (
     HF_DEFAULTS,
@@ -153,6 +154,8 @@ def _audit_config(a) -> int:
                          "structure; the audit its small width)")  # fmt: skip
     name, p = chosen_model(a)  # type: ignore[misc]
     r = structure_audit(p, "block" if a.block else "attention", name)[1](a.seed)
+    if mixer_layers_note(p):  # a hybrid model: the audit is of an attention layer
+        r.details["shows"] = mixer_layers_note(p)
     return _report_hf_audit(r, a.json)
 
 

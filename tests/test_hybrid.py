@@ -1,0 +1,228 @@
+"""Hybrid models, counted layer kind by layer kind (chapter 9): LFM2's short convolutions and Bamba's Mamba-2 mixers
+beside attention layers. The closed form of a whole model (attnid.counting.count_model with its mixer_layers) equals
+the Jacobian rank of transformers' own model in float64; a closed form that drops a mixer's trade, or counts the
+mixer layers as attention, is refused; their config files are read as transformers builds them."""
+
+import json
+
+import pytest
+
+from attnid.configs import ConfigError, config_preset
+from attnid.counting import ModelConfig, count_model
+from attnid.counting.hybrid import MixerBlock, count_mixer_block, mixer_block
+from attnid.counting.short_conv import count_short_conv
+from attnid.families import block_config, equivalent_config
+from attnid.presets import mixer_layers_note, scope_count
+
+
+def lfm2_model(**changes) -> ModelConfig:
+    cfg = equivalent_config("lfm2", embed=8, heads=2, groups=1)
+    conv = mixer_block("short convolution", 8, 8, dict(kernel=3, bias=False))
+    return ModelConfig(block_config("lfm2", cfg, 8), **{**dict(layers=2, vocab=24, mixer_layers=((conv, 1),)),
+                                                          **changes})  # fmt: skip
+
+
+def test_a_mixer_layer_adds_its_norms_and_mlp_to_the_mixers_own_count():
+    conv = count_short_conv(8, 3)
+    c = count_mixer_block(MixerBlock("short convolution", conv, 8, 12))
+    assert c.unidentified_by_block == {"channel_scales": 4 * 8, "norm_scale": 2 * 8, "mlp_rescaling": 12}
+    assert c.total_params == conv.total_params + 2 * 8 + 3 * 8 * 12
+
+
+def test_a_hybrid_model_adds_its_mixer_layers_to_the_attention_layers():
+    one_attention = count_model(lfm2_model(layers=1, mixer_layers=()))
+    hybrid = count_model(lfm2_model())
+    conv = count_mixer_block(mixer_block("short convolution", 8, 8, dict(kernel=3, bias=False)))
+    assert hybrid.unidentified_by_block["mixer_blocks"] == conv.unidentified
+    assert hybrid.unidentified == one_attention.unidentified + conv.unidentified
+    assert hybrid.total_params == one_attention.total_params + conv.total_params
+
+
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        (dict(layers=1), "at least one attention layer"),
+        (dict(mixer_layers=((mixer_block("short convolution", 6, 8, dict(kernel=3, bias=False)), 1),)), "width 6"),
+        (dict(mixer_layers=(("conv", 1),)), "pairs"),
+        (dict(mixer_layers=((mixer_block("short convolution", 8, 8, dict(kernel=3, bias=False)), 0),)), "positive"),
+    ],
+)
+def test_a_hybrid_model_that_was_not_derived_is_refused_by_name(changes, says):
+    with pytest.raises((ValueError, TypeError), match=says):
+        lfm2_model(**changes)
+
+
+def test_hybrid_layers_beside_layernorm_blocks_are_refused():
+    cfg = equivalent_config("llama", embed=8, heads=2)
+    conv = mixer_block("short convolution", 8, 8, dict(kernel=3, bias=False))
+    with pytest.raises(ValueError, match="pre-norm RMSNorm"):
+        ModelConfig(block_config("gpt2", cfg.with_(rope=False, bias="qkvo"), 8), 2, 24, mixer_layers=((conv, 1),))
+
+
+@pytest.mark.parametrize(
+    "mixer, sizes, says",
+    [
+        ("attention", dict(kernel=3, bias=False), "expected one of"),
+        ("short convolution", dict(kernel=3), "has sizes kernel, bias"),
+        ("mamba2", dict(expand=0, heads=2, groups=1, state=2, kernel=2, bias=False, conv_bias=True), "expand"),
+    ],
+)
+def test_a_mixer_block_with_wrong_sizes_is_refused(mixer, sizes, says):
+    with pytest.raises(ValueError, match=says):
+        mixer_block(mixer, 8, 8, sizes)
+
+
+FAMILIES = "data/configs/families"
+
+
+def test_lfm2_1_2b_is_counted_with_its_short_convolution_layers():
+    """LFM2-1.2B: 6 attention layers, 10 short-convolution layers, an MLP of 8,192 (two thirds of block_ff_dim
+    12,288, rounded to 256), a tied head: 1,170,340,608 parameters, its checkpoint's total."""
+    p = config_preset(f"{FAMILIES}/lfm2-1.2b.json")
+    assert p.model.ffn == 8192 and p.model.tied
+    ((conv, n),) = p.model.mixer_layers
+    assert (conv.mixer, n) == ("short convolution", 10)
+    model = scope_count(p, "model", "lfm2")
+    assert model.total_params == 1_170_340_608
+    E, F = 2048, 8192
+    assert model.unidentified_by_block["mixer_blocks"] == 10 * (4 * E + 2 * E + F)
+    assert model.unidentified_by_block["blocks"] == 6 * scope_count(p, "block", "lfm2").unidentified
+    assert "6 attention layers" in mixer_layers_note(p) and "10 short convolution layers" in mixer_layers_note(p)
+
+
+def test_bamba_is_counted_with_its_mamba_layers():
+    p = config_preset(f"{FAMILIES}/bamba-9b.json")
+    ((mamba, n),) = p.model.mixer_layers
+    assert (mamba.mixer, n) == ("mamba2", 29)
+    E, inner, heads, state = 4096, 8192, 128, 128
+    assert mamba.count.unidentified_by_block["channel_scales"] == inner + 2 * state
+    assert mamba.count.unidentified_by_block["gated_norm_scale"] == inner
+    assert p.config.R == p.config.D // 2  # its code rotates half of each head
+    assert scope_count(p, "model", "bamba").total_params == 9_780_235_392
+
+
+def _write(tmp_path, base: str, **changes):
+    fields = json.loads(open(f"{FAMILIES}/{base}.json").read())
+    fields.update(changes)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    return path
+
+
+@pytest.mark.parametrize(
+    "base, changes, says",
+    [
+        ("bamba-9b", dict(time_step_limit=[0.001, 0.1]), "time_step_limit"),
+        ("bamba-9b", dict(attn_layer_indices=[]), "no layer is attention"),
+        ("bamba-9b", dict(attn_layer_indices=[40]), "attn_layer_indices"),
+        ("bamba-9b", dict(mamba_n_heads=100), "mamba_n_heads"),
+        ("lfm2-1.2b", dict(layer_types=["conv"] * 16), "no layer is attention"),
+        ("lfm2-1.2b", dict(layer_types=["mamba"] * 16), "layer_types"),
+        ("lfm2-1.2b", dict(block_ffn_dim_multiplier=-1.0), "block_ffn_dim_multiplier"),
+    ],
+)
+def test_a_hybrid_file_attnid_cannot_count_is_refused_by_name(tmp_path, base, changes, says):
+    with pytest.raises(ConfigError, match=says):
+        config_preset(_write(tmp_path, base, **changes))
+
+
+def test_lfm2s_mlp_size_follows_its_code(tmp_path):
+    """Without the auto-adjust the inner size is block_ff_dim itself; with a multiplier of 1.5 it is rounded up to
+    a multiple of block_multiple_of."""
+    plain = config_preset(_write(tmp_path, "lfm2-1.2b", block_auto_adjust_ff_dim=False))
+    assert plain.model.ffn == 12288
+    wider = config_preset(_write(tmp_path, "lfm2-1.2b", block_ffn_dim_multiplier=1.5, block_multiple_of=1000))
+    assert wider.model.ffn == 13000  # int(1.5 x 8192) = 12288, up to 13 x 1000
+
+
+# the real models, at the smallest shapes that show each mechanism: width 8, one or two layers of each kind
+LFM2_SHAPES = [
+    dict(),  # a short convolution then an attention layer, tied head, ε = 0
+    dict(tied=False),  # the stream's rotation, the final norm and the logit shift
+    dict(layer_types=("full_attention", "conv"), mixer=dict(bias=True), tied=False),
+    dict(layer_types=("conv", "full_attention"), norm_eps=1e-2, heads=4, groups=2),
+]
+BAMBA_SHAPES = [
+    dict(),  # a Mamba-2 layer then an attention layer, tied head, ε = 0
+    dict(tied=False),
+    dict(mixer=dict(bias=True, heads=2, groups=2)),  # in_proj biases: each head's time-step bias trades with dt_bias
+    dict(layer_types=("full_attention", "linear_attention"), mixer=dict(kernel=2, state=2), norm_eps=1e-2),
+]
+CASES = [("lfm2", kw) for kw in LFM2_SHAPES] + [("bamba", {"layer_types": ("linear_attention", "full_attention"),
+                                                               **kw}) for kw in BAMBA_SHAPES]  # fmt: skip
+
+
+@pytest.mark.parametrize("hf_type, kw", CASES, ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v)))
+def test_a_real_hybrid_model_keeps_the_closed_forms_free_directions(hf_type, kw):
+    hf_hybrid = pytest.importorskip("attnid.hf.hybrid")
+    r = hf_hybrid.audit_hybrid_hf(hf_type, **kw)  # raises on a difference or a blurred gap
+    assert r.unidentified == r.details["theory_unidentified"] == sum(r.details["terms"].values())
+    assert r.sv_gap > 1e6
+    assert r.details["terms"]["mixer_blocks"] > 0
+
+
+def test_a_closed_form_without_the_mixers_trade_is_refused(monkeypatch):
+    """Planted: the short convolution's four scales per channel left out of the model's count."""
+    hf_hybrid = pytest.importorskip("attnid.hf.hybrid")
+    from attnid.hf.build import HFAuditError
+
+    original = hf_hybrid.mixer_block
+
+    def without_scales(*args, **kwargs):
+        b = original(*args, **kwargs)
+        c = b.count
+        return MixerBlock(b.mixer, c.__class__(c.total_params, c.params_by_block, {"channel_scales": 0}), b.embed,
+                          b.ffn)  # fmt: skip
+
+    monkeypatch.setattr(hf_hybrid, "mixer_block", without_scales)
+    with pytest.raises(HFAuditError, match="the Jacobian gives"):
+        hf_hybrid.audit_hybrid_hf("lfm2")
+
+
+def test_mixer_layers_counted_as_attention_are_refused(monkeypatch):
+    """Planted: the hybrid model counted as if every layer were attention (no mixer_layers)."""
+    hf_hybrid = pytest.importorskip("attnid.hf.hybrid")
+    from dataclasses import replace
+
+    from attnid.hf.build import HFAuditError
+
+    original = hf_hybrid.hybrid_model_config
+    monkeypatch.setattr(hf_hybrid, "hybrid_model_config", lambda *a, **k: replace(original(*a, **k), mixer_layers=()))
+    with pytest.raises(HFAuditError, match="parameters"):
+        hf_hybrid.audit_hybrid_hf("bamba", layer_types=("linear_attention", "full_attention"))
+
+
+@pytest.mark.parametrize("scope", ["attention", "block"])
+def test_count_says_which_kind_of_layer_the_attention_and_block_scopes_show(scope):
+    from test_cli import run
+
+    text = run("count", "--config", f"{FAMILIES}/lfm2-1.2b.json", "--scope", scope)
+    assert text.returncode == 0, text.stderr
+    assert "one of its 6 attention layers; its 10 short convolution layers are counted at scope model" in text.stdout
+    out = json.loads(run("count", "--config", f"{FAMILIES}/bamba-9b.json", "--scope", scope, "--json").stdout)
+    assert "29 mamba2 layers" in out["shows"]
+
+
+def test_count_at_scope_model_adds_the_mixer_layers_term():
+    from test_cli import run
+
+    out = json.loads(run("count", "--config", f"{FAMILIES}/lfm2-1.2b.json", "--scope", "model", "--json").stdout)
+    assert out["total_params"] == 1_170_340_608
+    assert out["unidentified_by_block"]["mixer_blocks"] == 10 * (6 * 2048 + 8192)
+    assert "shows" not in out
+
+
+def test_chapter_9s_hybrid_table_adds_up_layer_kind_by_layer_kind():
+    pytest.importorskip("pandas")
+    from attnid.chapters import released as rel
+
+    t = rel.hybrid_table().set_index("file")
+    assert list(t.index) == ["bamba-9b", "lfm2-1.2b"]
+    for name, row in t.iterrows():
+        total = (row["attention layers"] * row["attention layer unidentified"]
+                 + row["other layers"] * row["other layer unidentified"] + row["model-wide terms"])  # fmt: skip
+        assert total == row["model unidentified"], name
+    assert t.loc["lfm2-1.2b", "model-wide terms"] == 0  # tied, ε > 0: no stream rotation, final norm or logit shift
+    assert t.loc["bamba-9b", "model-wide terms"] == 4096 * 4095 // 2 + 2 * 4096  # untied: rotation, norm, shift
+    facts = rel.hybrid_facts(rel.hybrid_table())
+    assert facts["lfm2_conv_layer"] == 4 * 2048 + 2 * 2048 + 8192
