@@ -4,6 +4,7 @@ the Jacobian rank of transformers' own model in float64; a closed form that drop
 mixer layers as attention, is refused; their config files are read as transformers builds them."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_a_mixer_block_with_wrong_sizes_is_refused(mixer, sizes, says):
         mixer_block(mixer, 8, 8, sizes)
 
 
-FAMILIES = "data/configs/families"
+FAMILIES = Path(__file__).resolve().parents[1] / "data" / "configs" / "families"
 
 
 def test_lfm2_1_2b_is_counted_with_its_short_convolution_layers():
@@ -94,15 +95,16 @@ def test_bamba_is_counted_with_its_mamba_layers():
     p = config_preset(f"{FAMILIES}/bamba-9b.json")
     ((mamba, n),) = p.model.mixer_layers
     assert (mamba.mixer, n) == ("mamba2", 29)
-    E, inner, heads, state = 4096, 8192, 128, 128
+    inner, heads, state = 2 * 4096, 128, 128
     assert mamba.count.unidentified_by_block["channel_scales"] == inner + 2 * state
+    assert mamba.count.unidentified_by_block["time_step_bias"] == 0 and mamba.count.params_by_block["scan"] == 3 * heads
     assert mamba.count.unidentified_by_block["gated_norm_scale"] == inner
     assert p.config.R == p.config.D // 2  # its code rotates half of each head
     assert scope_count(p, "model", "bamba").total_params == 9_780_235_392
 
 
 def _write(tmp_path, base: str, **changes):
-    fields = json.loads(open(f"{FAMILIES}/{base}.json").read())
+    fields = json.loads((FAMILIES / f"{base}.json").read_text())
     fields.update(changes)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(fields))
