@@ -57,7 +57,7 @@ PUBLISHED_TOTALS = {
     "phi-4": 14_659_507_200, "mistral-nemo-base-2407": 12_247_782_400, "qwen2-0.5b": 494_032_768,
     "mistral-7b-v0.1": 7_241_732_096, "qwen2.5-0.5b": 494_032_768, "meta-llama-3-8b": 8_030_261_248,
     "phi-3.5-mini-instruct": 3_821_079_552, "qwen2.5-1.5b-instruct": 1_543_714_304,
-    "tinyllama-1.1b-chat-v1.0": 1_100_048_384,
+    "tinyllama-1.1b-chat-v1.0": 1_100_048_384, "qwen3-4b-thinking-2507": 4_022_468_096,
 }  # fmt: skip
 
 
