@@ -9,31 +9,39 @@ from pathlib import Path
 import pytest
 
 from attnid.configs import ConfigError, config_preset
-from attnid.counting import ModelConfig, count_model
-from attnid.counting.hybrid import MixerBlock, count_mixer_block, mixer_block
+from attnid.counting import MixerBlock, ModelConfig, count_block, count_mixer_block, count_model
+from attnid.counting.hybrid import mixer_block
 from attnid.counting.short_conv import count_short_conv
 from attnid.families import block_config, equivalent_config
 from attnid.presets import mixer_layers_note, scope_count
 
 
+def lfm2_block(embed: int = 8, ffn: int = 8):
+    return block_config("lfm2", equivalent_config("lfm2", embed=embed, heads=2, groups=1), ffn)
+
+
 def lfm2_model(**changes) -> ModelConfig:
-    cfg = equivalent_config("lfm2", embed=8, heads=2, groups=1)
-    conv = mixer_block("short convolution", 8, 8, dict(kernel=3, bias=False))
-    return ModelConfig(block_config("lfm2", cfg, 8), **{**dict(layers=2, vocab=24, mixer_layers=((conv, 1),)),
-                                                          **changes})  # fmt: skip
+    conv = mixer_block("short convolution", lfm2_block(), dict(kernel=3, bias=False))
+    return ModelConfig(lfm2_block(), **{**dict(layers=2, vocab=24, mixer_layers=((conv, 1),)), **changes})
 
 
 def test_a_mixer_layer_adds_its_norms_and_mlp_to_the_mixers_own_count():
     conv = count_short_conv(8, 3)
-    c = count_mixer_block(MixerBlock("short convolution", conv, 8, 12))
-    assert c.unidentified_by_block == {"channel_scales": 4 * 8, "norm_scale": 2 * 8, "mlp_rescaling": 12}
+    c = count_mixer_block(MixerBlock("short convolution", conv, lfm2_block(ffn=12)))
+    assert {k: v for k, v in c.unidentified_by_block.items() if v} == {"channel_scales": 4 * 8, "norm_scale": 2 * 8,
+                                                                        "mlp_rescaling": 12}  # fmt: skip
     assert c.total_params == conv.total_params + 2 * 8 + 3 * 8 * 12
+    # the attention layer it replaces, less its attention, plus the mixer
+    attention = count_block(lfm2_block(ffn=12))
+    assert c.unidentified - conv.unidentified == attention.unidentified - sum(
+        attention.unidentified_by_block[k] for k in ("qk", "vo", "key_bias", "value_bias")
+    )
 
 
 def test_a_hybrid_model_adds_its_mixer_layers_to_the_attention_layers():
     one_attention = count_model(lfm2_model(layers=1, mixer_layers=()))
     hybrid = count_model(lfm2_model())
-    conv = count_mixer_block(mixer_block("short convolution", 8, 8, dict(kernel=3, bias=False)))
+    conv = count_mixer_block(mixer_block("short convolution", lfm2_block(), dict(kernel=3, bias=False)))
     assert hybrid.unidentified_by_block["mixer_blocks"] == conv.unidentified
     assert hybrid.unidentified == one_attention.unidentified + conv.unidentified
     assert hybrid.total_params == one_attention.total_params + conv.total_params
@@ -43,9 +51,17 @@ def test_a_hybrid_model_adds_its_mixer_layers_to_the_attention_layers():
     "changes, says",
     [
         (dict(layers=1), "at least one attention layer"),
-        (dict(mixer_layers=((mixer_block("short convolution", 6, 8, dict(kernel=3, bias=False)), 1),)), "width 6"),
+        (
+            dict(
+                mixer_layers=((mixer_block("short convolution", lfm2_block(embed=12), dict(kernel=3, bias=False)), 1),)
+            ),
+            "width 12",
+        ),
         (dict(mixer_layers=(("conv", 1),)), "pairs"),
-        (dict(mixer_layers=((mixer_block("short convolution", 8, 8, dict(kernel=3, bias=False)), 0),)), "positive"),
+        (
+            dict(mixer_layers=((mixer_block("short convolution", lfm2_block(), dict(kernel=3, bias=False)), 0),)),
+            "positive",
+        ),
     ],
 )
 def test_a_hybrid_model_that_was_not_derived_is_refused_by_name(changes, says):
@@ -54,10 +70,12 @@ def test_a_hybrid_model_that_was_not_derived_is_refused_by_name(changes, says):
 
 
 def test_hybrid_layers_beside_layernorm_blocks_are_refused():
-    cfg = equivalent_config("llama", embed=8, heads=2)
-    conv = mixer_block("short convolution", 8, 8, dict(kernel=3, bias=False))
+    gpt2 = block_config("gpt2", equivalent_config("gpt2", embed=8, heads=2), 8)
+    conv = mixer_block("short convolution", lfm2_block(), dict(kernel=3, bias=False))
     with pytest.raises(ValueError, match="pre-norm RMSNorm"):
-        ModelConfig(block_config("gpt2", cfg.with_(rope=False, bias="qkvo"), 8), 2, 24, mixer_layers=((conv, 1),))
+        ModelConfig(gpt2, 2, 24, mixer_layers=((conv, 1),))
+    with pytest.raises(ValueError, match="pre-norm RMSNorm"):
+        mixer_block("short convolution", gpt2, dict(kernel=3, bias=False))
 
 
 @pytest.mark.parametrize(
@@ -70,7 +88,7 @@ def test_hybrid_layers_beside_layernorm_blocks_are_refused():
 )
 def test_a_mixer_block_with_wrong_sizes_is_refused(mixer, sizes, says):
     with pytest.raises(ValueError, match=says):
-        mixer_block(mixer, 8, 8, sizes)
+        mixer_block(mixer, lfm2_block(), sizes)
 
 
 FAMILIES = Path(__file__).resolve().parents[1] / "data" / "configs" / "families"
@@ -173,8 +191,7 @@ def test_a_closed_form_without_the_mixers_trade_is_refused(monkeypatch):
     def without_scales(*args, **kwargs):
         b = original(*args, **kwargs)
         c = b.count
-        return MixerBlock(b.mixer, c.__class__(c.total_params, c.params_by_block, {"channel_scales": 0}), b.embed,
-                          b.ffn)  # fmt: skip
+        return MixerBlock(b.mixer, c.__class__(c.total_params, c.params_by_block, {"channel_scales": 0}), b.block)
 
     monkeypatch.setattr(hf_hybrid, "mixer_block", without_scales)
     with pytest.raises(HFAuditError, match="the Jacobian gives"):

@@ -9,8 +9,9 @@ import math
 
 from .config_fields import ConfigError
 from .config_mixtures import _positive
+from .attention_config import AttentionConfig
 from .counting.hybrid import mixer_block
-from .families import HF_TYPES
+from .families import HF_TYPES, block_config
 from .inputs import printable
 from .presets import Model
 
@@ -95,9 +96,9 @@ def _mixer_sizes(hf_type: str, c) -> dict:
                 bias=c.mamba_proj_bias, conv_bias=c.mamba_conv_bias)  # fmt: skip
 
 
-def hybrid_model(hf_type: str, c, read: set[str]) -> Model:
-    """The :class:`~attnid.presets.Model` of a hybrid family's config ``c`` (its attention read already), its layers
-    whose mixer is not attention as ``mixer_layers``; the fields read are added to ``read``."""
+def hybrid_model(hf_type: str, c, cfg: AttentionConfig, read: set[str]) -> Model:
+    """The :class:`~attnid.presets.Model` of a hybrid family's config ``c`` (its attention ``cfg`` read already), its
+    layers whose mixer is not attention as ``mixer_layers``; the fields read are added to ``read``."""
     read |= set(HYBRID_FIELDS[hf_type])
     kinds = _layer_kinds(hf_type, c)
     mixers = sum(k != "full_attention" for k in kinds)
@@ -106,10 +107,11 @@ def hybrid_model(hf_type: str, c, read: set[str]) -> Model:
                           f"attnid counts a hybrid {hf_type} model with at least one attention layer")  # fmt: skip
     ffn = lfm2_ffn(c) if hf_type == "lfm2" else _positive(c, "intermediate_size", default=None)
     try:
-        block = mixer_block(HF_TYPES[hf_type].mixer_layer()[1], c.hidden_size, ffn, _mixer_sizes(hf_type, c))
+        block = block_config(hf_type, cfg.with_(causal=True), ffn)
+        layer = mixer_block(HF_TYPES[hf_type].mixer_layer()[1], block, _mixer_sizes(hf_type, c))
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
     tied = c.tie_word_embeddings
     if not isinstance(tied, bool):
         raise ConfigError(f"tie_word_embeddings: {printable(repr(tied))} must be true or false")
-    return Model(c.num_hidden_layers, ffn, c.vocab_size, tied, "", mixer_layers=((block, mixers),) if mixers else ())
+    return Model(c.num_hidden_layers, ffn, c.vocab_size, tied, "", mixer_layers=((layer, mixers),) if mixers else ())

@@ -349,7 +349,7 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
     if hf_type == "qwen3_next":
         return cfg, None, read | _full_attention_layers(c)
     if t.hybrid:  # LFM2, Bamba: attention layers beside layers of another mixer
-        return cfg, hybrid_model(hf_type, c, read), read
+        return cfg, hybrid_model(hf_type, c, cfg, read), read
     if hf_type == "llama4":
         return cfg, _llama4_model(c, read), read
     if hf_type in ("cohere", "cohere2"):

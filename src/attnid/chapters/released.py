@@ -11,8 +11,7 @@ import pandas as pd
 from ..attention import AttentionConfig
 from ..audit import audit
 from ..configs import CONFIG_DIR, ConfigError, config_preset
-from ..counting import count
-from ..counting.hybrid import count_mixer_block
+from ..counting import count, count_mixer_block
 from ..presets import layer_type_counts, scope_count
 
 READS: tuple[str, ...] = ()  # no run records: everything here is computed from the math and the config files

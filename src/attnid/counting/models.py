@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 
 from ..attention_config import AttentionConfig
 from .attention import Count, MLAConfig, count, count_mla
-from .hybrid import MixerBlock, count_mixer_block
 
 
 def layer_gauge_dims(cfg: AttentionConfig) -> int:
@@ -298,6 +297,51 @@ def _nope_overlap(cfg: AttentionConfig) -> int:
     return cfg.G * max(0, cfg.D - (cfg.E - 1)) ** 2
 
 
+@dataclass(frozen=True)
+class MixerBlock:
+    """A decoder layer of a hybrid model whose sequence mixer is not attention (:mod:`attnid.counting.hybrid`):
+    ``block`` with its attention replaced by ``mixer`` (a name, :data:`attnid.counting.hybrid.MIXERS`), whose own
+    closed form is ``count``. The layer keeps ``block``'s norms and MLP (or mixture of experts), so it is counted
+    beside a sequential pre-norm RMSNorm ``block`` only, where nothing the norms or the MLP free depends on the
+    attention."""
+
+    mixer: str
+    count: Count
+    block: BlockConfig
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.mixer, str) and self.mixer):
+            raise ValueError(f"mixer: expected the mixer's name, got {self.mixer!r}")
+        if not isinstance(self.count, Count):
+            raise TypeError(f"count: expected the mixer's Count, got {type(self.count).__name__}")
+        if "norm_scale" in self.count.unidentified_by_block:
+            raise ValueError("count: give the mixer's own count (the layer's norms are counted with its block)")
+        b = self.block
+        if not isinstance(b, BlockConfig):
+            raise TypeError(f"block: expected a BlockConfig, got {type(b).__name__}")
+        if b.norm != "rms" or b.norm_position != "pre" or b.residual != "sequential":
+            raise ValueError("block: a hybrid layer is counted in a sequential pre-norm RMSNorm block only")
+
+    @property
+    def E(self) -> int:
+        return self.block.E
+
+
+def count_mixer_block(layer: MixerBlock) -> Count:
+    """Unidentified dimensions of one hybrid layer: the mixer's own terms, and every term of :func:`count_block` of
+    its ``block`` but the attention's (``norm_scale``, ``E`` per norm: each weight against the columns of the maps
+    that read it, the mixer's input projections among them; ``mlp_rescaling``; a softmax router's shift)."""
+    if not isinstance(layer, MixerBlock):
+        raise TypeError(f"layer: expected a MixerBlock, got {type(layer).__name__}")
+    attention_terms, attention_params = _attention_terms(layer.block)
+    whole = count_block(layer.block)
+    terms = {**layer.count.unidentified_by_block,
+             **{k: v for k, v in whole.unidentified_by_block.items() if k not in attention_terms}}  # fmt: skip
+    params = {"mixer": layer.count.total_params,
+              **{k: v for k, v in whole.params_by_block.items() if k not in attention_params}}  # fmt: skip
+    return Count(sum(params.values()), params, terms)
+
+
 # "learned": position rows added to the embeddings; "rope" and "alibi" add no parameter (a rotation of the queries
 # and keys, or a fixed bias on the scores)
 POSITIONS = ("rope", "learned", "alibi")
@@ -385,8 +429,8 @@ class ModelConfig:
             n = item[1]
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"mixer_layers: each kind's number of layers must be a positive integer, got {n!r}")
-            if item[0].embed != b.E:
-                raise ValueError(f"mixer_layers: a {item[0].mixer} layer of width {item[0].embed} in a model of {b.E}")
+            if item[0].E != b.E:
+                raise ValueError(f"mixer_layers: a {item[0].mixer} layer of width {item[0].E} in a model of {b.E}")
         if b.norm != "rms" or b.norm_position != "pre" or b.residual != "sequential":
             raise ValueError("mixer_layers: hybrid layers are counted beside sequential pre-norm RMSNorm blocks only")
         if self.dense_layers or self.nope_layers:
@@ -458,8 +502,8 @@ def count_model(model: ModelConfig) -> Count:
     """Unidentified dimensions of a whole causal LM (chapter 8 derives each term):
 
     * ``blocks``: :func:`count_block` of each layer (dense and mixture-of-experts layers by kind);
-    * ``mixer_blocks`` (hybrid models): :func:`~attnid.counting.hybrid.count_mixer_block` of each layer whose mixer
-      is not attention; the terms below hold for them as they are (:mod:`attnid.counting.hybrid`);
+    * ``mixer_blocks`` (hybrid models): :func:`count_mixer_block` of each layer whose mixer is not attention; the
+      terms below hold for them as they are (:mod:`attnid.counting.hybrid`);
     * ``stream_rotation``: an orthogonal change of basis ``Q`` of the residual stream, absorbed by every
       writer (``Q W``) and reader (``W Qᵀ``; the norms' ``γ`` first moved into the readers). RMSNorm keeps
       ``‖x‖``: ``E(E−1)/2``; LayerNorm needs ``Q 1 = 1``: ``(E−1)(E−2)/2``. Exact for any ε. None with a

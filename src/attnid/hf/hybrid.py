@@ -47,11 +47,10 @@ def hybrid_model_config(
     sizes = _mixer_sizes(hf_type, mixer)
     name, kind = HF_TYPES[hf_type].mixer_layer()
     mixers = sum(t == name for t in layer_types)
-    block = mixer_block(kind, cfg.E, ffn, sizes, norm_eps_zero=norm_eps_zero)
-    return ModelConfig(
-        block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps_zero), len(layer_types), vocab, tied=tied,
-        norm_eps_zero=norm_eps_zero, mixer_layers=((block, mixers),) if mixers else (),
-    )  # fmt: skip
+    block = block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps_zero)
+    layer = mixer_block(kind, block, sizes, norm_eps_zero=norm_eps_zero)
+    return ModelConfig(block, len(layer_types), vocab, tied=tied, norm_eps_zero=norm_eps_zero,
+                       mixer_layers=((layer, mixers),) if mixers else ())  # fmt: skip
 
 
 def _config_changes(hf_type: str, layer_types: tuple[str, ...], sizes: dict) -> dict:
