@@ -1,15 +1,15 @@
 """A hybrid model's ``config.json`` read (chapter 9): LFM2 (short convolutions beside attention layers) and Bamba
 (Mamba-2 mixers beside them), their layers' kinds and their mixers' sizes as transformers builds them. The attention
 layers are read as any family's (:mod:`attnid.configs`); the layers of the other kind become the model's
-``mixer_layers`` (:class:`attnid.counting.hybrid.MixerBlock`)."""
+``mixer_layers`` (:class:`attnid.counting.MixerBlock`)."""
 
 from __future__ import annotations
 
 import math
 
+from .attention_config import AttentionConfig
 from .config_fields import ConfigError
 from .config_mixtures import _positive
-from .attention_config import AttentionConfig
 from .counting.hybrid import mixer_block
 from .families import HF_TYPES, block_config
 from .inputs import printable

@@ -1,18 +1,16 @@
 """The decoder layers of hybrid models whose sequence mixer is not attention (chapter 9): LFM2's short-convolution
-layers and Bamba's Mamba-2 layers, beside attention layers. Such a layer is wired as a pre-norm
-attention layer is,
+layers and Bamba's Mamba-2 layers, beside attention layers. Such a layer is wired as a pre-norm attention layer is,
 
     h = x + mixer(N₁ x),    y = h + mlp(N₂ h),
 
 with RMSNorms ``N₁``, ``N₂`` and a gated MLP (or a mixture of experts). Its free directions are the mixer's own
 (:mod:`.short_conv`, :mod:`.mamba`), each norm's weight against the columns of the maps that read it (``E`` each:
 the mixer's input projections read ``N₁``, the MLP's gate and up maps ``N₂``), and the MLP's own (its unit scales,
-``F``), as in an attention layer (:func:`attnid.counting.count_block`; :class:`attnid.counting.MixerBlock` holds the
-layer as the attention layer it replaces, with :func:`attnid.counting.count_mixer_block` its count). Across layers nothing new appears: the
-mixers read the stream through a norm and a linear map and write to it through a linear map, as attention does, so
-a whole model's terms (the stream's rotation and scale, the final norm, the logit shift) are those of
-:func:`attnid.counting.count_model`.
-"""
+``F``), as in an attention layer (:func:`attnid.counting.count_block`). :class:`attnid.counting.MixerBlock` holds
+the layer as the attention layer it replaces, and :func:`attnid.counting.count_mixer_block` counts it. Across layers
+nothing new appears: the mixers read the stream through a norm and a linear map and write to it through a linear
+map, as attention does, so a whole model's terms (the stream's rotation and scale, the final norm, the logit shift)
+are those of :func:`attnid.counting.count_model"""
 
 from __future__ import annotations
 
