@@ -10,7 +10,7 @@ the mixer's input projections read ``N₁``, the MLP's gate and up maps ``N₂``
 the layer as the attention layer it replaces, and :func:`attnid.counting.count_mixer_block` counts it. Across layers
 nothing new appears: the mixers read the stream through a norm and a linear map and write to it through a linear
 map, as attention does, so a whole model's terms (the stream's rotation and scale, the final norm, the logit shift)
-are those of :func:`attnid.counting.count_model"""
+are those of :func:`attnid.counting.count_model`."""
 
 from __future__ import annotations
 
