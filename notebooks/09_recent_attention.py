@@ -399,8 +399,8 @@ table(released)
 # direction per value channel of a head, not per channel of the layer. Nothing else is free, for the same reasons as
 # Mamba-2's. The real `Qwen3NextGatedDeltaNet` agrees on four shapes (key heads shared by value heads or one each,
 # two to four taps), and a closed form that gives the norm a weight per channel of the layer is refused.
-# Qwen3-Next's model, which stacks three of these layers to one of gated softmax attention, is counted at its
-# attention layers only.
+# Qwen3-Next's model, which stacks three of these layers to one of gated softmax attention, is counted below, layer
+# kind by layer kind.
 #
 # The table below counts the released files of the families of this section (each transcribed field by field, its
 # source named inside, under `data/configs/families`). GLM-4.5-Air's whole model leaves
@@ -429,10 +429,18 @@ table(families)
 # $\varepsilon = 0$ and $\varepsilon > 0$; a count that drops the short convolution's four scales per channel is
 # refused, and so is one that counts the other layers as attention (`tests/test_hybrid.py`).
 #
+# Qwen3-Next puts a mixture of experts in every layer, of either kind: a softmax router (its logits' common shift is
+# free, $E$ directions), each expert's unit scales, and a shared expert whose output is multiplied by
+# $\sigma(g^\top x)$. That gate is identified: a sigmoid has no shift or scale to give, and no scale of the shared
+# expert's output can pass through it. Its real decoder layer agrees on five shapes (`tests/test_blocks.py`), and its
+# whole model, a Gated DeltaNet layer beside a gated softmax one, agrees too.
+#
 # One short-convolution layer of LFM2-1.2B leaves {glue:text}`lfm2_conv_layer:,` directions free, against
 # {glue:text}`lfm2_attention_layer:,` for one of its attention layers; the whole model leaves
-# {glue:text}`lfm2_share:.3%` of its parameters unidentified, and Bamba-9B {glue:text}`bamba_share:.3%` (its
-# untied head lets the stream rotate). `attnid count --scope attention` and `--scope block` on such a file count one
+# {glue:text}`lfm2_share:.3%` of its parameters unidentified, Bamba-9B {glue:text}`bamba_share:.3%` (its
+# untied head lets the stream rotate) and Qwen3-Next-80B-A3B {glue:text}`qwen_next_share:.3%`, where a Gated
+# DeltaNet layer leaves {glue:text}`qwen_next_deltanet_layer:,` directions free against
+# {glue:text}`qwen_next_attention_layer:,` for a softmax one (most of either, its 512 experts' unit scales). `attnid count --scope attention` and `--scope block` on such a file count one
 # attention layer and say so; `--scope model` counts every kind.
 
 # %%
@@ -476,7 +484,7 @@ table(hybrids)
 # are identified ($\sigma$ has no scale to give), and the value bias reaches the output as
 # $\sum_h W_O^h (\sigma_h \odot b_V^g)$, which changes with the query, so it is identified even beside an
 # output bias. Qwen3-Next's other layers (three of four) are linear attention, which is not softmax attention:
-# attnid counts the full-attention layers and refuses the others by name.
+# they are counted as Gated DeltaNet layers, in the section on hybrid models above.
 #
 # **A LayerNorm without a shift** (Command R) feeds the attention and the MLP side by side. Without a shift
 # there is no constant for a reader's bias to take back: every row of every map that reads the norm, biased or

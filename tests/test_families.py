@@ -49,7 +49,7 @@ def test_every_file_names_its_release():
     assert [p.stem for p in FILES] == ["bamba-9b", "bloom", "command-r7b-12-2024", "dots.llm1.inst",
                                        "ernie-4.5-21b-a3b", "exaone-4.0-32b", "glm-4.5-air", "hunyuan-a13b-instruct",
                                        "internlm3-8b-instruct", "lfm2-1.2b", "olmo-3-7b",
-                                       "qwen2.5-vl-7b-instruct"]  # fmt: skip
+                                       "qwen2.5-vl-7b-instruct", "qwen3-next-80b-a3b-instruct"]  # fmt: skip
     for path in FILES:
         note = json.loads(path.read_text())[SOURCE_KEY]
         assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name

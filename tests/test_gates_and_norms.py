@@ -173,25 +173,37 @@ QWEN3_NEXT = {  # Qwen3-Next-80B-A3B's architecture fields, as its model card an
 }  # fmt: skip
 
 
-def test_qwen3_next_counts_its_gated_softmax_layers_and_names_its_linear_ones(tmp_path):
+def test_qwen3_next_counts_its_gated_softmax_layers_and_its_linear_ones_apart(tmp_path):
+    """Qwen3-Next-80B-A3B: one gated softmax layer to three of Gated DeltaNet, a mixture of 512 experts (10 chosen)
+    beside a gated shared expert in every layer. Scopes attention and block count a softmax layer and say so; scope
+    model counts every kind, its total that of transformers' own model built from the same fields."""
     pytest.importorskip("transformers")
-    from attnid.presets import scope_count
+    from attnid.presets import mixer_layers_note, scope_count
 
     p = _config(tmp_path, QWEN3_NEXT)
     cfg = p.config
     assert (cfg.output_gate, cfg.qk_norm, cfg.R, cfg.D, cfg.G) == (True, "head", 64, 256, 2)
     assert count(cfg).unidentified_by_block["vo"] == 2 * 256  # diagonal value maps per group
-    for scope in ("block", "model"):
-        with pytest.raises(ValueError, match="36 of its 48 layers are linear attention"):
-            scope_count(p, scope, "qwen3-next")
+    assert "one of its 12 attention layers; its 36 gated deltanet layers" in mixer_layers_note(p)
+    block = scope_count(p, "block", "qwen3-next")
+    E, F = 2048, 512
+    assert block.unidentified_by_block["mlp_rescaling"] == 512 * F + F  # each routed expert and the shared one
+    assert block.unidentified_by_block["router_shift"] == E  # the softmax router; its gate on the shared expert: none
+    model = scope_count(p, "model", "qwen3-next")
+    assert model.total_params == 79_674_391_296  # transformers' Qwen3NextForCausalLM from these fields
+    keys, values = 16 * 128, 32 * 128
+    deltanet = (2 * keys + values) + 128 + 2 * E + 512 * F + F + E  # channels, norm weight, norms, experts, router
+    assert model.unidentified_by_block["mixer_blocks"] == 36 * deltanet
     from test_cli import run
 
     r = run("count", "--config", str(tmp_path), "--json")
-    assert r.returncode == 0 and "attnid counts the attention of its full-attention layers" in r.stdout
-    r = run("count", "--config", str(tmp_path), "--scope", "block")
-    assert r.returncode == 2 and "linear attention (Gated DeltaNet)" in r.stderr
-    with pytest.raises(Exception, match="no full_attention layer"):
+    assert r.returncode == 0 and "36 gated deltanet layers are counted at scope model" in r.stdout
+    r = run("count", "--config", str(tmp_path), "--scope", "model")
+    assert r.returncode == 0 and "79,674,391,296 parameters" in r.stdout
+    with pytest.raises(Exception, match="no layer is attention"):
         _config(tmp_path, {**QWEN3_NEXT, "layer_types": ["linear_attention"] * 48})
+    with pytest.raises(Exception, match="mlp_only_layers"):
+        _config(tmp_path, {**QWEN3_NEXT, "mlp_only_layers": [0]})
 
 
 COMMAND_R = {  # Command R (v01) and, with use_qk_norm, Command R+'s architecture fields, as their files give them

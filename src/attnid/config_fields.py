@@ -80,7 +80,7 @@ FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "n
 # fields that a config class's __post_init__ turns into another: older names (LFM2's, Falcon's), and LFM2's list of
 # attention layers, from which it writes layer_types
 OLDER_NAMES = {"block_ff_dim": "intermediate_size", "tie_embedding": "tie_word_embeddings", "n_embed": "hidden_size",
-               "full_attn_idxs": "layer_types"}  # fmt: skip
+               "full_attn_idxs": "layer_types", "full_attention_interval": "layer_types"}  # fmt: skip
 
 FAMILY_FIXED: dict[str, dict[str, object]] = {"cohere2": {"position_embedding_type": "rope_gptj"}}
 
@@ -122,13 +122,6 @@ ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation", "
 QK_NORM_FIELDS = {"llama4": ("use_qk_norm", "l2"), "stablelm": ("qk_layernorm", "layer"),
                   "cohere": ("use_qk_norm", "layer"), "glm4_moe": ("use_qk_norm", "head")}  # fmt: skip
 
-# Qwen3-Next: the layers attnid does not count (linear attention, and the blocks around them); read, so that a value
-# is never refused as unknown, and named in the refusal of a block or a model
-LINEAR_ATTENTION_FIELDS = ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
-                           "linear_num_value_heads", "linear_value_head_dim", "num_experts", "num_experts_per_tok",
-                           "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step",
-                           "mlp_only_layers", "norm_topk_prob", "intermediate_size", "num_hidden_layers", "vocab_size",
-                           "tie_word_embeddings", "hidden_act", "layer_types")  # fmt: skip
 
 # flags a released file writes as numbers that transformers' config class now types as booleans; the model code reads
 # their truth value (Llama 4 Scout's file has attn_temperature_tuning = 4)

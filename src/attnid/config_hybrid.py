@@ -1,5 +1,6 @@
-"""A hybrid model's ``config.json`` read (chapter 9): LFM2 (short convolutions beside attention layers) and Bamba
-(Mamba-2 mixers beside them), their layers' kinds and their mixers' sizes as transformers builds them. The attention
+"""A hybrid model's ``config.json`` read (chapter 9): LFM2 (short convolutions beside attention layers), Bamba
+(Mamba-2 mixers beside them) and Qwen3-Next (Gated DeltaNet beside gated attention, a mixture of experts with a gated
+shared expert in every layer), their layers' kinds and their mixers' sizes as transformers builds them. The attention
 layers are read as any family's (:mod:`attnid.configs`); the layers of the other kind become the model's
 ``mixer_layers`` (:class:`attnid.counting.MixerBlock`)."""
 
@@ -9,7 +10,7 @@ import math
 
 from .attention_config import AttentionConfig
 from .config_fields import ConfigError
-from .config_mixtures import _positive
+from .config_mixtures import _mixture_model, _positive
 from .counting.hybrid import mixer_block
 from .families import HF_TYPES, block_config
 from .inputs import printable
@@ -22,6 +23,9 @@ HYBRID_FIELDS = {
     "bamba": ("attn_layer_indices", "layer_types", "intermediate_size", "mamba_n_heads", "mamba_d_head",
               "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_conv_bias", "mamba_proj_bias",
               "mamba_chunk_size", "time_step_limit", "rms_norm_eps"),
+    "qwen3_next": ("layer_types", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
+                   "linear_num_value_heads", "linear_value_head_dim", "shared_expert_intermediate_size",
+                   "rms_norm_eps", "hidden_act"),
 }  # fmt: skip
 
 
@@ -71,6 +75,14 @@ def _layer_kinds(hf_type: str, c) -> list[str]:
 
 def _mixer_sizes(hf_type: str, c) -> dict:
     """The sizes of a hybrid family's mixer (:data:`attnid.counting.hybrid.MIXER_SIZES`) from its config."""
+    if hf_type == "qwen3_next":
+        sizes = {name: _positive(c, f"linear_{field}", default=None) for name, field in (
+            ("key_heads", "num_key_heads"), ("value_heads", "num_value_heads"), ("key_dim", "key_head_dim"),
+            ("value_dim", "value_head_dim"), ("kernel", "conv_kernel_dim"))}  # fmt: skip
+        if None in sizes.values() or sizes["value_heads"] % sizes["key_heads"]:
+            raise ConfigError(f"linear_num_key_heads: {sizes['key_heads']} key heads must divide the "
+                              f"{sizes['value_heads']} value heads of Gated DeltaNet")  # fmt: skip
+        return sizes
     if hf_type == "lfm2":
         for name in ("conv_bias",):
             if not isinstance(getattr(c, name), bool):
@@ -105,13 +117,22 @@ def hybrid_model(hf_type: str, c, cfg: AttentionConfig, read: set[str]) -> Model
     if mixers == len(kinds):
         raise ConfigError(f"{'attn_layer_indices' if hf_type == 'bamba' else 'layer_types'}: no layer is attention; "
                           f"attnid counts a hybrid {hf_type} model with at least one attention layer")  # fmt: skip
-    ffn = lfm2_ffn(c) if hf_type == "lfm2" else _positive(c, "intermediate_size", default=None)
+    experts, shared = 0, 0
+    if hf_type == "qwen3_next":  # a mixture in every layer, beside a gated shared expert
+        mixture = _mixture_model(c, hf_type, read)
+        ffn, experts = mixture.ffn, mixture.experts
+        shared = _positive(c, "shared_expert_intermediate_size", default=None)
+        if shared is None:
+            raise ConfigError("shared_expert_intermediate_size: Qwen3-Next's shared expert needs its inner size")
+    else:
+        ffn = lfm2_ffn(c) if hf_type == "lfm2" else _positive(c, "intermediate_size", default=None)
     try:
-        block = block_config(hf_type, cfg.with_(causal=True), ffn)
+        block = block_config(hf_type, cfg.with_(causal=True), ffn, experts=experts, shared_ffn=shared or None)
         layer = mixer_block(HF_TYPES[hf_type].mixer_layer()[1], block, _mixer_sizes(hf_type, c))
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None
     tied = c.tie_word_embeddings
     if not isinstance(tied, bool):
         raise ConfigError(f"tie_word_embeddings: {printable(repr(tied))} must be true or false")
-    return Model(c.num_hidden_layers, ffn, c.vocab_size, tied, "", mixer_layers=((layer, mixers),) if mixers else ())
+    return Model(c.num_hidden_layers, ffn, c.vocab_size, tied, "", experts=experts, shared_ffn=shared,
+                 mixer_layers=((layer, mixers),) if mixers else ())  # fmt: skip

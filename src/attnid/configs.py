@@ -28,7 +28,6 @@ from .config_fields import (
     FAMILY_FIXED,
     FIXED_BY_CODE,
     GRANITE_MULTIPLIERS,
-    LINEAR_ATTENTION_FIELDS,
     MIN_WINDOW,
     MLP_BIAS_SWITCHES,
     MULTIMODAL_FIELDS,
@@ -258,17 +257,11 @@ def _text_model(fields: dict, source: str, model_type: str) -> tuple[dict, str, 
 
 
 def _attention_only_reason(hf_type: str, c) -> str:
-    """Why a family with a counted attention has no counted block or model (Qwen3-Next's linear attention, Falcon
-    RW's ALiBi layers)."""
+    """Why a family with a counted attention has no counted block or model (Falcon RW's ALiBi layers)."""
     if hf_type == "falcon" and c.alibi:
         return ("its layers use ALiBi (Falcon RW): attnid counts their attention as BLOOM's, a layer without a "
                 "position map, and audits Falcon's decoder layer with RoPE only")  # fmt: skip
-    if hf_type != "qwen3_next":
-        return ""
-    linear = sum(t == "linear_attention" for t in c.layer_types)
-    return (f"{linear} of its {len(c.layer_types)} layers are linear attention (Gated DeltaNet), which is not softmax "
-            "attention (chapter 9 counts one alone; a model of both kinds is not counted yet), and its mixture has a "
-            "gated shared expert; attnid counts the attention of its full-attention layers")  # fmt: skip
+    return ""
 
 
 def _truth_values(fields: dict) -> tuple[dict, dict]:
@@ -346,9 +339,7 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
     t = HF_TYPES[hf_type]
     E = c.hidden_size
     cfg, read = _read_attention(hf_type, c)
-    if hf_type == "qwen3_next":
-        return cfg, None, read | _full_attention_layers(c)
-    if t.hybrid:  # LFM2, Bamba: attention layers beside layers of another mixer
+    if t.hybrid:  # LFM2, Bamba, Qwen3-Next: attention layers beside layers of another mixer
         return cfg, hybrid_model(hf_type, c, cfg, read), read
     if hf_type == "llama4":
         return cfg, _llama4_model(c, read), read
@@ -443,15 +434,6 @@ def _qk_norm_of(c, hf_type: str, read: set[str]) -> tuple[str, float]:
     d = c.to_dict()
     eps = "layer_norm_eps" if qk_norm == "layer" else "norm_eps" if hf_type == "lfm2" else "rms_norm_eps"
     return qk_norm, (d.get(eps, 0.0) if qk_norm else 0.0)
-
-
-def _full_attention_layers(c) -> set[str]:
-    """Qwen3-Next: the fields of the layers attnid does not count, once at least one layer is full attention."""
-    kinds = c.layer_types
-    if not isinstance(kinds, list) or "full_attention" not in kinds:
-        raise ConfigError(f"layer_types: {printable(repr(kinds), 80)} has no full_attention layer (attnid counts the "
-                          "softmax attention of those; linear attention is not softmax attention)")  # fmt: skip
-    return set(LINEAR_ATTENTION_FIELDS)
 
 
 def _logit_scale(c) -> set[str]:

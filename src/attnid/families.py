@@ -55,6 +55,7 @@ class HFType:
     output_gate: bool = False  # each head's output gated by a sigmoid of its query's input (Qwen3-Next)
     router: str = ""  # its decoder layer's mixture of experts: counting.ROUTERS ("": one MLP)
     shared_expert: bool = False  # beside the routed experts, one expert every token passes (Llama 4)
+    shared_gate: bool = False  # the shared expert's output times a sigmoid of a linear form of the input (Qwen3-Next)
     choice_bias: bool = False  # a parameter per expert that only chooses the experts (ERNIE 4.5's)
     mrope: bool = False  # M-RoPE: each rotated pair turned by one of three position streams (Qwen2.5-VL)
     fixed_ffn: bool = False  # its code fixes the MLP's inner size to ffn_ratio x E (BLOOM)
@@ -106,6 +107,8 @@ class HFType:
             return {}
         if self.module in ("qwen3_moe", "ernie4_5_moe", *GROUPED_ROUTER_TYPES):
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
+        if self.module == "qwen3_next":  # its shared expert as wide as each routed one
+            return {"intermediate_size": ffn, "moe_intermediate_size": ffn, "shared_expert_intermediate_size": ffn}
         named = {"gpt2": "n_inner", "opt": "ffn_dim", "falcon": "ffn_hidden_size"}
         return {named.get(self.module, "intermediate_size"): ffn}
 
@@ -123,6 +126,9 @@ class HFType:
             # routed factor other than 1 (absorbed by the experts' weights)
             return dict(n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
                         n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5)  # fmt: skip
+        if self.module == "qwen3_next":  # a mixture in every layer
+            return dict(num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
+                        norm_topk_prob=True)  # fmt: skip
         if self.module == "llama4":  # one expert chosen per token, as released: its σ is not renormalised
             return {n: experts, "num_experts_per_tok": 1, "moe_layers": [0]}
         return {n: experts, "num_experts_per_tok": 2, **({"decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -341,6 +347,8 @@ HF_TYPES: dict[str, HFType] = {
     "qwen3_next": HFType(  # Qwen3-Next's softmax attention layers: gated heads, (1 + w) QK-norm, a quarter rotated
         "qwen3_next", "Qwen3NextConfig", "Qwen3NextAttention", "Qwen3NextRotaryEmbedding", biases=("", "qkvo"),
         groups=True, head_dim=True, partial_rope=True, qk_norm="head", output_gate=True, norm="rms", mlp="swiglu",
+        layer="Qwen3NextDecoderLayer", lm="Qwen3NextForCausalLM", router="softmax", shared_expert=True,
+        shared_gate=True, hybrid=("linear_attention", "gated deltanet"),
     ),
     "seed_oss": HFType(  # Seed-OSS: Llama's block with q/k/v biases (attention_bias) and an output bias of its own
         # (attention_out_bias)
@@ -497,6 +505,7 @@ def block_config(
         norm_position=t.norm_position, norm_eps_zero=norm_eps_zero, experts=experts,
         shared_ffn=(ffn if shared_ffn is None else shared_ffn) if t.shared_expert and experts else 0,
         router=t.router or "sigmoid", choice_bias=t.choice_bias and bool(experts),
+        shared_gate=t.shared_gate and bool(experts),
     )  # fmt: skip
 
 

@@ -503,7 +503,8 @@ def _bamba(c: LibraryConfig, kw: dict) -> None:
     _kv_heads(c, kw)
     if c.mamba_d_head == "auto" and isinstance(c.mamba_n_heads, int) and c.mamba_n_heads:
         c.mamba_d_head = c.mamba_expand * c.hidden_size // c.mamba_n_heads
-    c.time_step_limit = tuple(c.time_step_limit) if c.time_step_limit is not None else None
+    # a tuple in transformers' config, a list in its to_dict(), which is what this class stands for
+    c.time_step_limit = list(c.time_step_limit) if isinstance(c.time_step_limit, (list, tuple)) else c.time_step_limit
     kw["partial_rotary_factor"] = 0.5
 
 

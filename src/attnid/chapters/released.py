@@ -317,10 +317,16 @@ def hybrid_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+QWEN3_NEXT = "qwen3-next-80b-a3b-instruct"
+
+
 def hybrid_facts(hybrids: pd.DataFrame) -> dict:
     """The numbers the prose beside :func:`hybrid_table` glues."""
     row = hybrids.set_index("file")
     return {"lfm2_share": float(row.loc["lfm2-1.2b", "model share unidentified"]),
             "lfm2_conv_layer": int(row.loc["lfm2-1.2b", "other layer unidentified"]),
             "lfm2_attention_layer": int(row.loc["lfm2-1.2b", "attention layer unidentified"]),
-            "bamba_share": float(row.loc["bamba-9b", "model share unidentified"])}  # fmt: skip
+            "bamba_share": float(row.loc["bamba-9b", "model share unidentified"]),
+            "qwen_next_share": float(row.loc[QWEN3_NEXT, "model share unidentified"]),
+            "qwen_next_deltanet_layer": int(row.loc[QWEN3_NEXT, "other layer unidentified"]),
+            "qwen_next_attention_layer": int(row.loc[QWEN3_NEXT, "attention layer unidentified"])}  # fmt: skip

@@ -56,7 +56,8 @@ class BlockConfig:
     or ``"softmax_biased"`` (gpt-oss: a router with a bias, a softmax over the chosen logits): ``E + 1``.
     ``choice_bias``: a parameter per expert added to the router's scores for the choice of experts only (ERNIE 4.5's
     ``e_score_correction_bias``): the choice is constant near almost every input, so its ``experts`` entries reach no
-    output.
+    output. ``shared_gate``: the shared experts' output times ``σ(g·x)`` (Qwen3-Next), ``E`` parameters; a sigmoid has
+    no shift or scale to give, and the shared experts' output has no scale the gate could take back: identified.
     """
 
     attention: AttentionConfig | MLAConfig
@@ -71,6 +72,7 @@ class BlockConfig:
     shared_ffn: int = 0
     router: str = "sigmoid"
     choice_bias: bool = False
+    shared_gate: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.attention, (AttentionConfig, MLAConfig)):
@@ -106,8 +108,11 @@ class BlockConfig:
                              "expert, as Llama 4's, is counted)")  # fmt: skip
         if self.shared_ffn and not self.experts:
             raise ValueError("shared_ffn: shared experts belong to a mixture of experts (experts >= 1)")
-        if self.choice_bias and not self.experts:
-            raise ValueError("choice_bias: a bias that chooses experts belongs to a mixture of experts (experts >= 1)")
+        if (self.choice_bias and not self.experts) or (self.shared_gate and not self.shared_ffn):
+            raise ValueError(
+                "choice_bias, shared_gate: a bias that chooses experts belongs to a mixture of experts "
+                "(experts >= 1), a gate on the shared experts to a mixture with them (shared_ffn >= 1)"
+            )
         if self.router not in ROUTERS:
             raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {self.router!r}")
         if isinstance(self.attention, MLAConfig):
@@ -126,7 +131,8 @@ class BlockConfig:
         if self.experts:  # routed experts, shared experts, router (with their biases)
             biases = self.experts * (2 * F + E + 1) if self.mlp_bias else 0
             choice = self.experts if self.choice_bias else 0
-            return maps * E * (self.experts * F + self.shared_ffn) + self.experts * E + biases + choice
+            gate = E if self.shared_gate else 0
+            return maps * E * (self.experts * F + self.shared_ffn) + self.experts * E + biases + choice + gate
         return maps * E * F + ((F + E) if self.mlp_bias else 0)
 
     def norms(self) -> tuple[int, int]:
@@ -444,7 +450,7 @@ class ModelConfig:
 
     def _dense(self, block: BlockConfig) -> BlockConfig:
         """``block`` with one MLP of inner size ``dense_ffn`` in place of its mixture of experts."""
-        return replace(block, ffn=self.dense_ffn, experts=0, shared_ffn=0, choice_bias=False)
+        return replace(block, ffn=self.dense_ffn, experts=0, shared_ffn=0, choice_bias=False, shared_gate=False)
 
     def blocks(self) -> list[tuple[BlockConfig, int]]:
         """``(block, how many)`` for each kind of layer the model stacks."""

@@ -317,17 +317,9 @@ def build_block(
     )
     config._experts_implementation = "eager"  # a model sets it; the layer alone runs the experts' own loop
     kind = {"layer_type": "full_attention"} if hf_type == "bamba" else {}  # its layer is a Mamba-2 one by default
-    layer = _prepare(getattr(mod, t.layer)(config, layer_idx=0, **kind), cfg.E, seed, norm_eps=norm_eps)
-    for m in layer.modules():
-        if _is_router(m) and t.router == "softmax":  # gpt-oss's router computes in the input's dtype already
-            m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
-        if _is_router(m) and hf_type in GROUPED_ROUTER_TYPES:  # DeepSeek-V3's router, computed in float32
-            m.forward = types.MethodType(_router_float64(m.forward), m)
-        if hasattr(m, "e_score_correction_bias") and isinstance(m.e_score_correction_bias, torch.nn.Parameter):
-            with torch.no_grad():  # ERNIE 4.5's choice bias, a parameter: small beside the softmax scores it adds
-                m.e_score_correction_bias.mul_(0.01)  # to (1/experts), so that every expert is chosen often
-        if type(m).__name__ == "Llama4Router":
-            m.forward = types.MethodType(_llama4_router_float64, m)
+    layer = _routers_in_float64(
+        _prepare(getattr(mod, t.layer)(config, layer_idx=0, **kind), cfg.E, seed, norm_eps=norm_eps), hf_type
+    )
     attn = next(m for m in layer.modules() if type(m).__name__ == t.attention)
     built = getattr(attn, "rotary_ndims", None)
     if built is not None and built != cfg.R:
@@ -358,17 +350,20 @@ def build_model(
         changes["n_positions"] = seq_len
     if hf_type == "opt":
         changes.update(max_position_embeddings=seq_len, word_embed_proj_dim=cfg.E)
-    if hf_type in ("gemma3", "lfm2"):  # every layer a global (attention) one, as in the block audit
+    if hf_type in ("gemma3", "lfm2", "qwen3_next"):  # every layer a global (attention) one, as in the block audit
         changes["layer_types"] = ["full_attention"] * layers
     if hf_type == "bamba":
         changes["attn_layer_indices"] = list(range(layers))
     eager = t.eager
+    if t.moe:  # the experts' own loop (the grouped kernel takes no float64)
+        changes["experts_implementation"] = "eager"
     if config_changes is not None:
         changes.update(config_changes)
     config = _hf_config(hf_type, cfg, implementation_of(hf_type), residual, **changes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = _prepare(getattr(tf, t.lm)(config), cfg.E, seed, norm_eps=norm_eps, exact_norms=exact_norms)
+    model = _routers_in_float64(model, hf_type)
 
     modeling = _modeling(hf_type)
 
@@ -377,6 +372,23 @@ def build_model(
             return torch.log_softmax(call(input_ids=ids, use_cache=False).logits, dim=-1)
 
     return model, forward
+
+
+def _routers_in_float64(module: torch.nn.Module, hf_type: str) -> torch.nn.Module:
+    """Every router of ``module`` (a decoder layer or a model of ``hf_type``) computing its weights in the input's
+    float64 (transformers' compute them in float32), and ERNIE 4.5's choice bias made small; ``module``, changed."""
+    t = HF_TYPES[hf_type]
+    for m in module.modules():
+        if _is_router(m) and t.router == "softmax":  # gpt-oss's router computes in the input's dtype already
+            m.forward = types.MethodType(_softmax_router_float64(m.forward), m)
+        if _is_router(m) and hf_type in GROUPED_ROUTER_TYPES:  # DeepSeek-V3's router, computed in float32
+            m.forward = types.MethodType(_router_float64(m.forward), m)
+        if hasattr(m, "e_score_correction_bias") and isinstance(m.e_score_correction_bias, torch.nn.Parameter):
+            with torch.no_grad():  # ERNIE 4.5's choice bias, a parameter: small beside the softmax scores it adds
+                m.e_score_correction_bias.mul_(0.01)  # to (1/experts), so that every expert is chosen often
+        if type(m).__name__ == "Llama4Router":
+            m.forward = types.MethodType(_llama4_router_float64, m)
+    return module
 
 
 def _is_router(m: torch.nn.Module) -> bool:

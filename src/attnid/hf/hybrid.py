@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -15,14 +16,16 @@ from ..counting import ModelConfig, count_model
 from ..counting.hybrid import mixer_block
 from ..families import HF_TYPES, block_config, equivalent_config
 from .build import build_model
-from .mamba import _gated_norm_float64
-from .mixers import audit_mixer, float64_kept
-from .scopes import _block_size
+from .gated_deltanet import _gated_norm_float64 as gated_deltanet_norm_float64
+from .mamba import _gated_norm_float64 as mamba_norm_float64
+from .mixers import audit_mixer, float64_kept, short_chunks
+from .scopes import AUDIT_EXPERTS, _block_size
 
 # the mixer's sizes a hybrid family's audit takes by default (LFM2: the short convolution's; Bamba: Mamba-2's)
 MIXER_DEFAULTS: dict[str, dict] = {
     "lfm2": dict(kernel=3, bias=False),
     "bamba": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
+    "qwen3_next": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),
 }
 
 
@@ -40,14 +43,15 @@ def _mixer_sizes(hf_type: str, mixer: dict | None) -> dict:
 
 def hybrid_model_config(
     hf_type: str, cfg, *, layer_types: tuple[str, ...], ffn: int, vocab: int, tied: bool, mixer: dict | None = None,
-    norm_eps_zero: bool = False,
+    norm_eps_zero: bool = False, experts: int = 0,
 ) -> ModelConfig:  # fmt: skip
     """The :class:`~attnid.counting.ModelConfig` of a ``hf_type`` hybrid model whose layers are ``layer_types`` (its
-    config's names), its attention ``cfg``, its mixers of sizes ``mixer`` (:data:`MIXER_DEFAULTS` by default)."""
+    config's names), its attention ``cfg``, its mixers of sizes ``mixer`` (:data:`MIXER_DEFAULTS` by default), its
+    MLPs mixtures of ``experts`` experts where the type has them (Qwen3-Next)."""
     sizes = _mixer_sizes(hf_type, mixer)
     name, kind = HF_TYPES[hf_type].mixer_layer()
     mixers = sum(t == name for t in layer_types)
-    block = block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps_zero)
+    block = block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps_zero, experts=experts)
     layer = mixer_block(kind, block, sizes, norm_eps_zero=norm_eps_zero)
     return ModelConfig(block, len(layer_types), vocab, tied=tied, norm_eps_zero=norm_eps_zero,
                        mixer_layers=((layer, mixers),) if mixers else ())  # fmt: skip
@@ -57,6 +61,10 @@ def _config_changes(hf_type: str, layer_types: tuple[str, ...], sizes: dict) -> 
     """The fields of a ``hf_type`` config that make its layers ``layer_types`` with mixers of ``sizes``."""
     if hf_type == "lfm2":
         return dict(layer_types=list(layer_types), conv_L_cache=sizes["kernel"], conv_bias=sizes["bias"])
+    if hf_type == "qwen3_next":
+        return dict(layer_types=list(layer_types), linear_num_key_heads=sizes["key_heads"],
+                    linear_num_value_heads=sizes["value_heads"], linear_key_head_dim=sizes["key_dim"],
+                    linear_value_head_dim=sizes["value_dim"], linear_conv_kernel_dim=sizes["kernel"])  # fmt: skip
     return dict(attn_layer_indices=[i for i, kind in enumerate(layer_types) if kind == "full_attention"],
                 mamba_expand=sizes["expand"], mamba_n_heads=sizes["heads"], mamba_d_head="auto",
                 mamba_n_groups=sizes["groups"], mamba_d_state=sizes["state"], mamba_d_conv=sizes["kernel"],
@@ -64,14 +72,18 @@ def _config_changes(hf_type: str, layer_types: tuple[str, ...], sizes: dict) -> 
 
 
 def _scan_in_float64(module: torch.nn.Module, forward: Callable) -> Callable:
-    """``forward`` with every Mamba-2 scan of ``module`` in float64 (:func:`attnid.hf.mixers.float64_kept`), its gated
-    norms computed in float64."""
+    """``forward`` with every scan of ``module`` (Mamba-2's, Gated DeltaNet's) in float64
+    (:func:`attnid.hf.mixers.float64_kept`; Gated DeltaNet's in short chunks, :func:`attnid.hf.mixers.short_chunks`),
+    its gated norms computed in float64."""
     for m in module.modules():
-        if type(m).__name__.endswith("RMSNormGated"):
-            m.forward = types.MethodType(_gated_norm_float64, m)
+        name = type(m).__name__
+        if name == "Qwen3NextRMSNormGated":  # normalised, then gated
+            m.forward = types.MethodType(gated_deltanet_norm_float64, m)
+        elif name.endswith("RMSNormGated"):  # gated, then normalised by groups
+            m.forward = types.MethodType(mamba_norm_float64, m)
 
     def scanned(call: Callable, ids: torch.Tensor) -> torch.Tensor:
-        with float64_kept():
+        with float64_kept(), short_chunks():
             return forward(call, ids)
 
     return scanned
@@ -80,23 +92,28 @@ def _scan_in_float64(module: torch.nn.Module, forward: Callable) -> Callable:
 def audit_hybrid_hf(
     hf_type: str = "lfm2", *, embed: int = 8, heads: int = 2, groups: int = 1,
     layer_types: tuple[str, ...] = ("conv", "full_attention"), ffn: int = 8, vocab: int | None = None,
-    tied: bool = True, mixer: dict | None = None, norm_eps: float = 0.0, seed: int = 0, rtol: float = RTOL,
-    check: bool = True,
+    tied: bool = True, mixer: dict | None = None, experts: int | None = None, norm_eps: float = 0.0, seed: int = 0,
+    rtol: float = RTOL, check: bool = True,
 ) -> AuditResult:  # fmt: skip
     """Audit a whole ``hf_type`` causal LM whose layers are ``layer_types`` (its config's names: LFM2's ``"conv"``
     and ``"full_attention"``, Bamba's ``"linear_attention"`` and ``"full_attention"``), its attention of ``heads``
-    heads in ``groups`` groups, its MLPs of inner size ``ffn``, its mixers of sizes ``mixer`` (:data:`MIXER_DEFAULTS`),
+    heads in ``groups`` groups, its MLPs of inner size ``ffn`` (with a mixture, ``experts`` experts of that size, 4 by
+    default, two chosen per token, and a shared one), its mixers of sizes ``mixer`` (:data:`MIXER_DEFAULTS`),
     a vocabulary of ``vocab`` (default ``max(16, 3 embed)``), every norm at ``ε = norm_eps``, at seeded random
     weights in float64, read through ``log_softmax``. ``details["theory_unidentified"]`` is the closed form; with
     ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises :class:`HFAuditError`."""
     sizes = _mixer_sizes(hf_type, mixer)
+    t = HF_TYPES[hf_type]
+    k = (AUDIT_EXPERTS if experts is None else experts) if t.moe else 0
+    if experts is not None and not t.moe:
+        raise ValueError(f"experts: {hf_type} has one MLP in each layer, no experts")
     cfg = equivalent_config(hf_type, embed=embed, heads=heads, groups=groups, norm_eps=norm_eps)
     V = max(16, 3 * embed) if vocab is None else vocab
-    theory = count_model(hybrid_model_config(hf_type, cfg, layer_types=tuple(layer_types), ffn=ffn, vocab=V,
-                                             tied=tied, mixer=sizes, norm_eps_zero=norm_eps == 0))  # fmt: skip
+    shape: dict[str, Any] = dict(layer_types=tuple(layer_types), ffn=ffn, vocab=V, tied=tied, mixer=sizes, experts=k)
+    theory = count_model(hybrid_model_config(hf_type, cfg, **shape, norm_eps_zero=norm_eps == 0))
     module, forward = build_model(
         hf_type, cfg, ffn=ffn, layers=len(layer_types), vocab=V, tied=tied, seq_len=0, norm_eps=norm_eps, seed=seed,
-        config_changes=_config_changes(hf_type, tuple(layer_types), sizes),
+        config_changes={**_config_changes(hf_type, tuple(layer_types), sizes), **t.expert_kwargs(k)},
     )  # fmt: skip
     B, L = _block_size(cfg, theory.total_params, words=V)
     ids = torch.randint(0, V, (B, L), generator=torch.Generator().manual_seed(20_000 + seed))
@@ -105,5 +122,5 @@ def audit_hybrid_hf(
         check=check,
         details=dict(hf_type=hf_type, scope="model", module=f"transformers.{type(module).__name__}",
                      config=dict(E=embed, H=heads, G=groups, layer_types=list(layer_types), ffn=ffn, vocab=V,
-                                 tied=tied, mixer=sizes, norm_eps=norm_eps)),
+                                 tied=tied, mixer=sizes, experts=k, norm_eps=norm_eps)),
     )  # fmt: skip

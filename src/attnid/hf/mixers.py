@@ -4,6 +4,7 @@ form."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -40,9 +41,26 @@ def float64_kept() -> Iterator[None]:
         torch.Tensor.float, torch.Tensor.to = original_float, original_to  # type: ignore[method-assign]
 
 
+@contextmanager
+def short_chunks(size: int = 4) -> Iterator[None]:
+    """Gated DeltaNet's chunked scan (transformers' ``torch_chunk_gated_delta_rule``) in chunks of ``size`` tokens
+    while the block lasts: its default of 64 pads an audit's short sequences to 64 tokens and loops over each of their
+    rows, for every tangent of the Jacobian (seven times slower on a whole model). Chunks of any size compute the same
+    function: the scan carries its state from chunk to chunk."""
+    from transformers.models.qwen3_next import modeling_qwen3_next as modeling
+
+    original = modeling.torch_chunk_gated_delta_rule
+    modeling.torch_chunk_gated_delta_rule = functools.partial(original, chunk_size=size)
+    try:
+        yield
+    finally:
+        modeling.torch_chunk_gated_delta_rule = original
+
+
 def float64_forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
-    """The module ``call`` on hidden states ``x``, its scan kept in float64 (:func:`float64_kept`)."""
-    with float64_kept():
+    """The module ``call`` on hidden states ``x``, its scan kept in float64 (:func:`float64_kept`) and Gated DeltaNet's
+    in short chunks (:func:`short_chunks`)."""
+    with float64_kept(), short_chunks():
         out = call(x)
     return out[0] if isinstance(out, tuple) else out
 
