@@ -252,3 +252,20 @@ def test_chapter_9s_hybrid_table_adds_up_layer_kind_by_layer_kind():
     assert t.loc["bamba-9b", "model-wide terms"] == 4096 * 4095 // 2 + 2 * 4096  # untied: rotation, norm, shift
     facts = rel.hybrid_facts(rel.hybrid_table())
     assert facts["lfm2_conv_layer"] == 4 * 2048 + 2 * 2048 + 8192
+
+
+def test_a_time_step_limit_that_is_not_a_pair_is_refused_by_name(tmp_path):
+    with pytest.raises(ConfigError, match="time_step_limit"):
+        config_preset(_write(tmp_path, "bamba-9b", time_step_limit=5))
+
+
+@pytest.mark.parametrize(
+    "layer_types, says",
+    [(("conv", "full_attention"), "layer_types"), (("linear_attention",), "at least one attention layer")],
+)
+def test_an_audit_of_layers_the_family_cannot_build_is_refused_by_name(layer_types, says):
+    hf_hybrid = pytest.importorskip("attnid.hf.hybrid")
+    with pytest.raises(ValueError, match=says):
+        hf_hybrid.audit_hybrid_hf("bamba", layer_types=layer_types)
+    with pytest.raises(ValueError, match="mixer: lfm2's mixer has sizes kernel, bias, not state"):
+        hf_hybrid.audit_hybrid_hf("lfm2", mixer=dict(state=4))

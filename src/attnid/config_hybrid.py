@@ -84,9 +84,8 @@ def _mixer_sizes(hf_type: str, c) -> dict:
                               f"{sizes['value_heads']} value heads of Gated DeltaNet")  # fmt: skip
         return sizes
     if hf_type == "lfm2":
-        for name in ("conv_bias",):
-            if not isinstance(getattr(c, name), bool):
-                raise ConfigError(f"{name}: {printable(repr(getattr(c, name)))} must be true or false")
+        if not isinstance(c.conv_bias, bool):
+            raise ConfigError(f"conv_bias: {printable(repr(c.conv_bias))} must be true or false")
         return dict(kernel=_positive(c, "conv_L_cache", default=None), bias=c.conv_bias)
     for name in ("mamba_conv_bias", "mamba_proj_bias"):
         if not isinstance(getattr(c, name), bool):
@@ -99,7 +98,7 @@ def _mixer_sizes(hf_type: str, c) -> dict:
         raise ConfigError(f"mamba_n_heads: {heads} heads of mamba_d_head {printable(repr(c.mamba_d_head))} must split "
                           f"the {expand} x {E} inner channels evenly")  # fmt: skip
     limit = c.time_step_limit
-    if limit is None or tuple(limit) != (0.0, math.inf):
+    if not isinstance(limit, (list, tuple)) or tuple(limit) != (0.0, math.inf):
         raise ConfigError(f"time_step_limit: {printable(repr(limit))} clamps Mamba-2's time step; attnid counts the "
                           "mixer without a clamp, (0.0, inf)")  # fmt: skip
     _positive(c, "mamba_chunk_size", default=None)  # the scan's chunks: the function is the same for any size
@@ -127,7 +126,9 @@ def hybrid_model(hf_type: str, c, cfg: AttentionConfig, read: set[str]) -> Model
     else:
         ffn = lfm2_ffn(c) if hf_type == "lfm2" else _positive(c, "intermediate_size", default=None)
     try:
-        block = block_config(hf_type, cfg.with_(causal=True), ffn, experts=experts, shared_ffn=shared or None)
+        block = block_config(
+            hf_type, cfg.with_(causal=True), ffn, experts=experts, shared_ffn=shared if experts else None
+        )
         layer = mixer_block(HF_TYPES[hf_type].mixer_layer()[1], block, _mixer_sizes(hf_type, c))
     except ValueError as e:
         raise ConfigError(f"config: {e}") from None

@@ -1,7 +1,7 @@
 """The audit of a real hybrid model, attention layers beside layers whose sequence mixer is not attention (LFM2's
-short convolutions, Bamba's Mamba-2 mixers), against :func:`attnid.counting.count_model` with its ``mixer_layers``
-(chapter 9): the Jacobian of the whole causal LM's log-probabilities in float64 with respect to all its parameters,
-and its rank."""
+short convolutions, Bamba's Mamba-2 mixers, Qwen3-Next's Gated DeltaNet), against :func:`attnid.counting.count_model`
+with its ``mixer_layers`` (chapter 9): the Jacobian of the whole causal LM's log-probabilities in float64 with respect
+to all its parameters, and its rank."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from .mamba import _gated_norm_float64 as mamba_norm_float64
 from .mixers import audit_mixer, float64_kept, short_chunks
 from .scopes import AUDIT_EXPERTS, _block_size
 
-# the mixer's sizes a hybrid family's audit takes by default (LFM2: the short convolution's; Bamba: Mamba-2's)
+# the mixer's sizes a hybrid family's audit takes by default (LFM2: the short convolution's; Bamba: Mamba-2's;
+# Qwen3-Next: Gated DeltaNet's)
 MIXER_DEFAULTS: dict[str, dict] = {
     "lfm2": dict(kernel=3, bias=False),
     "bamba": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
@@ -50,6 +51,9 @@ def hybrid_model_config(
     MLPs mixtures of ``experts`` experts where the type has them (Qwen3-Next)."""
     sizes = _mixer_sizes(hf_type, mixer)
     name, kind = HF_TYPES[hf_type].mixer_layer()
+    if not layer_types or any(t not in ("full_attention", name) for t in layer_types):
+        raise ValueError(f"layer_types: each of a {hf_type} model's layers is 'full_attention' or {name!r}, got "
+                         f"{list(layer_types)!r}")  # fmt: skip
     mixers = sum(t == name for t in layer_types)
     block = block_config(hf_type, cfg, ffn, norm_eps_zero=norm_eps_zero, experts=experts)
     layer = mixer_block(kind, block, sizes, norm_eps_zero=norm_eps_zero)
