@@ -118,6 +118,9 @@ BLOCK_SHAPES = {
     "falcon": [dict(heads=2), dict(heads=4, groups=1), dict(heads=4, groups=2, residual="parallel"),
                dict(heads=2, residual="sequential", bias="all"), dict(heads=4, groups=2, residual="shared_norm"),
                dict(heads=1, residual="parallel", bias="all", ffn=12)],
+    # Granite 4's NoPE attention layer, four experts (a softmax over the chosen logits) beside a shared MLP
+    "granitemoehybrid": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=2, bias="all", ffn=6),
+                         dict(heads=4, groups=1, ffn=3), dict(embed=12, heads=3, groups=1, ffn=4)],
     # Qwen3-Next's softmax layer: gated heads, a mixture of four experts beside a shared one behind a sigmoid gate
     "qwen3_next": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=2, bias="all", ffn=6),
                    dict(heads=4, groups=1, ffn=3), dict(embed=12, heads=3, groups=1, ffn=4)],

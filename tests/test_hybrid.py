@@ -172,8 +172,11 @@ BAMBA_SHAPES = [
 # seed 0 the weakest identified direction sits 8e5 above round-off, under the audit's gap of 1e6)
 QWEN3_NEXT_SHAPES = [dict(layer_types=("linear_attention", "full_attention"), ffn=4, seed=1)]
 BAMBA_LAYERS = {"layer_types": ("linear_attention", "full_attention")}
+# Granite 4: a Mamba-2 layer and a NoPE attention layer, each with four experts beside a shared MLP
+GRANITE_SHAPES = [dict(layer_types=("linear_attention", "full_attention"), ffn=4, tied=False)]
 CASES = [
     *[("qwen3_next", kw) for kw in QWEN3_NEXT_SHAPES],
+    *[("granitemoehybrid", kw) for kw in GRANITE_SHAPES],
     *[("lfm2", kw) for kw in LFM2_SHAPES],
     *[("bamba", {**BAMBA_LAYERS, **kw}) for kw in BAMBA_SHAPES],
 ]
@@ -269,3 +272,40 @@ def test_an_audit_of_layers_the_family_cannot_build_is_refused_by_name(layer_typ
         hf_hybrid.audit_hybrid_hf("bamba", layer_types=layer_types)
     with pytest.raises(ValueError, match="mixer: lfm2's mixer has sizes kernel, bias, not state"):
         hf_hybrid.audit_hybrid_hf("lfm2", mixer=dict(state=4))
+
+
+GRANITE_4_H = {  # a Granite 4.0-H-Tiny-like file: 40 layers, 4 of them NoPE attention, 64 experts beside a shared MLP
+    "model_type": "granitemoehybrid", "hidden_size": 1536, "num_hidden_layers": 40, "num_attention_heads": 12,
+    "num_key_value_heads": 4, "intermediate_size": 512, "shared_intermediate_size": 1024, "num_local_experts": 64,
+    "num_experts_per_tok": 6, "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1,
+    "mamba_d_conv": 4, "mamba_expand": 2, "vocab_size": 100352, "tie_word_embeddings": True,
+    "position_embedding_type": "nope", "embedding_multiplier": 12, "logits_scaling": 6, "residual_multiplier": 0.22,
+    "attention_multiplier": 0.0078125,
+    "layer_types": ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)],
+}  # fmt: skip
+
+
+def test_a_granite_4_hybrid_is_counted_with_its_mamba_layers_and_transformers_total(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GRANITE_4_H))
+    p = config_preset(path)
+    assert not p.config.rope and p.model.experts == 64 and p.model.shared_ffn == 1024
+    ((mamba, n),) = p.model.mixer_layers
+    assert (mamba.mixer, n) == ("mamba2", 36)
+    block = scope_count(p, "block", "granite")
+    assert block.unidentified_by_block["mlp_rescaling"] == 64 * 512 + 1024  # each expert, and the shared MLP
+    assert block.unidentified_by_block["router_shift"] == 1536
+    model = scope_count(p, "model", "granite")
+    fields = {k: v for k, v in GRANITE_4_H.items() if k != "model_type"}
+    with torch.device("meta"):
+        built = transformers.AutoModelForCausalLM.from_config(transformers.GraniteMoeHybridConfig(**fields))
+    assert model.total_params == sum(q.numel() for q in built.parameters())
+    for change, says in [(dict(position_embedding_type="rope"), "position_embedding_type"),
+                         (dict(num_local_experts=0), "num_local_experts"),
+                         (dict(num_experts_per_tok=1), "num_experts_per_tok")]:  # fmt: skip
+        path.write_text(json.dumps({**GRANITE_4_H, **change}))
+        with pytest.raises(ConfigError, match=says):
+            config_preset(path)

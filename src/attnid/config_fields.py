@@ -82,7 +82,13 @@ FIXED_BY_CODE: dict[str, object] = {"scoring_func": "sigmoid", "topk_method": "n
 OLDER_NAMES = {"block_ff_dim": "intermediate_size", "tie_embedding": "tie_word_embeddings", "n_embed": "hidden_size",
                "full_attn_idxs": "layer_types", "full_attention_interval": "layer_types"}  # fmt: skip
 
-FAMILY_FIXED: dict[str, dict[str, object]] = {"cohere2": {"position_embedding_type": "rope_gptj"}}
+# a family's own value of a field fixed by code, or CHECKED_BY_READER where its reader takes more than one value
+# (Granite 4's hybrids: no position map, written null or "nope")
+CHECKED_BY_READER = "checked by the family's reader"
+FAMILY_FIXED: dict[str, dict[str, object]] = {
+    "cohere2": {"position_embedding_type": "rope_gptj"},
+    "granitemoehybrid": {"position_embedding_type": CHECKED_BY_READER},
+}
 
 # fields read by families attnid counts at scope attention only (their blocks are not modelled)
 ATTENTION_ONLY_NEUTRAL = ("intermediate_size", "num_hidden_layers", "vocab_size", "type_vocab_size", "hidden_act",

@@ -1,6 +1,7 @@
 """A hybrid model's ``config.json`` read (chapter 9): LFM2 (short convolutions beside attention layers), Bamba
-(Mamba-2 mixers beside them) and Qwen3-Next (Gated DeltaNet beside gated attention, a mixture of experts with a gated
-shared expert in every layer), their layers' kinds and their mixers' sizes as transformers builds them. The attention
+(Mamba-2 mixers beside them), Granite 4 (Mamba-2 beside NoPE attention, a mixture of experts and a shared MLP in every
+layer) and Qwen3-Next (Gated DeltaNet beside gated attention, a mixture of experts with a gated shared expert in every
+layer), their layers' kinds and their mixers' sizes as transformers builds them. The attention
 layers are read as any family's (:mod:`attnid.configs`); the layers of the other kind become the model's
 ``mixer_layers`` (:class:`attnid.counting.MixerBlock`)."""
 
@@ -10,7 +11,7 @@ import math
 
 from .attention_config import AttentionConfig
 from .config_fields import ConfigError
-from .config_mixtures import _mixture_model, _positive
+from .config_mixtures import _check_chosen, _mixture_model, _positive
 from .counting.hybrid import mixer_block
 from .families import HF_TYPES, block_config
 from .inputs import printable
@@ -23,6 +24,10 @@ HYBRID_FIELDS = {
     "bamba": ("attn_layer_indices", "layer_types", "intermediate_size", "mamba_n_heads", "mamba_d_head",
               "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_conv_bias", "mamba_proj_bias",
               "mamba_chunk_size", "time_step_limit", "rms_norm_eps"),
+    "granitemoehybrid": ("layer_types", "intermediate_size", "shared_intermediate_size", "num_local_experts",
+                         "num_experts_per_tok", "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state",
+                         "mamba_d_conv", "mamba_expand", "mamba_conv_bias", "mamba_proj_bias", "mamba_chunk_size",
+                         "time_step_limit", "rms_norm_eps", "hidden_act", "position_embedding_type"),
     "qwen3_next": ("layer_types", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
                    "linear_num_value_heads", "linear_value_head_dim", "shared_expert_intermediate_size",
                    "rms_norm_eps", "hidden_act"),
@@ -107,6 +112,22 @@ def _mixer_sizes(hf_type: str, c) -> dict:
                 bias=c.mamba_proj_bias, conv_bias=c.mamba_conv_bias)  # fmt: skip
 
 
+def _granite_mixture(c) -> tuple[int, int, int]:
+    """``(ffn, experts, shared_ffn)`` of Granite 4's layers: ``num_local_experts`` experts of ``intermediate_size``,
+    ``num_experts_per_tok`` (two or more) weighted by a softmax over their logits, beside a shared MLP of
+    ``shared_intermediate_size`` that every token passes; its attention without RoPE."""
+    if c.position_embedding_type not in (None, "nope"):
+        raise ConfigError(f"position_embedding_type: {printable(repr(c.position_embedding_type))}: attnid counts "
+                          "Granite 4's hybrids with NoPE attention layers (null or 'nope'), as released")  # fmt: skip
+    experts = _positive(c, "num_local_experts", default=None)
+    if not experts:
+        raise ConfigError("num_local_experts: attnid counts Granite 4's hybrids with a mixture of experts in every "
+                          "layer (a dense one, with only its shared MLP, is not counted yet)")  # fmt: skip
+    _check_chosen("num_experts_per_tok", _positive(c, "num_experts_per_tok", default=None), experts)
+    return (_positive(c, "intermediate_size", default=None), experts,
+            _positive(c, "shared_intermediate_size", default=None))  # fmt: skip
+
+
 def hybrid_model(hf_type: str, c, cfg: AttentionConfig, read: set[str]) -> Model:
     """The :class:`~attnid.presets.Model` of a hybrid family's config ``c`` (its attention ``cfg`` read already), its
     layers whose mixer is not attention as ``mixer_layers``; the fields read are added to ``read``."""
@@ -117,7 +138,9 @@ def hybrid_model(hf_type: str, c, cfg: AttentionConfig, read: set[str]) -> Model
         raise ConfigError(f"{'attn_layer_indices' if hf_type == 'bamba' else 'layer_types'}: no layer is attention; "
                           f"attnid counts a hybrid {hf_type} model with at least one attention layer")  # fmt: skip
     experts, shared = 0, 0
-    if hf_type == "qwen3_next":  # a mixture in every layer, beside a gated shared expert
+    if hf_type == "granitemoehybrid":
+        ffn, experts, shared = _granite_mixture(c)
+    elif hf_type == "qwen3_next":  # a mixture in every layer, beside a gated shared expert
         mixture = _mixture_model(c, hf_type, read)
         ffn, experts = mixture.ffn, mixture.experts
         shared = _positive(c, "shared_expert_intermediate_size", default=None)

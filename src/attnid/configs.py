@@ -24,6 +24,7 @@ from .config_fields import (
     ATTENTION_ONLY_NEUTRAL,
     BIAS_FIELDS,
     BLOCK_ONLY_FIELDS,
+    CHECKED_BY_READER,
     FAMILY_BIAS,
     FAMILY_FIXED,
     FIXED_BY_CODE,
@@ -284,7 +285,7 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: 
     the family's audits were verified at); ``fixed``, those at the one value transformers' code implements;
     ``defaults``, the fields the count reads that the file left out, at the library's defaults."""
     lib = c.to_dict()
-    fixed_by_code = {**FIXED_BY_CODE, **FAMILY_FIXED.get(family, {})}
+    fixed_by_code = fixed_fields(family)
     if "rope_parameters" in read:
         # GPT-NeoX's names are gathered by its own class only
         read = read | {f for f in ROPE_FIELDS if f not in ("rotary_pct", "rotary_emb_base") or family == "gpt_neox"}
@@ -339,7 +340,7 @@ def _read_family(hf_type: str, c) -> tuple[AttentionConfig, Model | None, set[st
     t = HF_TYPES[hf_type]
     E = c.hidden_size
     cfg, read = _read_attention(hf_type, c)
-    if t.hybrid:  # LFM2, Bamba, Qwen3-Next: attention layers beside layers of another mixer
+    if t.hybrid:  # LFM2, Bamba, Qwen3-Next, Granite 4: attention layers beside layers of another mixer
         return cfg, hybrid_model(hf_type, c, cfg, read), read
     if hf_type == "llama4":
         return cfg, _llama4_model(c, read), read
@@ -448,7 +449,7 @@ def _multipliers(c, hf_type: str) -> tuple[str, ...]:
     """Granite's fixed factors (on the embedding, the scores, each branch and the logits), after checking that each
     is a finite number other than 0 (a factor of 0 cuts what it multiplies): any such factor is absorbed by the
     weights beside it, so the count is Llama's."""
-    if hf_type != "granite":
+    if hf_type not in ("granite", "granitemoehybrid"):
         return ()
     for name in GRANITE_MULTIPLIERS:
         v = getattr(c, name)
@@ -534,6 +535,13 @@ def unread_reason(family: str) -> str:
     return f"not read by transformers {supported_version()}'s {family} code (its modeling and config modules)"
 
 
+def fixed_fields(hf_type: str) -> dict[str, object]:
+    """The fields whose one value transformers' ``hf_type`` code implements (:data:`FIXED_BY_CODE`, the family's own
+    in :data:`FAMILY_FIXED`), less those its reader checks."""
+    merged = {**FIXED_BY_CODE, **FAMILY_FIXED.get(hf_type, {})}
+    return {k: v for k, v in merged.items() if v != CHECKED_BY_READER}
+
+
 def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict, by_code: frozenset[str]) -> list[str]:
     """Refuse, naming them, the fields attnid neither reads nor knows to be neutral that the family's code reads
     (``by_code``: :func:`attnid.library_configs.code_reads`) and that differ from the config class's ``default``
@@ -549,7 +557,7 @@ def _refuse_unmodelled(c, read: set[str], hf_type: str, default: dict, by_code: 
     if "rope_parameters" in read:  # Phi-3 keeps partial_rotary_factor beside the rope_parameters it was read into
         read |= set(ROPE_FIELDS)
     bad = []
-    fixed_by_code = {**FIXED_BY_CODE, **FAMILY_FIXED.get(hf_type, {})}
+    fixed_by_code = fixed_fields(hf_type)
     for k, v in c.to_dict().items():
         if k in NEUTRAL and "ε" in NEUTRAL[k] and isinstance(v, (int, float)) and not (math.isfinite(v) and v > 0):
             bad.append(f"{k} = {v!r} (attnid counts norms with ε > 0)")

@@ -109,6 +109,8 @@ class HFType:
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
         if self.module == "qwen3_next":  # its shared expert as wide as each routed one
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn, "shared_expert_intermediate_size": ffn}
+        if self.module == "granitemoehybrid":  # its shared MLP as wide as each expert
+            return {"intermediate_size": ffn, "shared_intermediate_size": ffn}
         named = {"gpt2": "n_inner", "opt": "ffn_dim", "falcon": "ffn_hidden_size"}
         return {named.get(self.module, "intermediate_size"): ffn}
 
@@ -126,6 +128,8 @@ class HFType:
             # routed factor other than 1 (absorbed by the experts' weights)
             return dict(n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
                         n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5)  # fmt: skip
+        if self.module == "granitemoehybrid":
+            return dict(num_local_experts=experts, num_experts_per_tok=2)
         if self.module == "qwen3_next":  # a mixture in every layer
             return dict(num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
                         norm_topk_prob=True)  # fmt: skip
@@ -244,6 +248,12 @@ HF_TYPES: dict[str, HFType] = {
         "qwen3", "Qwen3Config", "Qwen3Attention", "Qwen3RotaryEmbedding", biases=("", "qkvo"), groups=True,
         head_dim=True, layer="Qwen3DecoderLayer", lm="Qwen3ForCausalLM", norm="rms", mlp="swiglu", ffn_ratio=8 / 3,
         qk_norm="head",
+    ),
+    "granitemoehybrid": HFType(  # Granite 4's hybrids: NoPE attention layers beside Mamba-2 ones, a mixture of experts
+        # (a softmax over the chosen logits) beside a shared MLP in every layer, Granite's fixed multipliers
+        "granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridAttention", None, biases=("", "qkvo"),
+        groups=True, layer="GraniteMoeHybridDecoderLayer", lm="GraniteMoeHybridForCausalLM", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, router="softmax", shared_expert=True, hybrid=("linear_attention", "mamba2"),
     ),
     "lfm2": HFType(  # LFM2's attention layers (its short-convolution layers: attnid.counting.short_conv)
         "lfm2", "Lfm2Config", "Lfm2Attention", "Lfm2RotaryEmbedding", biases=("",), groups=True,

@@ -78,6 +78,7 @@ ATTENTION_BIAS_TYPES = (
     "llama4",
     "qwen3_next",
     "bamba",
+    "granitemoehybrid",
     "cohere",
     "cohere2",
 )
@@ -106,6 +107,9 @@ def recent_kwargs(name: str, cfg: AttentionConfig, rope_in_windows: str = "") ->
         return dict(no_ids, layer_types=[kind], sliding_window=4096)
     if name == "olmo3":  # one full-attention layer (its sliding-window layers differ only in the mask)
         return {"layer_types": ["full_attention"]}
+    if name == "granitemoehybrid":  # one NoPE attention layer; Mamba-2's sizes small enough for a tiny width
+        return dict(no_ids, layer_types=["full_attention"], position_embedding_type=None, mamba_n_heads=2,
+                    mamba_d_state=4, mamba_chunk_size=4)  # fmt: skip
     if name == "bamba":  # one attention layer (its code rotates half of each head whatever it is given)
         return dict(
             no_ids, attn_layer_indices=[0], mlp_bias=False, mamba_n_heads=2, mamba_d_state=4, mamba_chunk_size=4

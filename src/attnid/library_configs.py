@@ -500,12 +500,24 @@ def _lfm2(c: LibraryConfig, kw: dict) -> None:
 def _bamba(c: LibraryConfig, kw: dict) -> None:
     """Bamba: Mamba-2's head size from its inner width ("auto"); half of each attention head rotated, whatever the
     file says."""
+    _bamba_mamba(c, kw)
+    kw["partial_rotary_factor"] = 0.5
+
+
+def _bamba_mamba(c: LibraryConfig, kw: dict) -> None:
+    """Bamba's and Granite 4's Mamba-2: its head size from its inner width ("auto"), the time step's limits."""
     _kv_heads(c, kw)
     if c.mamba_d_head == "auto" and isinstance(c.mamba_n_heads, int) and c.mamba_n_heads:
         c.mamba_d_head = c.mamba_expand * c.hidden_size // c.mamba_n_heads
     # a tuple in transformers' config, a list in its to_dict(), which is what this class stands for
     c.time_step_limit = list(c.time_step_limit) if isinstance(c.time_step_limit, (list, tuple)) else c.time_step_limit
-    kw["partial_rotary_factor"] = 0.5
+
+
+def _granitemoehybrid(c: LibraryConfig, kw: dict) -> None:
+    """Granite 4's hybrids: Bamba's Mamba-2 sizes; every layer a Mamba-2 one where layer_types is left out."""
+    _bamba_mamba(c, kw)
+    if c.layer_types is None:
+        c.layer_types = ["linear_attention"] * c.num_hidden_layers
 
 
 POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
@@ -546,4 +558,5 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "gemma": _gemma,
     "lfm2": _lfm2,
     "bamba": _bamba,
+    "granitemoehybrid": _granitemoehybrid,
 }

@@ -172,14 +172,17 @@ def grid_positions(B: int, L: int) -> torch.Tensor:
     return streams[:, None, :].expand(3, B, L)
 
 
-def _hidden_forward(rotary, eager: bool = False, module=None, positions: str = "text", no_alibi: bool = False):
+def _hidden_forward(
+    rotary, eager: bool = False, module=None, positions: str = "text", no_alibi: bool = False, no_rope: bool = False
+):
     """``forward(call, x)``: a module on hidden states ``x`` ``(B, L, E)`` through sdpa's math kernel (exact
     float64 and differentiable in forward mode; the fused CPU kernel is not), with the rotary tables. With
     ``eager`` (a module that runs its own attention: soft-capping), a causal mask is passed and its softmax
     kept in float64 (:func:`_float64_softmax`). The rotation of a modeling ``module`` that computes it in float32 is
     kept in float64 (:func:`_exact_rotary`: Llama 4's complex ``freqs_cis``, Cohere's interleaved pairs).
     ``positions``: ``"text"`` (0, 1, 2, ...) or, for M-RoPE, ``"grid"`` (:func:`grid_positions`). ``no_alibi``: the
-    module takes an ALiBi table as an argument, None under RoPE (Falcon's)."""
+    module takes an ALiBi table as an argument, None under RoPE (Falcon's). ``no_rope``: a layer without rotary tables
+    that still takes the arguments of one (Granite 4's NoPE layers), given as None."""
     alibi = {"alibi": None} if no_alibi else {}
 
     def forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
@@ -187,7 +190,7 @@ def _hidden_forward(rotary, eager: bool = False, module=None, positions: str = "
         mask = torch.full((L, L), float("-inf"), dtype=x.dtype).triu(1)[None, None] if eager else None
         with sdpa_kernel([SDPBackend.MATH]), _float64_softmax() if eager else nullcontext():
             if rotary is None:
-                return _first(call(x))
+                return _first(call(x, attention_mask=None, position_embeddings=None) if no_rope else call(x))
             pos = grid_positions(x.shape[0], L) if positions == "grid" else torch.arange(L)[None].expand(x.shape[0], -1)
             # Gemma 3 keeps a table per layer type; the audited layer is a global (full) one
             table = rotary(x, pos, "full_attention") if hasattr(rotary, "layer_types") else rotary(x, pos)
@@ -224,7 +227,8 @@ def _forward_of(hf_type: str, cfg: AttentionConfig, rotary, module, residual: bo
     t = HF_TYPES[hf_type]
     if t.positions == "alibi":
         return _alibi_forward(cfg.H, module, residual)
-    return _hidden_forward(rotary, eager=t.eager, module=module, positions=positions, no_alibi=hf_type == "falcon")
+    return _hidden_forward(rotary, eager=t.eager, module=module, positions=positions, no_alibi=hf_type == "falcon",
+                           no_rope=hf_type == "granitemoehybrid")  # fmt: skip
 
 
 def _first(out):
@@ -328,6 +332,10 @@ def build_block(
     return layer, _forward_of(hf_type, cfg, rotary, mod, residual=False, positions=positions)
 
 
+# the types whose config names each layer's kind (layer_types), where a model audit makes every layer attention
+LAYER_TYPED = ("gemma3", "lfm2", "qwen3_next", "granitemoehybrid")
+
+
 def build_model(
     hf_type: str, cfg: AttentionConfig, *, ffn: int, layers: int, vocab: int, tied: bool, seq_len: int,
     norm_eps: float = 0.0, seed: int = 0, exact_norms: bool = True, final_softcap: float | None = None,
@@ -350,7 +358,7 @@ def build_model(
         changes["n_positions"] = seq_len
     if hf_type == "opt":
         changes.update(max_position_embeddings=seq_len, word_embed_proj_dim=cfg.E)
-    if hf_type in ("gemma3", "lfm2", "qwen3_next"):  # every layer a global (attention) one, as in the block audit
+    if hf_type in LAYER_TYPED:  # every layer a global (attention) one, as in the block audit
         changes["layer_types"] = ["full_attention"] * layers
     if hf_type == "bamba":
         changes["attn_layer_indices"] = list(range(layers))

@@ -22,11 +22,12 @@ from .mixers import audit_mixer, float64_kept, short_chunks
 from .scopes import AUDIT_EXPERTS, _block_size
 
 # the mixer's sizes a hybrid family's audit takes by default (LFM2: the short convolution's; Bamba: Mamba-2's;
-# Qwen3-Next: Gated DeltaNet's)
+# Qwen3-Next: Gated DeltaNet's; Granite 4: Mamba-2's)
 MIXER_DEFAULTS: dict[str, dict] = {
     "lfm2": dict(kernel=3, bias=False),
     "bamba": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
     "qwen3_next": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),
+    "granitemoehybrid": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
 }
 
 
@@ -69,8 +70,9 @@ def _config_changes(hf_type: str, layer_types: tuple[str, ...], sizes: dict) -> 
         return dict(layer_types=list(layer_types), linear_num_key_heads=sizes["key_heads"],
                     linear_num_value_heads=sizes["value_heads"], linear_key_head_dim=sizes["key_dim"],
                     linear_value_head_dim=sizes["value_dim"], linear_conv_kernel_dim=sizes["kernel"])  # fmt: skip
-    return dict(attn_layer_indices=[i for i, kind in enumerate(layer_types) if kind == "full_attention"],
-                mamba_expand=sizes["expand"], mamba_n_heads=sizes["heads"], mamba_d_head="auto",
+    attention = [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
+    kinds = dict(layer_types=list(layer_types)) if hf_type == "granitemoehybrid" else dict(attn_layer_indices=attention)
+    return dict(**kinds, mamba_expand=sizes["expand"], mamba_n_heads=sizes["heads"], mamba_d_head="auto",
                 mamba_n_groups=sizes["groups"], mamba_d_state=sizes["state"], mamba_d_conv=sizes["kernel"],
                 mamba_proj_bias=sizes["bias"], mamba_conv_bias=sizes["conv_bias"], mamba_chunk_size=4)  # fmt: skip
 
