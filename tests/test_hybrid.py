@@ -309,3 +309,25 @@ def test_a_granite_4_hybrid_is_counted_with_its_mamba_layers_and_transformers_to
         path.write_text(json.dumps({**GRANITE_4_H, **change}))
         with pytest.raises(ConfigError, match=says):
             config_preset(path)
+
+
+@pytest.mark.parametrize("hf_type, term, change", [
+    ("qwen3_next", "router_shift", 1),  # the sigmoid gate on the shared expert counted as if its scale were free
+    ("granitemoehybrid", "router_shift", -8),  # the softmax over the chosen logits counted without its shift
+])  # fmt: skip
+def test_a_mixture_counted_without_its_own_mechanism_is_refused(monkeypatch, hf_type, term, change):
+    """Planted in the decoder layers of the hybrids' mixtures: the real layer's Jacobian refuses each."""
+    hf = pytest.importorskip("attnid.hf")
+    from attnid.hf import scopes
+    from attnid.hf.build import HFAuditError
+
+    original = scopes.count_block
+
+    def planted(block):
+        c = original(block)
+        terms = {**c.unidentified_by_block, term: c.unidentified_by_block[term] + change}
+        return c.__class__(c.total_params, c.params_by_block, terms)
+
+    monkeypatch.setattr(scopes, "count_block", planted)
+    with pytest.raises(HFAuditError, match="the Jacobian gives"):
+        hf.audit_hf(hf_type, scope="block", embed=8, heads=2, ffn=4)
