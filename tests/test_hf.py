@@ -50,10 +50,8 @@ CASES = {
     "bloom": dict(),  # ALiBi: a fixed bias on the scores, no position map on queries and keys; fused qkv per head
     "falcon": dict(groups=2, bias="all"),  # fused qkv per group of keys (its new architecture), biases on every map
     "lfm2": dict(groups=2),  # Qwen3's QK-norm per head, no biases (its short convolutions: tests/test_hybrid.py)
-    "bamba": dict(groups=2, bias="all"),
-    "granitemoehybrid": dict(
-        groups=2, bias="all"
-    ),  # Granite 4's NoPE attention (its Mamba-2: tests/test_hybrid.py)  # half of each head rotated by its code (its Mamba-2: tests/test_hybrid.py)
+    "bamba": dict(groups=2, bias="all"),  # half of each head rotated by its code (its Mamba-2: tests/test_hybrid.py)
+    "granitemoehybrid": dict(groups=2, bias="all"),  # Granite 4's NoPE attention (its Mamba-2: tests/test_hybrid.py)
 }
 
 
