@@ -158,6 +158,16 @@ table(conservation)
 # weight is entirely unidentified. The small shapes are audited through transformers'
 # `DeepseekV3Attention` (`attnid audit --hf deepseek_v3`); the published rows use the released
 # configurations.
+#
+# DeepSeek-V3.2 keeps this layer and adds sparse attention: an indexer with queries of its own (from the query
+# latent), one key per token (through a LayerNorm) and a weight per head scores every earlier key, and each query
+# reads only the keys of its top-$k$ scores. The scores reach the output through that choice alone, and the choice
+# is the same near almost every point, so no small change of an indexer weight moves the output: every parameter of
+# the indexer is unidentified, as the choice bias of a router is, and the rest of the layer keeps the count above (a
+# query that reads a chosen set of keys is a causal query with a mask). The real `DeepseekV32Attention` and its
+# decoder layer agree on four shapes, with the indexer choosing four of eight keys, and a count that identifies the
+# indexer is refused (`tests/test_sparse_attention.py`). Counted from its file, DeepSeek-V3.2-Exp's whole model has
+# the total of the model `transformers` builds from the same fields.
 
 # %%
 mla = ch.mla_table(seed, real=not small)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
-from .config_fields import MIN_WINDOW, ConfigError
-from .config_rope import positive_number
+from .config_fields import ACTIVATIONS, MIN_WINDOW, ConfigError
+from .config_rope import positive_number, rope_of
+from .counting import MLAConfig
 from .families import nope_layer_flags
 from .inputs import printable
 from .presets import Model
@@ -211,3 +212,54 @@ def _positive(c, name: str, default):
     if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
         raise ConfigError(f"{name}: {printable(repr(v))} must be a positive integer")
     return v
+
+
+def read_latent(c) -> tuple[MLAConfig, Model, set[str]]:
+    """DeepSeek-V3's latent attention and its mixture of experts; DeepSeek-V3.2's indexer (its top-k at least two
+    keys: one would leave each query a single key, whose weight is 1 whatever the scores)."""
+    if c.num_experts_per_tok < 2:
+        raise ConfigError(f"num_experts_per_tok: {c.num_experts_per_tok}; attnid counts two or more chosen experts")
+    if c.hidden_act not in ACTIVATIONS["swiglu"]:
+        raise ConfigError(f"hidden_act: {c.hidden_act!r} is not modelled (its gated experts have silu)")
+    rope_of(c, partial=False)
+    try:
+        cfg = MLAConfig(c.hidden_size, c.num_attention_heads, kv_rank=c.kv_lora_rank, q_rank=c.q_lora_rank,
+                        nope_dim=c.qk_nope_head_dim, rope_dim=c.qk_rope_head_dim, v_dim=c.v_head_dim,
+                        norm_eps=c.rms_norm_eps, **_indexer(c))  # fmt: skip
+    except ValueError as e:
+        raise ConfigError(f"config: {e}") from None
+    model = Model(c.num_hidden_layers, c.moe_intermediate_size, c.vocab_size, bool(c.tie_word_embeddings), "",
+                  experts=c.n_routed_experts, shared_ffn=c.n_shared_experts * c.moe_intermediate_size,
+                  dense_layers=_dense_layers(c), dense_ffn=c.intermediate_size)  # fmt: skip
+    read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "kv_lora_rank", "q_lora_rank",
+            "qk_nope_head_dim", "qk_rope_head_dim", "qk_head_dim", "head_dim", "v_head_dim", "num_hidden_layers",
+            "moe_intermediate_size", "vocab_size", "tie_word_embeddings", "n_routed_experts", "n_shared_experts",
+            "first_k_dense_replace", "intermediate_size", "num_experts_per_tok", "hidden_act", "rope_parameters",
+            "rope_interleave", "index_n_heads", "index_head_dim", "index_topk", "mlp_layer_types",
+            "layer_types"}  # fmt: skip
+    return cfg, model, read
+
+
+def _dense_layers(c) -> int:
+    """How many of DeepSeek's first layers have one MLP: ``first_k_dense_replace``, or DeepSeek-V3.2's
+    ``mlp_layer_types``, which attnid counts where its dense layers come first."""
+    kinds = getattr(c, "mlp_layer_types", None)
+    if kinds is None:
+        return c.first_k_dense_replace
+    dense = sum(k == "dense" for k in kinds) if isinstance(kinds, list) else -1
+    if dense < 0 or kinds != ["dense"] * dense + ["sparse"] * (c.num_hidden_layers - dense):
+        raise ConfigError(f"mlp_layer_types: {printable(repr(kinds), 80)}; attnid counts 'dense' layers first, then "
+                          f"'sparse' ones, one entry for each of the {c.num_hidden_layers} layers")  # fmt: skip
+    return dense
+
+
+def _indexer(c) -> dict:
+    """DeepSeek-V3.2's indexer's sizes (none for DeepSeek-V3), its top-k checked."""
+    if not hasattr(c, "index_topk"):
+        return {}
+    k = c.index_topk
+    if not (isinstance(k, int) and not isinstance(k, bool) and k >= 2):
+        raise ConfigError(f"index_topk: {printable(repr(k))}; attnid counts an indexer that keeps two keys or more "
+                          "for each query")  # fmt: skip
+    return dict(index_heads=_positive(c, "index_n_heads", default=None), index_dim=_positive(c, "index_head_dim",
+                                                                                            default=None))  # fmt: skip

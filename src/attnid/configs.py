@@ -52,6 +52,7 @@ from .config_mixtures import (
     _llama4_model,
     _mixture_model,
     _positive,
+    read_latent,
 )
 from .config_rope import positive_number, rope_of, unread_rotary_share
 from .counting import Count, MLAConfig
@@ -195,7 +196,7 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     c = _library_config(model_type, fields)
     got: tuple[AttentionConfig | MLAConfig, Model | None, set[str]]
     if hf_type in MLA_TYPES:
-        got = _read_latent(c)
+        got = read_latent(c)
     elif hf_type in ATTENTION_ONLY_TYPES:
         got = _read_attention_only(hf_type, c)
     elif hf_type == "falcon":
@@ -456,30 +457,6 @@ def _multipliers(c, hf_type: str) -> tuple[str, ...]:
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v != 0):
             raise ConfigError(f"{name}: {printable(repr(v))} must be a finite number other than 0 (a fixed factor)")
     return GRANITE_MULTIPLIERS
-
-
-def _read_latent(c) -> tuple[MLAConfig, Model, set[str]]:
-    """DeepSeek-V3's latent attention and its mixture of experts."""
-    if c.num_experts_per_tok < 2:
-        raise ConfigError(f"num_experts_per_tok: {c.num_experts_per_tok}; attnid counts two or more chosen experts")
-    if c.hidden_act not in ACTIVATIONS["swiglu"]:
-        raise ConfigError(f"hidden_act: {c.hidden_act!r} is not modelled (its gated experts have silu)")
-    rope_of(c, partial=False)
-    try:
-        cfg = MLAConfig(c.hidden_size, c.num_attention_heads, kv_rank=c.kv_lora_rank, q_rank=c.q_lora_rank,
-                        nope_dim=c.qk_nope_head_dim, rope_dim=c.qk_rope_head_dim, v_dim=c.v_head_dim,
-                        norm_eps=c.rms_norm_eps)  # fmt: skip
-    except ValueError as e:
-        raise ConfigError(f"config: {e}") from None
-    model = Model(c.num_hidden_layers, c.moe_intermediate_size, c.vocab_size, bool(c.tie_word_embeddings), "",
-                  experts=c.n_routed_experts, shared_ffn=c.n_shared_experts * c.moe_intermediate_size,
-                  dense_layers=c.first_k_dense_replace, dense_ffn=c.intermediate_size)  # fmt: skip
-    read = {"hidden_size", "num_attention_heads", "num_key_value_heads", "kv_lora_rank", "q_lora_rank",
-            "qk_nope_head_dim", "qk_rope_head_dim", "qk_head_dim", "head_dim", "v_head_dim", "num_hidden_layers",
-            "moe_intermediate_size", "vocab_size", "tie_word_embeddings", "n_routed_experts", "n_shared_experts",
-            "first_k_dense_replace", "intermediate_size", "num_experts_per_tok", "hidden_act", "rope_parameters",
-            "rope_interleave"}  # fmt: skip
-    return cfg, model, read
 
 
 def _read_falcon(c) -> tuple[AttentionConfig, Model | None, set[str]]:

@@ -397,7 +397,9 @@ HF_TYPES: dict[str, HFType] = {
 # renormalised where norm_topk_prob) beside shared experts, after the first first_k_dense_replace dense layers
 GROUPED_ROUTER_TYPES = ("glm4_moe", "dots1")
 
-MLA_TYPES = ("deepseek_v3",)  # multi-head latent attention: counting.count_mla, audited by hf.audit_mla_hf
+# multi-head latent attention (DeepSeek-V3.2's with its sparse attention's indexer): counting.count_mla, audited by
+# hf.audit_mla_hf
+MLA_TYPES = ("deepseek_v3", "deepseek_v32")
 
 
 def equivalent_config(

@@ -430,6 +430,20 @@ def _deepseek_v3(c: LibraryConfig, kw: dict) -> None:
     c.head_dim = c.qk_rope_head_dim
 
 
+def _deepseek_v32(c: LibraryConfig, kw: dict) -> None:
+    """DeepSeek-V3.2: V3's sizes, its MLP kinds by layer (the first first_k_dense_replace dense) and every layer's
+    attention indexed."""
+    c.qk_head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim
+    c.head_dim = c.qk_rope_head_dim
+    if c.mlp_layer_types is None:
+        dense = min(c.first_k_dense_replace, c.num_hidden_layers)
+        c.mlp_layer_types = ["dense"] * dense + ["sparse"] * (c.num_hidden_layers - dense)
+    if c.layer_types is None:
+        c.layer_types = ["indexed_attention"] * c.num_hidden_layers
+    experts = kw.pop("num_experts", None)
+    c.n_routed_experts = c.n_routed_experts if experts is None else experts
+
+
 def _falcon(c: LibraryConfig, kw: dict) -> None:
     n_embed = kw.pop("n_embed", None)
     c.hidden_size = c.hidden_size if n_embed is None else n_embed
@@ -554,6 +568,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "seed_oss": _both(_kv_heads, _head_dim),
     "ernie4_5": _both(_kv_heads, _head_dim),
     "deepseek_v3": _deepseek_v3,
+    "deepseek_v32": _deepseek_v32,
     "falcon": _falcon,
     "gemma": _gemma,
     "lfm2": _lfm2,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..attention_config import QK_NORM_NAMES
@@ -107,8 +108,9 @@ def _report_hf_audit(r, as_json: bool) -> int:
 
 
 def _audit_mla(a) -> int:
-    """``attnid audit --hf deepseek_v3 [--block [--ffn F] [--experts K]]``: multi-head latent attention, or its
-    decoder layer, with its own size flags."""
+    """``attnid audit --hf deepseek_v3|deepseek_v32 [--block [--ffn F] [--experts K]]``: multi-head latent
+    attention, or its decoder layer, with its own size flags (DeepSeek-V3.2's with an indexer of two heads as wide as
+    a query head, choosing four of the eight keys per query)."""
     from ..hf import audit_mla_hf
 
     refused = [f for f, v in (("--groups", a.groups), ("--bias", a.bias), ("--layers", a.layers),
@@ -131,6 +133,10 @@ def _audit_mla(a) -> int:
         nope_dim=4 if a.head_dim is None else a.head_dim, rope_dim=2 if a.rope_dims is None else a.rope_dims,
         v_dim=4 if a.value_dim is None else a.value_dim, norm_eps=a.norm_eps,
     )  # fmt: skip
+    if a.hf == "deepseek_v32":
+        if cfg.q_rank is None:
+            raise ValueError("q-rank: DeepSeek-V3.2's indexer reads the query latent; give --q-rank 1 or more")
+        cfg = replace(cfg, index_heads=2, index_dim=cfg.nope_dim + cfg.rope_dim)
     r = audit_mla_hf(
         cfg,
         seed=a.seed,

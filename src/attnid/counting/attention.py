@@ -190,7 +190,10 @@ class MLAConfig:
     latent of rank ``kv_rank`` (an RMSNorm on it), queries from a latent of rank ``q_rank`` (``None``: a plain
     projection, as DeepSeek-V2-Lite); per head ``nope_dim`` query/key dimensions without position and
     ``rope_dim`` with RoPE, whose key part is one projection shared by all heads, and ``v_dim`` value
-    dimensions; ``norm_eps`` the latents' ε. No biases (DeepSeek's attention has none)."""
+    dimensions; ``norm_eps`` the latents' ε. No biases (DeepSeek's attention has none). ``index_heads`` and
+    ``index_dim`` (both 0: none): DeepSeek-V3.2's sparse attention, whose indexer (queries of ``index_heads`` heads of
+    ``index_dim`` from the query latent, one key of ``index_dim`` from the input through a LayerNorm, a weight per
+    head) scores the keys only to choose which of them each query reads (its ``index_topk`` best)."""
 
     embed: int
     heads: int
@@ -200,6 +203,8 @@ class MLAConfig:
     rope_dim: int
     v_dim: int
     norm_eps: float = 0.0
+    index_heads: int = 0
+    index_dim: int = 0
 
     def __post_init__(self) -> None:
         for name in ("embed", "heads", "kv_rank", "nope_dim", "rope_dim", "v_dim"):
@@ -214,6 +219,20 @@ class MLAConfig:
         eps = self.norm_eps
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
             raise ValueError(f"norm_eps must be a number in [0, 1), got {eps!r}")
+        self._check_indexer()
+
+    def _check_indexer(self) -> None:
+        """Refuse an indexer without its sizes, without the query latent it reads, or narrower than RoPE's part."""
+        ih, idim = self.index_heads, self.index_dim
+        for name, v in (("index_heads", ih), ("index_dim", idim)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        if bool(ih) != bool(idim):
+            raise ValueError("index_heads, index_dim: an indexer has both (or neither, 0)")
+        if ih and self.q_rank is None:
+            raise ValueError("index_heads: the indexer reads the query latent (q_rank)")
+        if ih and idim < self.rope_dim:
+            raise ValueError(f"index_dim: {idim} < rope_dim {self.rope_dim} (the indexer rotates rope_dim of its dims)")
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """The parameter tensors as transformers' ``DeepseekV3Attention`` holds them."""
@@ -229,7 +248,17 @@ class MLAConfig:
             "kv_a_layernorm": (self.kv_rank,),
             "kv_b_proj": (H * (n + v), self.kv_rank),
             "o_proj": (E, H * v),
+            **self.indexer_shapes(),
         }
+
+    def indexer_shapes(self) -> dict[str, tuple[int, ...]]:
+        """DeepSeek-V3.2's indexer's tensors (none without one)."""
+        if not self.index_heads:
+            return {}
+        ih, d, E = self.index_heads, self.index_dim, self.embed
+        assert self.q_rank is not None
+        return {"indexer.wq_b": (ih * d, self.q_rank), "indexer.wk": (d, E), "indexer.k_norm.weight": (d,),
+                "indexer.k_norm.bias": (d,), "indexer.weights_proj": (ih, E)}  # fmt: skip
 
 
 def _latent_group(rank: int, exact_scale: bool) -> int:
@@ -245,7 +274,10 @@ def count_mla(cfg: MLAConfig) -> Count:
     commutant of the shared rotary key (``rope_dim``, one key for all heads, as multi-query attention); and the
     maps of each latent (:func:`_latent_group`). Assumes the generic ranks this needs: ``nope_dim`` and
     ``v_dim`` at most the latents' ranks and ``E``, and each latent rank at most ``E`` and its up-projection's
-    width (DeepSeek-V3 has them)."""
+    width (DeepSeek-V3 has them). With DeepSeek-V3.2's indexer, ``indexer``: every one of its parameters. Its scores
+    reach the output only through the choice of keys (a top-k of them), which is the same near almost every point,
+    so no small change of an indexer weight changes the output: the choice's parameters, like a choice bias of a
+    mixture's router, are unidentified, and nothing else changes (the layer's other maps see a key mask)."""
     E, H, n, r, v = cfg.embed, cfg.heads, cfg.nope_dim, cfg.rope_dim, cfg.v_dim
     q_in = E if cfg.q_rank is None else cfg.q_rank
     limits = [
@@ -272,11 +304,15 @@ def count_mla(cfg: MLAConfig) -> Count:
         "q_latent": 0 if cfg.q_rank is None else _latent_group(cfg.q_rank, exact),
         "kv_latent": _latent_group(cfg.kv_rank, exact),
     }
+    indexer = sum(math.prod(s) for s in cfg.indexer_shapes().values())
+    if indexer:
+        terms["indexer"] = indexer
     sizes = {k: math.prod(s) for k, s in cfg.shapes().items()}
     params = {
         "queries": sum(sizes.get(k, 0) for k in ("q_proj", "q_a_proj", "q_a_layernorm", "q_b_proj")),
         "keys_values": sizes["kv_a_proj_with_mqa"] + sizes["kv_a_layernorm"] + sizes["kv_b_proj"],
         "output": sizes["o_proj"],
+        **({"indexer": indexer} if indexer else {}),
     }
     return Count(sum(sizes.values()), params, terms)
 
