@@ -337,6 +337,12 @@ table(released)
 # $\varepsilon = 0$, the projections' scales. The real layer's Jacobian agrees, and the closed form of the norm
 # before RoPE is refused. Its mixture is Mixtral's softmax router beside one shared MLP as wide as each expert.
 #
+# **ReLU²** (Arcee's AFM) replaces the gated MLP by two maps around $\mathrm{relu}(z)^2$. It is positively
+# homogeneous of degree two, $\mathrm{relu}(c z)^2 = c^2\, \mathrm{relu}(z)^2$ for $c > 0$, so a unit's up row times
+# $c$ against its down column times $c^{-2}$ keeps the layer: one direction per unit, as a ReLU's or a gated unit's,
+# and nothing else changes. Its real decoder layer agrees on five shapes and a tiny model on one
+# (`tests/test_blocks.py`).
+#
 # **ALiBi** (BLOOM and Falcon RW; MPT too, whose model type attnid does not read) gives queries and keys no
 # position map at all: it adds $-m_h (i - j)$ to head $h$'s score of query $i$ on key $j$, a fixed slope per head and
 # no parameter. Every symmetry of a layer without a position map survives, since the added term holds neither a

@@ -118,6 +118,9 @@ BLOCK_SHAPES = {
     "falcon": [dict(heads=2), dict(heads=4, groups=1), dict(heads=4, groups=2, residual="parallel"),
                dict(heads=2, residual="sequential", bias="all"), dict(heads=4, groups=2, residual="shared_norm"),
                dict(heads=1, residual="parallel", bias="all", ffn=12)],
+    # Arcee: Llama's layer with an MLP of two maps through ReLU², whose units rescale as ReLU's do
+    "arcee": [dict(heads=2), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12), dict(heads=2, bias="all", ffn=20),
+              dict(embed=6, heads=3, groups=1, bias="all")],
     # Granite 4's NoPE attention layer, four experts (a softmax over the chosen logits) beside a shared MLP
     "granitemoehybrid": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=2, bias="all", ffn=6),
                          dict(heads=4, groups=1, ffn=3), dict(embed=12, heads=3, groups=1, ffn=4)],
@@ -180,6 +183,7 @@ def test_block_terms_of_a_gpt2_layer():
 # whole tiny models: (type, keyword arguments); the parallel types need a vocabulary of about 3F
 MODEL_CASES = [
     ("gpt2", dict(ffn=16)),  # tied, learned positions
+    ("arcee", dict(ffn=16)),  # ReLU² units, each switched on by the audit's tokens
     ("gpt2", dict(ffn=16, tied=False)),
     ("gpt2", dict(layers=2, ffn=8)),  # the stream across two layers (at F = 8: 2.5 s instead of 18)
     ("opt", dict(seed=1)),  # tied, ReLU, two unused position rows; seed 0 has a dead ReLU unit (see below)

@@ -470,3 +470,26 @@ def test_a_falcon_layer_is_audited_with_its_wiring_and_refuses_another_closed_fo
         audit_hf("falcon", embed=8, heads=2, residual="parallel")
     with pytest.raises(ValueError, match="llama's layers are wired 'sequential', not 'parallel'"):
         audit_hf("llama", scope="block", embed=8, heads=2, residual="parallel")
+
+
+ARCEE = {  # an AFM-4.5B-like file: Llama's attention and norms, a ReLU² MLP of two maps without biases
+    "model_type": "arcee", "hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 20,
+    "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 18432, "hidden_act": "relu2",
+    "vocab_size": 128004, "tie_word_embeddings": False, "rms_norm_eps": 1e-5,
+}  # fmt: skip
+
+
+def test_arcee_counts_its_relu2_units_as_relus_and_has_transformers_total(tmp_path):
+    """ReLU² is positively homogeneous, relu(c z)² = c² relu(z)²: each unit's up row trades with its down column as a
+    ReLU's does (F directions); the whole model's total is transformers' own; an MLP with biases refuses the block."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(ARCEE))
+    p = config_preset(path)
+    assert scope_count(p, "block", "arcee").unidentified_by_block["mlp_rescaling"] == 18432
+    assert scope_count(p, "model", "arcee").total_params == library_total(ARCEE)
+    path.write_text(json.dumps({**ARCEE, "mlp_bias": True}))
+    with pytest.raises(ValueError, match="mlp_bias"):
+        scope_count(config_preset(path), "block", "arcee")
+    path.write_text(json.dumps({**ARCEE, "hidden_act": "gelu"}))
+    with pytest.raises(ConfigError, match="hidden_act"):
+        config_preset(path)

@@ -116,7 +116,7 @@ DISTINCT_FREQUENCY_ROPE = ("default", "linear", "dynamic", "llama3", "yarn")
 # activations each MLP kind of attnid.counting stands for
 ACTIVATIONS: dict[str, tuple[str, ...]] = {
     "gelu": ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python"),
-    "relu": ("relu",),
+    "relu": ("relu", "relu2"),  # ReLU² (Arcee) is positively homogeneous too: relu(c z)² = c² relu(z)²
     "swiglu": ("silu", "swish"),
     "swiglu_biased": ("silu",),  # gpt-oss's experts fix their gate z σ(α z) in code; its file says silu
     "geglu": ("gelu_pytorch_tanh", "gelu", "gelu_new"),

@@ -64,6 +64,7 @@ class HFType:
     # attnid.counting.hybrid.MIXERS); None: every layer is attention
     hybrid: tuple[str, str] | None = None
     embedding_norm: bool = False  # a LayerNorm on the token embeddings (BLOOM): its whole model is not counted
+    no_mlp_bias: bool = False  # its MLP has no biases whatever its attention's (Arcee: mlp_bias, default false)
 
     @property
     def moe(self) -> bool:
@@ -83,6 +84,8 @@ class HFType:
 
     def mlp_bias(self, bias: str) -> bool:
         """Whether the MLP maps carry biases when the attention has biases ``bias``."""
+        if self.no_mlp_bias:
+            return False
         if self.mlp in GATED_MLPS:
             return self.mlp in BIASED_GATED_MLPS
         return bool(bias) if self.module in ("opt", "starcoder2", "falcon") else True
@@ -254,6 +257,10 @@ HF_TYPES: dict[str, HFType] = {
         "granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridAttention", None, biases=("", "qkvo"),
         groups=True, layer="GraniteMoeHybridDecoderLayer", lm="GraniteMoeHybridForCausalLM", norm="rms", mlp="swiglu",
         ffn_ratio=8 / 3, router="softmax", shared_expert=True, hybrid=("linear_attention", "mamba2"),
+    ),
+    "arcee": HFType(  # Arcee's AFM: Llama's attention and norms, an MLP of two maps through ReLU² (no gate, no biases)
+        "arcee", "ArceeConfig", "ArceeAttention", "ArceeRotaryEmbedding", biases=("", "qkvo"), groups=True,
+        head_dim=True, layer="ArceeDecoderLayer", lm="ArceeForCausalLM", norm="rms", mlp="relu", no_mlp_bias=True,
     ),
     "lfm2": HFType(  # LFM2's attention layers (its short-convolution layers: attnid.counting.short_conv)
         "lfm2", "Lfm2Config", "Lfm2Attention", "Lfm2RotaryEmbedding", biases=("",), groups=True,

@@ -79,6 +79,7 @@ ATTENTION_BIAS_TYPES = (
     "qwen3_next",
     "bamba",
     "granitemoehybrid",
+    "arcee",
     "cohere",
     "cohere2",
 )
@@ -95,7 +96,7 @@ def recent_kwargs(name: str, cfg: AttentionConfig, rope_in_windows: str = "") ->
         "ernie4_5_moe": dict(use_bias=bool(cfg.bias)),
         "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
         "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
-        "dots1": {}, "qwen2_5_vl": {}, "hunyuan_v1_moe": {},
+        "dots1": {}, "qwen2_5_vl": {}, "hunyuan_v1_moe": {}, "arcee": {},
     }  # fmt: skip
     if name in switches:
         return dict(no_ids, **switches[name])
