@@ -119,8 +119,8 @@ BLOCK_SHAPES = {
                dict(heads=2, residual="sequential", bias="all"), dict(heads=4, groups=2, residual="shared_norm"),
                dict(heads=1, residual="parallel", bias="all", ffn=12)],
     # Arcee: Llama's layer with an MLP of two maps through ReLU², whose units rescale as ReLU's do
-    "arcee": [dict(heads=2), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12), dict(heads=2, bias="all", ffn=20),
-              dict(embed=6, heads=3, groups=1, bias="all")],
+    "arcee": [dict(heads=2), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
+              dict(heads=2, bias="all", ffn=20), dict(embed=6, heads=3, groups=1, bias="all")],
     # Granite 4's NoPE attention layer, four experts (a softmax over the chosen logits) beside a shared MLP
     "granitemoehybrid": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=2, bias="all", ffn=6),
                          dict(heads=4, groups=1, ffn=3), dict(embed=12, heads=3, groups=1, ffn=4)],

@@ -51,10 +51,8 @@ CASES = {
     "falcon": dict(groups=2, bias="all"),  # fused qkv per group of keys (its new architecture), biases on every map
     "lfm2": dict(groups=2),  # Qwen3's QK-norm per head, no biases (its short convolutions: tests/test_hybrid.py)
     "bamba": dict(groups=2, bias="all"),  # half of each head rotated by its code (its Mamba-2: tests/test_hybrid.py)
-    "granitemoehybrid": dict(groups=2, bias="all"),
-    "arcee": dict(
-        groups=2, bias="all"
-    ),  # Llama's attention (its ReLU² MLP: tests/test_blocks.py)  # Granite 4's NoPE attention (its Mamba-2: tests/test_hybrid.py)
+    "granitemoehybrid": dict(groups=2, bias="all"),  # Granite 4's NoPE attention (its Mamba-2: tests/test_hybrid.py)
+    "arcee": dict(groups=2, bias="all"),  # Llama's attention (its ReLU² MLP: tests/test_blocks.py)
 }
 
 
