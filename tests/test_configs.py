@@ -102,7 +102,9 @@ def test_a_field_left_out_takes_the_librarys_default(tmp_path):
         ("deepseek-v3", {"num_experts_per_tok": 1}, "num_experts_per_tok"),
         ("bert-base", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
         ("gemma-2-9b", {"use_bidirectional_attention": True}, "use_bidirectional_attention = True"),
-        ("llama-2-7b", {"model_type": "mamba"}, "model_type 'mamba' is not a family attnid knows; it knows gpt2"),
+        ("llama-2-7b", {"model_type": "rwkv"}, "model_type 'rwkv' is not a family attnid knows; it knows gpt2"),
+        ("llama-2-7b", {"model_type": "jamba"}, "model_type 'jamba': its Mamba-1 mixers"),
+        ("llama-2-7b", {"model_type": "mamba2"}, "it has no attention layer; chapter 9 counts a Mamba-2 mixer"),
     ],
 )
 def test_what_attnid_does_not_model_is_refused_by_name_in_one_line(tmp_path, base, fields, named):

@@ -123,9 +123,25 @@ BUILT_AS = {"internlm3": "llama"}
 
 CONFIG_TYPES = (*HF_TYPES, *MLA_TYPES, *ATTENTION_ONLY_TYPES, *BUILT_AS)
 
-# families transformers ships whose layers hold what attnid does not model yet, and what that is (none at present:
-# Llama 4, Qwen3-Next and Command R, once here, are read below)
-UNMODELLED: dict[str, str] = {}
+# families transformers ships whose layers hold what attnid does not model yet, and what that is (Llama 4, Qwen3-Next
+# and Command R, once here, are read below)
+_MAMBA2_ALONE = "chapter 9 counts a Mamba-2 mixer and its layer alone (attnid.counting.mamba)"
+UNMODELLED: dict[str, str] = {
+    "jamba": "its Mamba-1 mixers, whose time steps, B and C pass RMSNorms of their own, are not derived",
+    "mamba": "its Mamba-1 mixers are not derived, and it has no attention layer",
+    "falcon_mamba": "its Mamba-1 mixers are not derived, and it has no attention layer",
+    "mamba2": f"it has no attention layer; {_MAMBA2_ALONE}",
+    "falcon_h1": ("each layer runs Mamba-2 and attention side by side on one input, with fixed vectors of multipliers "
+                  f"on the mixer's projections; not derived ({_MAMBA2_ALONE})"),
+    "zamba": "its shared attention block, reused at several depths on the stream and the embeddings, is not derived",
+    "zamba2": ("its shared attention blocks, reused at several depths with LoRA adapters on the stream and the "
+               "embeddings, are not derived"),
+    "minimax": "its lightning attention, a linear attention with a decay per head, is not derived",
+    "gemma3n": "its per-layer embeddings, AltUp and LAuReL blocks and sparse activations are not derived",
+    "gemma3n_text": "its per-layer embeddings, AltUp and LAuReL blocks and sparse activations are not derived",
+    "apertus": "its xIELU activation has trainable parameters and no scale to give; not derived",
+    "lfm2_moe": "LFM2's mixture-of-experts variant (a sigmoid router with a bias, after dense layers) is not derived",
+}  # fmt: skip
 
 
 def read_config(path: str | Path) -> tuple[dict, str]:
