@@ -256,7 +256,8 @@ def cmd_audit(a) -> int:
             a.hf = a.hf.strip().lower()
             return _audit_mla(a)
         if a.kv_rank is not None or a.q_rank is not None or a.experts is not None:
-            raise ValueError(f"kv-rank/q-rank/experts: only {', '.join(MLA_TYPES)} has latents and experts")
+            raise ValueError(f"kv-rank/q-rank/experts: only {' and '.join(MLA_TYPES)} take latents and experts as "
+                             "flags (a mixture-of-experts type's --block is audited with four experts)")  # fmt: skip
         return _audit_hf(a)
     return _audit_layer(a)
 
