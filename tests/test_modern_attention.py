@@ -255,7 +255,7 @@ def test_cli_audits_deepseek_v3_with_its_own_size_flags(capsys):
     assert main(["audit", "--hf", "deepseek_v3", "--experts", "4"]) == 2
     assert "has no MLP; add --block" in capsys.readouterr().err
     assert main(["audit", "--hf", "llama", "--kv-rank", "4"]) == 2
-    assert "only deepseek_v3 has latents" in capsys.readouterr().err
+    assert "only deepseek_v3 and deepseek_v32 take latents and experts" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("experts", [0, 4], ids=["dense", "experts"])
