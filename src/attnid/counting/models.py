@@ -367,7 +367,8 @@ class ModelConfig:
     layers (the rest of the NoPE layers hold the mixture). ``final_softcap`` c: the logits capped to
     ``c tanh(z / c)`` before ``log_softmax`` (Gemma 2), which breaks the logit shift of an untied head.
     ``mixer_layers``: of the ``layers``, those whose sequence mixer is not attention, ``(MixerBlock, how many)`` for
-    each kind (a hybrid model: LFM2's short convolutions, Mamba-2); counted beside pre-norm RMSNorm blocks only."""
+    each kind (a hybrid model: LFM2's short convolutions, Mamba-2, Gated DeltaNet); counted beside pre-norm RMSNorm
+    blocks only."""
 
     block: BlockConfig
     layers: int
