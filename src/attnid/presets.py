@@ -51,7 +51,8 @@ class Model:
     nope_dense_layers: int = 0  # NoPE layers among the dense ones
     final_softcap: float | None = None  # the logits capped to c tanh(z / c) (Gemma 2)
     residual: str | None = None  # its layers' wiring where the family's config chooses it (Falcon); None: the family's
-    # of its layers, those whose mixer is not attention (a hybrid model: LFM2, Bamba), (MixerBlock, how many) by kind
+    # of its layers, those whose mixer is not attention (a hybrid model: LFM2, Bamba, Qwen3-Next, Granite 4), as
+    # (MixerBlock, how many) by kind
     mixer_layers: tuple = ()
 
 
