@@ -454,9 +454,9 @@ table(families)
 # Granite 4's hybrids (`granitemoehybrid`) stack Mamba-2 layers and attention layers without RoPE, each with a mixture
 # whose router takes a softmax over the chosen experts' logits (a shift common to every logit is still free, $E$
 # directions) beside a shared MLP that every token passes (its own unit scales). Granite's fixed multipliers, on the
-# embedding, the scores, each branch and the logits, are taken up by the weights beside them. Its real attention,
-# decoder layer (five shapes) and whole model agree, and a model's total is that of the model `transformers` builds
-# from the same file.
+# embedding, the scores, each branch and the logits, are taken up by the weights beside them; its dense hybrids
+# (no experts) keep the shared MLP alone. Its real attention, decoder layer (five shapes) and whole models (with and
+# without experts) agree, and a model's total is that of the model `transformers` builds from the same file.
 #
 # One short-convolution layer of LFM2-1.2B leaves {glue:text}`lfm2_conv_layer:,` directions free, against
 # {glue:text}`lfm2_attention_layer:,` for one of its attention layers; the whole model leaves

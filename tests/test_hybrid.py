@@ -300,7 +300,6 @@ def test_a_granite_4_hybrid_is_counted_with_its_mamba_layers_and_transformers_to
     assert block.unidentified_by_block["router_shift"] == 1536
     assert scope_count(p, "model", "granite").total_params == library_total(GRANITE_4_H)
     for change, says in [(dict(position_embedding_type="rope"), "position_embedding_type"),
-                         (dict(num_local_experts=0), "num_local_experts"),
                          (dict(num_experts_per_tok=1), "num_experts_per_tok")]:  # fmt: skip
         path.write_text(json.dumps({**GRANITE_4_H, **change}))
         with pytest.raises(ConfigError, match=says):
@@ -327,3 +326,25 @@ def test_a_mixture_counted_without_its_own_mechanism_is_refused(monkeypatch, hf_
     monkeypatch.setattr(scopes, "count_block", planted)
     with pytest.raises(HFAuditError, match="the Jacobian gives"):
         hf.audit_hf(hf_type, scope="block", embed=8, heads=2, ffn=4)
+
+
+def test_a_dense_granite_4_hybrid_is_counted_with_its_shared_mlp_alone(tmp_path):
+    """Granite 4's dense hybrids (no experts): each layer's shared MLP alone, its units' rescaling; the real model's
+    Jacobian agrees, and the file's total is transformers' own."""
+    pytest.importorskip("transformers")
+    from test_families import library_total
+
+    from attnid.hf.hybrid import audit_hybrid_hf
+
+    dense = {**GRANITE_4_H, "num_local_experts": 0}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dense))
+    p = config_preset(path)
+    assert p.model.experts == 0 and p.model.ffn == 1024
+    block = scope_count(p, "block", "granite")
+    assert block.unidentified_by_block["mlp_rescaling"] == 1024 and "router_shift" not in block.unidentified_by_block
+    assert scope_count(p, "model", "granite").total_params == library_total(dense)
+    r = audit_hybrid_hf("granitemoehybrid", layer_types=("linear_attention", "full_attention"), ffn=8, experts=0)
+    assert r.unidentified == r.details["theory_unidentified"] and r.sv_gap > 1e6
+    with pytest.raises(ValueError, match="give 2 or more"):
+        audit_hybrid_hf("qwen3_next", experts=0)

@@ -115,14 +115,15 @@ def _mixer_sizes(hf_type: str, c) -> dict:
 def _granite_mixture(c) -> tuple[int, int, int]:
     """``(ffn, experts, shared_ffn)`` of Granite 4's layers: ``num_local_experts`` experts of ``intermediate_size``,
     ``num_experts_per_tok`` (two or more) weighted by a softmax over their logits, beside a shared MLP of
-    ``shared_intermediate_size`` that every token passes; its attention without RoPE."""
+    ``shared_intermediate_size`` that every token passes, or with no experts (a dense hybrid) that MLP alone; its
+    attention without RoPE."""
     if c.position_embedding_type not in (None, "nope"):
         raise ConfigError(f"position_embedding_type: {printable(repr(c.position_embedding_type))}: attnid counts "
                           "Granite 4's hybrids with NoPE attention layers (null or 'nope'), as released")  # fmt: skip
+    experts = c.num_local_experts
+    if experts == 0:  # a dense hybrid: its shared MLP alone in every layer
+        return _positive(c, "shared_intermediate_size", default=None), 0, 0
     experts = _positive(c, "num_local_experts", default=None)
-    if not experts:
-        raise ConfigError("num_local_experts: attnid counts Granite 4's hybrids with a mixture of experts in every "
-                          "layer (a dense one, with only its shared MLP, is not counted yet)")  # fmt: skip
     _check_chosen("num_experts_per_tok", _positive(c, "num_experts_per_tok", default=None), experts)
     return (_positive(c, "intermediate_size", default=None), experts,
             _positive(c, "shared_intermediate_size", default=None))  # fmt: skip

@@ -65,6 +65,7 @@ class HFType:
     hybrid: tuple[str, str] | None = None
     embedding_norm: bool = False  # a LayerNorm on the token embeddings (BLOOM): its whole model is not counted
     no_mlp_bias: bool = False  # its MLP has no biases whatever its attention's (Arcee: mlp_bias, default false)
+    dense_allowed: bool = False  # its mixture may be left out, experts = 0 (Granite 4's dense hybrids: a shared MLP)
 
     @property
     def moe(self) -> bool:
@@ -118,7 +119,10 @@ class HFType:
         return {named.get(self.module, "intermediate_size"): ffn}
 
     def expert_kwargs(self, experts: int) -> dict:
-        """A mixture of ``experts`` experts, two chosen per token, in every layer (none: ``{}``)."""
+        """A mixture of ``experts`` experts, two chosen per token, in every layer (none: ``{}``, or where the type may
+        leave its mixture out, none asked for)."""
+        if self.dense_allowed and not experts:
+            return {"num_local_experts": 0}  # Granite 4's dense hybrids: its shared MLP alone
         if not experts:
             return {}
         n = {"qwen3_moe": "num_experts"}.get(self.module, "num_local_experts")
@@ -257,6 +261,7 @@ HF_TYPES: dict[str, HFType] = {
         "granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridAttention", None, biases=("", "qkvo"),
         groups=True, layer="GraniteMoeHybridDecoderLayer", lm="GraniteMoeHybridForCausalLM", norm="rms", mlp="swiglu",
         ffn_ratio=8 / 3, router="softmax", shared_expert=True, hybrid=("linear_attention", "mamba2"),
+        dense_allowed=True,
     ),
     "arcee": HFType(  # Arcee's AFM: Llama's attention and norms, an MLP of two maps through ReLU² (no gate, no biases)
         "arcee", "ArceeConfig", "ArceeAttention", "ArceeRotaryEmbedding", biases=("", "qkvo"), groups=True,
@@ -516,7 +521,7 @@ def block_config(
     size ``shared_ffn``, default ``ffn``: one), its sub-layers wired ``residual`` (None: the type's own;
     :meth:`HFType.residual_of`)."""
     t = HF_TYPES[hf_type]
-    if bool(experts) != t.moe:
+    if bool(experts) != t.moe and not (t.dense_allowed and not experts):
         raise ValueError(f"experts: {hf_type} " + ("has a mixture of experts: give their number (2 or more)"
                                                    if t.moe else "has one MLP, no experts"))  # fmt: skip
     return BlockConfig(

@@ -113,6 +113,8 @@ def audit_hybrid_hf(
     k = (AUDIT_EXPERTS if experts is None else experts) if t.moe else 0
     if experts is not None and not t.moe:
         raise ValueError(f"experts: {hf_type} has one MLP in each layer, no experts")
+    if k == 0 and t.moe and not t.dense_allowed:
+        raise ValueError(f"experts: {hf_type} has a mixture of experts in every layer; give 2 or more")
     cfg = equivalent_config(hf_type, embed=embed, heads=heads, groups=groups, norm_eps=norm_eps)
     V = max(16, 3 * embed) if vocab is None else vocab
     shape: dict[str, Any] = dict(layer_types=tuple(layer_types), ffn=ffn, vocab=V, tied=tied, mixer=sizes, experts=k)
