@@ -156,7 +156,8 @@ def test_a_plant_in_a_gated_module_is_caught():
 
 
 # ------------------------------------------------------------------------------------------ config files
-def _config(tmp_path, fields: dict):
+def preset_of(tmp_path, fields: dict):
+    """The preset attnid reads from a ``config.json`` of ``fields`` written in ``tmp_path``."""
     from attnid.configs import config_preset
 
     (tmp_path / "config.json").write_text(json.dumps(fields))
@@ -180,7 +181,7 @@ def test_qwen3_next_counts_its_gated_softmax_layers_and_its_linear_ones_apart(tm
     pytest.importorskip("transformers")
     from attnid.presets import mixer_layers_note, scope_count
 
-    p = _config(tmp_path, QWEN3_NEXT)
+    p = preset_of(tmp_path, QWEN3_NEXT)
     cfg = p.config
     assert (cfg.output_gate, cfg.qk_norm, cfg.R, cfg.D, cfg.G) == (True, "head", 64, 256, 2)
     assert count(cfg).unidentified_by_block["vo"] == 2 * 256  # diagonal value maps per group
@@ -201,9 +202,9 @@ def test_qwen3_next_counts_its_gated_softmax_layers_and_its_linear_ones_apart(tm
     r = run("count", "--config", str(tmp_path), "--scope", "model")
     assert r.returncode == 0 and "79,674,391,296 parameters" in r.stdout
     with pytest.raises(Exception, match="no layer is attention"):
-        _config(tmp_path, {**QWEN3_NEXT, "layer_types": ["linear_attention"] * 48})
+        preset_of(tmp_path, {**QWEN3_NEXT, "layer_types": ["linear_attention"] * 48})
     with pytest.raises(Exception, match="mlp_only_layers"):
-        _config(tmp_path, {**QWEN3_NEXT, "mlp_only_layers": [0]})
+        preset_of(tmp_path, {**QWEN3_NEXT, "mlp_only_layers": [0]})
 
 
 COMMAND_R = {  # Command R (v01) and, with use_qk_norm, Command R+'s architecture fields, as their files give them
@@ -217,15 +218,15 @@ def test_command_r_is_counted_at_every_scope_with_and_without_its_qk_norm(tmp_pa
     pytest.importorskip("transformers")
     from attnid.presets import scope_count
 
-    plain = _config(tmp_path, COMMAND_R)
-    normed = _config(tmp_path, {**COMMAND_R, "use_qk_norm": True})
+    plain = preset_of(tmp_path, COMMAND_R)
+    normed = preset_of(tmp_path, {**COMMAND_R, "use_qk_norm": True})
     assert (plain.config.qk_norm, normed.config.qk_norm, normed.config.qk_norm_eps) == ("", "layer", 1e-5)
     for scope in SCOPES:
         assert 0 < scope_count(plain, scope, "r").unidentified < scope_count(normed, scope, "r+").unidentified
     block = scope_count(plain, "block", "r").unidentified_by_block
     assert block["norm_shift"] == 0 and block["norm_mean"] == 3 * 8192 + 2 * 22528  # every reader row, no shift
     with pytest.raises(Exception, match=r"logit_scale: 0\.0 must be a finite number other than 0"):
-        _config(tmp_path, {**COMMAND_R, "logit_scale": 0.0})
+        preset_of(tmp_path, {**COMMAND_R, "logit_scale": 0.0})
 
 
 def test_stablelm_2_12b_reads_its_layernorm_per_head(tmp_path):
@@ -233,9 +234,9 @@ def test_stablelm_2_12b_reads_its_layernorm_per_head(tmp_path):
     fields = {"model_type": "stablelm", "hidden_size": 5120, "num_attention_heads": 32, "num_key_value_heads": 8,
               "num_hidden_layers": 40, "intermediate_size": 13824, "vocab_size": 100352, "qk_layernorm": True,
               "partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5, "use_qkv_bias": False}  # fmt: skip
-    p = _config(tmp_path, fields)
+    p = preset_of(tmp_path, fields)
     assert (p.config.qk_norm, p.config.R, p.config.qk_norm_eps) == ("layer", 40, 1e-5)
-    assert _config(tmp_path, {**fields, "qk_layernorm": False}).config.qk_norm == ""
+    assert preset_of(tmp_path, {**fields, "qk_layernorm": False}).config.qk_norm == ""
 
 
 def test_llama4_scout_is_counted_at_every_scope_with_its_published_total():
@@ -283,12 +284,12 @@ def test_llama4_totals_equal_transformers_own_on_the_meta_device(tmp_path):
     maverick_like = {**small, "interleave_moe_layer_step": 2, "use_qk_norm": False}
     for fields in (dict(small, moe_layers=list(range(8)), no_rope_layers=[1, 1, 1, 0] * 2),
                    {k: v for k, v in maverick_like.items() if k not in ("moe_layers", "no_rope_layers")}):  # fmt: skip
-        p = _config(tmp_path, fields)
+        p = preset_of(tmp_path, fields)
         c = tf.AutoConfig.for_model("llama4_text", **{k: v for k, v in fields.items() if k != "model_type"})
         with torch.device("meta"):
             built = tf.Llama4ForCausalLM(c)
         assert scope_count(p, "model", "x").total_params == sum(q.numel() for q in built.parameters())
-    p = _config(tmp_path, {k: v for k, v in maverick_like.items() if k not in ("moe_layers", "no_rope_layers")})
+    p = preset_of(tmp_path, {k: v for k, v in maverick_like.items() if k not in ("moe_layers", "no_rope_layers")})
     assert (p.model.dense_layers, p.model.nope_layers, p.model.nope_dense_layers) == (4, 2, 0)
     assert p.config.qk_norm == ""
 
@@ -301,7 +302,7 @@ def test_llama4_fields_that_change_the_function_are_refused_by_name(tmp_path, fi
 
     text = json.loads((CONFIG_DIR / "llama-4-scout.json").read_text())["text_config"]
     with pytest.raises(Exception, match=says):
-        _config(tmp_path, {**text, field: value})
+        preset_of(tmp_path, {**text, field: value})
 
 
 def test_the_cli_takes_the_new_norms_and_gates():

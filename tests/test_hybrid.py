@@ -288,10 +288,9 @@ GRANITE_4_H = {  # a Granite 4.0-H-Tiny-like file: 40 layers, 4 of them NoPE att
 def test_a_granite_4_hybrid_is_counted_with_its_mamba_layers_and_transformers_total(tmp_path):
     pytest.importorskip("transformers")
     from test_families import library_total
+    from test_gates_and_norms import preset_of
 
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(GRANITE_4_H))
-    p = config_preset(path)
+    p = preset_of(tmp_path, GRANITE_4_H)
     assert not p.config.rope and p.model.experts == 64 and p.model.shared_ffn == 1024
     ((mamba, n),) = p.model.mixer_layers
     assert (mamba.mixer, n) == ("mamba2", 36)
@@ -301,9 +300,8 @@ def test_a_granite_4_hybrid_is_counted_with_its_mamba_layers_and_transformers_to
     assert scope_count(p, "model", "granite").total_params == library_total(GRANITE_4_H)
     for change, says in [(dict(position_embedding_type="rope"), "position_embedding_type"),
                          (dict(num_experts_per_tok=1), "num_experts_per_tok")]:  # fmt: skip
-        path.write_text(json.dumps({**GRANITE_4_H, **change}))
         with pytest.raises(ConfigError, match=says):
-            config_preset(path)
+            preset_of(tmp_path, {**GRANITE_4_H, **change})
 
 
 @pytest.mark.parametrize("hf_type, term, change", [
@@ -333,13 +331,12 @@ def test_a_dense_granite_4_hybrid_is_counted_with_its_shared_mlp_alone(tmp_path)
     Jacobian agrees, and the file's total is transformers' own."""
     pytest.importorskip("transformers")
     from test_families import library_total
+    from test_gates_and_norms import preset_of
 
     from attnid.hf.hybrid import audit_hybrid_hf
 
     dense = {**GRANITE_4_H, "num_local_experts": 0}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(dense))
-    p = config_preset(path)
+    p = preset_of(tmp_path, dense)
     assert p.model.experts == 0 and p.model.ffn == 1024
     block = scope_count(p, "block", "granite")
     assert block.unidentified_by_block["mlp_rescaling"] == 1024 and "router_shift" not in block.unidentified_by_block

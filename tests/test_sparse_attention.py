@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from attnid.configs import ConfigError, config_preset
+from attnid.configs import ConfigError
 from attnid.counting import MLAConfig, count_mla
 from attnid.presets import scope_count
 
@@ -75,21 +75,19 @@ DEEPSEEK_V32 = {  # DeepSeek-V3.2-Exp's architecture fields, as its model card a
 def test_a_deepseek_v32_file_is_counted_with_its_indexer_and_transformers_total(tmp_path):
     pytest.importorskip("transformers")
     from test_families import library_total
+    from test_gates_and_norms import preset_of
 
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(DEEPSEEK_V32))
-    p = config_preset(path)
+    p = preset_of(tmp_path, DEEPSEEK_V32)
     indexer = 64 * 128 * 1536 + 128 * 7168 + 2 * 128 + 64 * 7168
     assert scope_count(p, "attention", "v32").unidentified_by_block["indexer"] == indexer
     model = scope_count(p, "model", "v32")
     assert model.total_params == library_total(DEEPSEEK_V32) == 671_877_929_216
     for change, says in [(dict(index_topk=1), "index_topk"),
                          (dict(mlp_layer_types=["sparse", "dense"] + ["sparse"] * 59), "mlp_layer_types")]:  # fmt: skip
-        path.write_text(json.dumps({**DEEPSEEK_V32, **change}))
         with pytest.raises(ConfigError, match=says):
-            config_preset(path)
-    path.write_text(json.dumps({**DEEPSEEK_V32, "mlp_layer_types": ["dense"] * 3 + ["sparse"] * 58}))
-    assert scope_count(config_preset(path), "model", "v32").total_params == model.total_params
+            preset_of(tmp_path, {**DEEPSEEK_V32, **change})
+    dense_first = preset_of(tmp_path, {**DEEPSEEK_V32, "mlp_layer_types": ["dense"] * 3 + ["sparse"] * 58})
+    assert scope_count(dense_first, "model", "v32").total_params == model.total_params
 
 
 def test_the_cli_audits_deepseek_v32_with_an_indexer():
