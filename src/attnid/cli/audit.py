@@ -160,8 +160,9 @@ def _audit_config(a) -> int:
                          "structure; the audit its small width)")  # fmt: skip
     name, p = chosen_model(a)  # type: ignore[misc]
     r = structure_audit(p, "block" if a.block else "attention", name)[1](a.seed)
-    if mixer_layers_note(p):  # a hybrid model: the audit is of an attention layer
-        r.details["shows"] = mixer_layers_note(p)
+    shows = mixer_layers_note(p)  # a hybrid model: the audit is of an attention layer
+    if shows:
+        r.details["shows"] = shows
     return _report_hf_audit(r, a.json)
 
 

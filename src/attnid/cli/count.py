@@ -25,8 +25,9 @@ def cmd_count(a) -> int:
     _add_reading(out, chosen)
     if chosen is not None and chosen[1].attention_only:  # which layers this count is (Qwen3-Next's softmax ones)
         out["attention_only"] = chosen[1].attention_only
-    if chosen is not None and mixer_layers_note(chosen[1]):  # a hybrid model: which kind of layer this is
-        out["shows"] = mixer_layers_note(chosen[1])
+    shows = mixer_layers_note(chosen[1]) if chosen is not None else ""  # a hybrid model: which kind of layer
+    if shows:
+        out["shows"] = shows
     if a.json:
         print(strict_json(out))
         return 0
@@ -121,8 +122,9 @@ def _count_scope(a, chosen: tuple[str, Preset] | None) -> int:
     c = scope_count(p, a.scope, name)
     arch = asdict(p.config) if isinstance(p.config, MLAConfig) else arch_dict(p.config)
     out = {"architecture": arch, "scope": a.scope, "model": asdict(p.model) if p.model else None, **c.as_dict()}
-    if a.scope == "block" and mixer_layers_note(p):
-        out["shows"] = mixer_layers_note(p)
+    shows = mixer_layers_note(p) if a.scope == "block" else ""
+    if shows:
+        out["shows"] = shows
     _add_reading(out, chosen)
     if a.json:
         print(strict_json(out))

@@ -4,21 +4,10 @@ respect to all its parameters, on hidden states, and its rank."""
 
 from __future__ import annotations
 
-import types
-
-import torch
-
 from ..audit import RTOL, AuditResult
 from ..counting.gated_deltanet import count_gated_deltanet
 from .build import _prepare, _transformers
-from .mixers import audit_mixer, float64_forward, mixer_inputs
-
-
-def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    # Qwen3NextRMSNormGated in the input's dtype (transformers' computes in float32): an RMSNorm over the last axis
-    # (one head's value channels), its weight, then SiLU of the gate
-    normed = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-    return self.weight * normed * torch.nn.functional.silu(gate)
+from .mixers import audit_mixer, float64_forward, gated_norms_in_float64, mixer_inputs
 
 
 def audit_gated_deltanet_hf(
@@ -40,9 +29,7 @@ def audit_gated_deltanet_hf(
                                 linear_conv_kernel_dim=kernel, rms_norm_eps=norm_eps, num_hidden_layers=1,
                                 layer_types=["linear_attention"], vocab_size=16, num_attention_heads=2,
                                 num_key_value_heads=1)  # fmt: skip
-    module = _prepare(modeling.Qwen3NextGatedDeltaNet(config, layer_idx=0), embed, seed)
-    norm = module.get_submodule("norm")
-    norm.forward = types.MethodType(_gated_norm_float64, norm)
+    module = gated_norms_in_float64(_prepare(modeling.Qwen3NextGatedDeltaNet(config, layer_idx=0), embed, seed))
     return audit_mixer(
         module, mixer_inputs(module, embed, 12, seed), theory, name="gated deltanet", forward=float64_forward,
         rtol=rtol, check=check,

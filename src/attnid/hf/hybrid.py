@@ -5,7 +5,6 @@ to all its parameters, and its rank."""
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +15,7 @@ from ..counting import ModelConfig, count_model
 from ..counting.hybrid import mixer_block
 from ..families import HF_TYPES, block_config, equivalent_config
 from .build import build_model
-from .gated_deltanet import _gated_norm_float64 as gated_deltanet_norm_float64
-from .mamba import _gated_norm_float64 as mamba_norm_float64
-from .mixers import audit_mixer, float64_kept, short_chunks
+from .mixers import audit_mixer, float64_kept, gated_norms_in_float64, short_chunks
 from .scopes import AUDIT_EXPERTS, _block_size
 
 # the mixer's sizes a hybrid family's audit takes by default (LFM2: the short convolution's; Bamba: Mamba-2's;
@@ -81,12 +78,7 @@ def _scan_in_float64(module: torch.nn.Module, forward: Callable) -> Callable:
     """``forward`` with every scan of ``module`` (Mamba-2's, Gated DeltaNet's) in float64
     (:func:`attnid.hf.mixers.float64_kept`; Gated DeltaNet's in short chunks, :func:`attnid.hf.mixers.short_chunks`),
     its gated norms computed in float64."""
-    for m in module.modules():
-        name = type(m).__name__
-        if name == "Qwen3NextRMSNormGated":  # normalised, then gated
-            m.forward = types.MethodType(gated_deltanet_norm_float64, m)
-        elif name.endswith("RMSNormGated"):  # gated, then normalised by groups
-            m.forward = types.MethodType(mamba_norm_float64, m)
+    gated_norms_in_float64(module)
 
     def scanned(call: Callable, ids: torch.Tensor) -> torch.Tensor:
         with float64_kept(), short_chunks():

@@ -4,26 +4,14 @@ parameters, on hidden states, and its rank."""
 
 from __future__ import annotations
 
-import types
-
 import torch
 
 from ..audit import RTOL, AuditResult
 from ..counting.mamba import count_mamba
 from .build import _prepare, _transformers
-from .mixers import audit_mixer, float64_forward, mixer_inputs
+from .mixers import audit_mixer, float64_forward, gated_norms_in_float64, mixer_inputs
 
 MAMBA_SCOPES = ("mixer", "block")
-
-
-def _gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
-    # MambaRMSNormGated in the input's dtype (transformers' computes in float32): the input times SiLU of the gate,
-    # normalised over each group of `group_size` channels, times the weight
-    h = hidden_states if gate is None else hidden_states * torch.nn.functional.silu(gate)
-    *prefix, width = h.shape
-    g = h.view(*prefix, width // self.group_size, self.group_size)
-    g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-    return self.weight * g.view(*prefix, width)
 
 
 def build_mamba2(
@@ -44,10 +32,7 @@ def build_mamba2(
                              vocab_size=16)  # fmt: skip
     layer = modeling.Mamba2Block(config, layer_idx=0) if scope == "block" else modeling.Mamba2Mixer(config, 0)
     module = _prepare(layer, embed, seed, norm_eps=norm_eps if scope == "block" else None)
-    for m in module.modules():
-        if isinstance(m, modeling.MambaRMSNormGated):
-            m.forward = types.MethodType(_gated_norm_float64, m)  # type: ignore[method-assign]
-    return module, mixer_inputs(module, embed, 12, seed)
+    return gated_norms_in_float64(module), mixer_inputs(module, embed, 12, seed)
 
 
 def audit_mamba2_hf(

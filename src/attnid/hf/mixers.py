@@ -1,10 +1,11 @@
 """What the audits of the sequence mixers that are not attention share (chapter 9: LFM2's short convolution,
-Mamba-2, Gated DeltaNet): their scans kept in float64, their data, and the audit of a real module against its closed
-form."""
+Mamba-2, Gated DeltaNet, and the hybrid models that hold them): their scans and gated norms kept in float64, their
+data, and the audit of a real module against its closed form."""
 
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -55,6 +56,36 @@ def short_chunks(size: int = 4) -> Iterator[None]:
         yield
     finally:
         modeling.torch_chunk_gated_delta_rule = original
+
+
+def _grouped_gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+    # Mamba-2's gated norm (MambaRMSNormGated, and Bamba's and Granite 4's copies) in the input's dtype (transformers'
+    # computes in float32): the input times SiLU of the gate, normalised over each group of `group_size` channels,
+    # times the weight
+    h = hidden_states if gate is None else hidden_states * torch.nn.functional.silu(gate)
+    *prefix, width = h.shape
+    g = h.view(*prefix, width // self.group_size, self.group_size)
+    g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+    return self.weight * g.view(*prefix, width)
+
+
+def _head_gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    # Gated DeltaNet's gated norm (Qwen3NextRMSNormGated) in the input's dtype (transformers' computes in float32): an
+    # RMSNorm over the last axis (one head's value channels), its weight, then SiLU of the gate
+    normed = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+    return self.weight * normed * torch.nn.functional.silu(gate)
+
+
+def gated_norms_in_float64(module: torch.nn.Module) -> torch.nn.Module:
+    """Every gated RMSNorm of ``module`` computed in the input's float64: Gated DeltaNet's (normalised, then gated)
+    and Mamba-2's, Bamba's and Granite 4's (gated, then normalised by groups); ``module``, changed."""
+    for m in module.modules():
+        name = type(m).__name__
+        if name == "Qwen3NextRMSNormGated":
+            m.forward = types.MethodType(_head_gated_norm_float64, m)
+        elif name.endswith("RMSNormGated"):
+            m.forward = types.MethodType(_grouped_gated_norm_float64, m)
+    return module
 
 
 def float64_forward(call: Callable, x: torch.Tensor) -> torch.Tensor:
