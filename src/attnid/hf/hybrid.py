@@ -28,7 +28,7 @@ MIXER_DEFAULTS: dict[str, dict] = {
 }
 
 
-def _mixer_sizes(hf_type: str, mixer: dict | None) -> dict:
+def _audit_mixer_sizes(hf_type: str, mixer: dict | None) -> dict:
     """The mixer's sizes of a ``hf_type`` hybrid model: its defaults with ``mixer`` on top, a name it lacks refused."""
     if hf_type not in MIXER_DEFAULTS:
         raise ValueError(f"hf: expected one of {', '.join(MIXER_DEFAULTS)} for a hybrid model, got {hf_type!r}")
@@ -47,7 +47,7 @@ def hybrid_model_config(
     """The :class:`~attnid.counting.ModelConfig` of a ``hf_type`` hybrid model whose layers are ``layer_types`` (its
     config's names), its attention ``cfg``, its mixers of sizes ``mixer`` (:data:`MIXER_DEFAULTS` by default), its
     MLPs mixtures of ``experts`` experts where the type has them (Qwen3-Next)."""
-    sizes = _mixer_sizes(hf_type, mixer)
+    sizes = _audit_mixer_sizes(hf_type, mixer)
     name, kind = HF_TYPES[hf_type].mixer_layer()
     if not layer_types or any(t not in ("full_attention", name) for t in layer_types):
         raise ValueError(f"layer_types: each of a {hf_type} model's layers is 'full_attention' or {name!r}, got "
@@ -100,7 +100,7 @@ def audit_hybrid_hf(
     a vocabulary of ``vocab`` (default ``max(16, 3 embed)``), every norm at ``ε = norm_eps``, at seeded random
     weights in float64, read through ``log_softmax``. ``details["theory_unidentified"]`` is the closed form; with
     ``check``, a difference from it or a singular-value gap under ``MIN_GAP`` raises :class:`HFAuditError`."""
-    sizes = _mixer_sizes(hf_type, mixer)
+    sizes = _audit_mixer_sizes(hf_type, mixer)
     t = HF_TYPES[hf_type]
     k = (AUDIT_EXPERTS if experts is None else experts) if t.moe else 0
     if experts is not None and not t.moe:
