@@ -58,7 +58,23 @@ PUBLISHED_TOTALS = {
     "mistral-7b-v0.1": 7_241_732_096, "qwen2.5-0.5b": 494_032_768, "meta-llama-3-8b": 8_030_261_248,
     "phi-3.5-mini-instruct": 3_821_079_552, "qwen2.5-1.5b-instruct": 1_543_714_304,
     "tinyllama-1.1b-chat-v1.0": 1_100_048_384, "qwen3-4b-thinking-2507": 4_022_468_096,
+    "smollm2-1.7b-instruct": 1_711_376_384, "smollm2-135m": 134_515_008,
+    "unsloth-llama-3.2-1b-instruct": 1_235_814_400,
 }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, fields",
+    [
+        ("unsloth-llama-3.2-1b-instruct", ["unsloth_fixed"]),  # the re-uploader's marker
+        ("smollm2-135m", ["is_llama_config", "rope_interleaved"]),  # the training framework's own fields
+        ("smollm2-1.7b-instruct", ["transformers.js_config"]),  # the settings of another runtime
+    ],
+)
+def test_fields_no_llama_code_reads_are_accepted_in_the_files_as_downloaded(name, fields):
+    reading = config_preset(RELEASED / f"{name}.json").reading
+    for k in fields:
+        assert reading["neutral"][k] == unread_reason("llama"), k
 
 
 def test_released_totals_equal_the_published_ones():
