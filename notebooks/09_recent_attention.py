@@ -373,6 +373,12 @@ table(released)
 # shapes; `attnid audit --hf qwen2_5_vl` at a text's positions), and a map in which one stream never moves is refused,
 # since that stream's pairs then turn by nothing and keep the larger gauge of a layer without RoPE. A released
 # Qwen2.5-VL file is read flat, as released, or nested, as transformers now saves it; its vision tower is not counted.
+# Qwen3-VL's text layers are Qwen3's (a QK-norm per head) with the streams dealt to the pairs in turn rather than in
+# three runs: time, height, width, time, and so on, height and width stopping after their `mrope_section` counts. That
+# moves which stream turns a pair, never a pair's frequency, so the count is Qwen3's again; the real Qwen3-VL attention
+# and decoder layer agree at a text's positions and at the multimodal map (four shapes), and refuse the RoPE count when
+# a stream never moves. Its released file writes `tie_word_embeddings` twice, inside `text_config` and beside it; the
+# library ties by the one beside it, so the inner one is accepted as a field no code reads.
 #
 # **A short convolution** (LFM2's layers that are not attention) mixes along time with no softmax at all: `in_proj`
 # gives each channel $i$ three linear forms of the input, $B_i$, $C_i$ and $x_i$; the product $u_i = B_i x_i$ is

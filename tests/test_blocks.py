@@ -78,6 +78,9 @@ BLOCK_SHAPES = {
     # Qwen2.5-VL's text layers: Qwen2's with M-RoPE (text positions here; tests/test_families.py: a multimodal map)
     "qwen2_5_vl": [dict(heads=2), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
                    dict(heads=2, groups=1), dict(embed=12, heads=2, groups=1, ffn=20)],
+    # Qwen3-VL's text layers: Qwen3's with M-RoPE whose streams take the pairs in turn (a multimodal map: test_families)
+    "qwen3_vl": [dict(heads=2), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12),
+                 dict(heads=2, bias="all", ffn=30), dict(embed=12, heads=2, groups=1, ffn=20)],
     # BLOOM: GPT-2's block with ALiBi; its code fixes the MLP at 4E
     "bloom": [dict(embed=6, heads=2), dict(embed=6, heads=1, ffn=24), dict(embed=6, heads=3, ffn=24),
               dict(embed=4, heads=1, ffn=16), dict(embed=4, heads=2, ffn=16), dict(embed=8, heads=4, ffn=32)],

@@ -42,14 +42,16 @@ def library_total(fields: dict) -> int:
                 model = transformers.AutoModelForImageTextToText.from_config(config)
     text = getattr(getattr(model, "model", None), "language_model", None)
     parts = [model] if text is None else [text, model.lm_head]
-    return sum(p.numel() for part in parts for p in part.parameters())
+    params = {id(p): p for part in parts for p in part.parameters()}  # a tied head counted once
+    return sum(p.numel() for p in params.values())
 
 
 def test_every_file_names_its_release():
     assert [p.stem for p in FILES] == ["bamba-9b", "bloom", "command-r7b-12-2024", "dots.llm1.inst",
                                        "ernie-4.5-21b-a3b", "exaone-4.0-32b", "glm-4.5-air", "hunyuan-a13b-instruct",
                                        "internlm3-8b-instruct", "lfm2-1.2b", "olmo-3-7b",
-                                       "qwen2.5-vl-7b-instruct", "qwen3-next-80b-a3b-instruct"]  # fmt: skip
+                                       "qwen2.5-vl-7b-instruct", "qwen3-next-80b-a3b-instruct",
+                                       "qwen3-vl-2b-instruct"]  # fmt: skip
     for path in FILES:
         note = json.loads(path.read_text())[SOURCE_KEY]
         assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name
@@ -71,6 +73,8 @@ def test_a_family_file_is_counted_at_every_scope_with_transformers_total(path):
     text = fields
     if fields["model_type"] in FLAT_TEXT_MODELS:  # a multimodal file: its text model's fields are what is read
         text = _flat_text_config(fields, fields["model_type"])["text_config"]
+    elif "text_config" in fields:
+        text = fields["text_config"]
     assert set(text) | {"model_type"} == set(r["read"]) | set(r["neutral"]) | set(r["fixed"]) | set(r["at_default"])
     if embedding_norm:
         with pytest.raises(ValueError, match="word_embeddings_layernorm"):
@@ -271,20 +275,23 @@ def test_a_bias_that_only_chooses_experts_is_counted_and_unidentified(monkeypatc
     [("attention", dict(embed=16, heads=2)), ("attention", dict(embed=16, heads=4, groups=2)),
      ("attention", dict(embed=24, heads=2, groups=1)), ("block", dict(embed=8, heads=4, groups=2, ffn=16))],
 )  # fmt: skip
-def test_m_rope_is_counted_as_rope_at_text_and_multimodal_positions(scope, kw):
-    """Qwen2.5-VL's M-RoPE turns each rotated pair by one of three position streams (time, height, width). The
-    frequencies stay distinct, so the query/key gauge that commutes with every turn is the same as RoPE's, one
-    rotation and scale per pair, whichever stream turns it: at a text's positions (the three streams equal) and at a
-    multimodal map where each stream moves on its own, the real module's Jacobian equals the RoPE closed form."""
+@pytest.mark.parametrize("hf_type", ["qwen2_5_vl", "qwen3_vl"])
+def test_m_rope_is_counted_as_rope_at_text_and_multimodal_positions(scope, kw, hf_type):
+    """Qwen2.5-VL's M-RoPE turns each rotated pair by one of three position streams (time, height, width), in three
+    runs of pairs; Qwen3-VL's deals the pairs to the streams in turn. The frequencies stay distinct, so the
+    query/key gauge that commutes with every turn is the same as RoPE's, one rotation and scale per pair, whichever
+    stream turns it: at a text's positions (the three streams equal) and at a multimodal map where each stream moves
+    on its own, the real module's Jacobian equals the RoPE closed form."""
     from attnid.hf import audit_hf
 
     for positions in ("text", "grid"):
-        r = audit_hf("qwen2_5_vl", scope=scope, positions=positions, **kw)
+        r = audit_hf(hf_type, scope=scope, positions=positions, **kw)
         assert r.unidentified == r.details["theory_unidentified"] and r.sv_gap > 1e6, positions
         assert r.details["positions"] == positions
 
 
-def test_a_stream_that_never_moves_leaves_its_pairs_unrotated(monkeypatch):
+@pytest.mark.parametrize("hf_type", ["qwen2_5_vl", "qwen3_vl"])
+def test_a_stream_that_never_moves_leaves_its_pairs_unrotated(monkeypatch, hf_type):
     """The RoPE count of M-RoPE needs every stream to move over the data: planted, a map whose height stream is the
     same for every token leaves that stream's pairs turned by nothing, as in a layer without RoPE, and the audit
     refuses the RoPE closed form; a position map other than a text's is refused by name where no M-RoPE reads it."""
@@ -298,7 +305,7 @@ def test_a_stream_that_never_moves_leaves_its_pairs_unrotated(monkeypatch):
     original = build.grid_positions
     monkeypatch.setattr(build, "grid_positions", frozen)
     with pytest.raises(HFAuditError, match="closed form"):
-        audit_hf("qwen2_5_vl", scope="attention", positions="grid", embed=16, heads=2)
+        audit_hf(hf_type, scope="attention", positions="grid", embed=16, heads=2)
     monkeypatch.undo()
     with pytest.raises(ValueError, match="positions: a grid position map is read by an M-RoPE layer only"):
         audit_hf("llama", scope="attention", positions="grid", embed=16, heads=2)
@@ -322,6 +329,33 @@ def test_a_qwen2_5_vl_file_is_read_flat_as_released_or_nested_as_saved_now(tmp_p
     (tmp_path / "config.json").write_text(json.dumps({**flat, "rope_scaling": sections}))
     with pytest.raises(ConfigError, match=r"mrope_section \[16, 24, 23\] must give the three position streams"):
         config_preset(tmp_path)
+
+
+def test_a_qwen3_vl_file_ties_as_its_multimodal_class_says(tmp_path):
+    """Qwen3-VL's released files write tie_word_embeddings inside text_config and beside it; transformers ties by the
+    one beside it (its text config class has no such field), so the inner one is accepted as unread and a file
+    whose outer field says false counts an untied head, whatever the inner one says. Its streams take the pairs in
+    turn, so mrope_section need not add up to head_dim / 2; three counts it must be."""
+    path = FAMILIES / "qwen3-vl-2b-instruct.json"
+    d = json.loads(path.read_text())
+    d.pop(SOURCE_KEY)
+    p = config_preset(path)
+    assert (p.hf_type, p.config.qk_norm, p.model.tied) == ("qwen3_vl", "head", True)
+    assert "no code reads it" in p.reading["neutral"]["tie_word_embeddings"]
+    (tmp_path / "config.json").write_text(json.dumps({**d, "tie_word_embeddings": False}))
+    untied = config_preset(tmp_path)
+    assert not untied.model.tied
+    gap = scope_count(untied, "model", "untied").total_params - scope_count(p, "model", "tied").total_params
+    assert gap == library_total({**d, "tie_word_embeddings": False}) - library_total(d) == 151936 * 2048
+    text = d["text_config"]
+    for sections, ok in (([16, 24, 24], True), ([24, 20], False)):
+        rope = {**text["rope_scaling"], "mrope_section": sections}
+        (tmp_path / "config.json").write_text(json.dumps({**d, "text_config": {**text, "rope_scaling": rope}}))
+        if ok:
+            assert scope_count(config_preset(tmp_path), "model", "q") == scope_count(p, "model", "q")
+        else:
+            with pytest.raises(ConfigError, match=r"mrope_section \[24, 20\] must give the three position streams"):
+                config_preset(tmp_path)
 
 
 def test_a_qk_norm_after_rope_trades_its_weights_per_coordinate(monkeypatch):

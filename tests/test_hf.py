@@ -46,6 +46,9 @@ CASES = {
     "dots1": dict(groups=2, bias="all"),  # Qwen3's attention in dots.llm1
     "ernie4_5_moe": dict(groups=2, bias="all"),  # ERNIE 4.5's attention in its mixture models
     "qwen2_5_vl": dict(groups=2),  # M-RoPE at text positions (a multimodal map: tests/test_families.py)
+    "qwen3_vl": dict(
+        groups=2, bias="all"
+    ),  # Qwen3's attention with interleaved M-RoPE (a multimodal map: test_families)
     "hunyuan_v1_moe": dict(groups=2, bias="all"),  # its QK-norm per head after RoPE, all four biases
     "bloom": dict(),  # ALiBi: a fixed bias on the scores, no position map on queries and keys; fused qkv per head
     "falcon": dict(groups=2, bias="all"),  # fused qkv per group of keys (its new architecture), biases on every map

@@ -78,13 +78,16 @@ SOURCE_KEY = "_attnid"  # in a shipped file: {"source": the released file, "note
 # multimodal releases whose text model attnid counts: its model type, its config class's tie_word_embeddings, and
 # the multimodal class's own where that one decides the tying (Mistral 3: its model ties by the outer field)
 TEXT_MODELS = {"gemma3": ("gemma3_text", True, None), "llama4": ("llama4_text", False, None),
-               "mistral3": ("mistral", False, True), "qwen2_5_vl": ("qwen2_5_vl_text", False, False)}  # fmt: skip
+               "mistral3": ("mistral", False, True), "qwen2_5_vl": ("qwen2_5_vl_text", False, False),
+               "qwen3_vl": ("qwen3_vl_text", False, False)}  # fmt: skip
+
+# the fields a multimodal config keeps for itself beside text_config (its image and video tokens)
+_VISION_TOKENS = ("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id")
+MULTIMODAL_OWN_FIELDS = {"qwen2_5_vl": (*_VISION_TOKENS, "vision_token_id"), "qwen3_vl": _VISION_TOKENS}
 
 # multimodal files whose released form is flat: the text model's fields beside the vision tower's, which the library
-# gathers into text_config (the text config class's fields and the RoPE fields), and the fields the multimodal config
-# keeps for itself
-FLAT_TEXT_MODELS = {"qwen2_5_vl": ("vision_start_token_id", "vision_end_token_id", "vision_token_id", "image_token_id",
-                                   "video_token_id")}  # fmt: skip
+# gathers into text_config (the text config class's fields and the RoPE fields)
+FLAT_TEXT_MODELS = ("qwen2_5_vl",)
 
 
 def _text_fields(fields: dict, model_type: str) -> dict:
@@ -95,7 +98,7 @@ def _text_fields(fields: dict, model_type: str) -> dict:
     :class:`ConfigError` naming the field otherwise."""
     text_type, tie_default, outer_default = TEXT_MODELS[model_type]
     for k in fields:
-        if k not in MULTIMODAL_FIELDS and k not in FLAT_TEXT_MODELS.get(model_type, ()):
+        if k not in MULTIMODAL_FIELDS and k not in MULTIMODAL_OWN_FIELDS.get(model_type, ()):
             raise ConfigError(
                 f"config: field {printable(k, 60)} sits beside text_config: transformers' multimodal {model_type} "
                 "reads the text model's fields from text_config only; move it there (or remove it)"
@@ -195,12 +198,12 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     model_type = fields.get("model_type")
     if not isinstance(model_type, str):
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
-    outer_tie = None  # where the text model's class has no tying field, the multimodal file's decides
+    outer_tie: bool | None = None  # where the text model's class has no tying field, the multimodal file's decides
+    unread_tie: dict[str, str] = {}
     if model_type in TEXT_MODELS:  # a multimodal release
-        outer_tie = _outer_tie(fields, model_type)
-        fields, source, model_type = _text_model(fields, source, model_type)
+        fields, source, model_type, outer_tie, unread_tie = _multimodal_text(fields, source, model_type)
     hf_type = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen2_5_vl_text": "qwen2_5_vl",
-               **BUILT_AS}.get(model_type, model_type)  # fmt: skip
+               "qwen3_vl_text": "qwen3_vl", **BUILT_AS}.get(model_type, model_type)  # fmt: skip
     if hf_type in UNMODELLED:
         raise ConfigError(f"config: model_type {model_type!r}: {UNMODELLED[hf_type]}; attnid refuses rather than count "
                           "it as another family")  # fmt: skip
@@ -232,11 +235,29 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
         model = replace(model, source=source, tied=model.tied if outer_tie is None else outer_tie)
     reading = config_reading(fields, c, read, remote is not None, default, code_reads(model_type), hf_type)
     reading["truth_values"] = truths
+    reading["neutral"].update(unread_tie)
     unread_rotary_share(reading, hf_type)
     # no module audits Falcon RW's ALiBi attention here (BLOOM's verifies ALiBi)
     family = None if hf_type in ATTENTION_ONLY_TYPES or (hf_type == "falcon" and c.alibi) else hf_type
     return Preset(f"{model_type} config ({source})", config, family,
                   model, reading=reading, attention_only=only, origin=origin or ConfigSource(Path(path)))  # fmt: skip
+
+
+def _multimodal_text(fields: dict, source: str, model_type: str) -> tuple[dict, str, str, bool | None, dict]:
+    """``(fields, source, model_type, outer_tie, unread)`` of a multimodal file's text model (:func:`_text_model`):
+    where the multimodal class's ``tie_word_embeddings`` decides the tying (:func:`_outer_tie`), a
+    ``tie_word_embeddings`` inside ``text_config`` is read by no code, and is taken out into ``unread`` with that
+    reason (Qwen3-VL's files write it in both places)."""
+    outer_tie = _outer_tie(fields, model_type)
+    fields, source, model_type = _text_model(fields, source, model_type)
+    if outer_tie is None or "tie_word_embeddings" not in fields:
+        return fields, source, model_type, outer_tie, {}
+    inner = printable(repr(fields.pop("tie_word_embeddings")), 20)
+    why = (
+        f"{inner} in text_config, where no code reads it: the multimodal class's tie_word_embeddings "
+        f"({outer_tie}) decides the tying"
+    )
+    return fields, source, model_type, outer_tie, {"tie_word_embeddings": why}
 
 
 def _outer_tie(fields: dict, model_type: str) -> bool | None:
@@ -257,7 +278,7 @@ def _flat_text_config(fields: dict, model_type: str) -> dict:
     fields; the others stay beside it."""
     text_type = TEXT_MODELS[model_type][0]
     own = set(library_fields(text_type)) | {"rope_scaling", "rope_theta", "rope_parameters"}
-    keep = set(MULTIMODAL_FIELDS) | set(FLAT_TEXT_MODELS[model_type]) | {"model_type"}
+    keep = set(MULTIMODAL_FIELDS) | set(MULTIMODAL_OWN_FIELDS[model_type]) | {"model_type"}
     text = {k: v for k, v in fields.items() if k in own and k not in keep}
     return {**{k: v for k, v in fields.items() if k not in text}, "text_config": text}
 
@@ -415,7 +436,7 @@ def _read_attention(hf_type: str, c) -> tuple[AttentionConfig, set[str]]:
         base, share = rope_of(c, t.partial_rope)
         rope_dims = int(D * share) if t.partial_rope else None  # as transformers takes it
     if t.mrope:
-        _check_mrope_sections(c.rope_parameters or {}, D)
+        _check_mrope_sections(c.rope_parameters or {}, D, t.interleaved_mrope)
     qk_norm, eps = _qk_norm_of(c, hf_type, read)
     try:
         cfg = equivalent_config(hf_type, embed=E, heads=H, groups=G, head_dim=D, rope_dims=rope_dims, bias=bias,
@@ -429,14 +450,19 @@ def _read_attention(hf_type: str, c) -> tuple[AttentionConfig, set[str]]:
     return cfg, read
 
 
-def _check_mrope_sections(rope: dict, D: int) -> None:
+def _check_mrope_sections(rope: dict, D: int, interleaved: bool) -> None:
     """M-RoPE's ``mrope_section``: how many of a head's ``D / 2`` rotated pairs each of the three position streams
-    (time, height, width) turns; transformers splits the pairs by it, so it must be three counts that add up to
-    ``D / 2``. Which pairs go to which stream does not change the count (every pair keeps its own frequency)."""
-    sections = rope.get("mrope_section", [16, 24, 24])
+    (time, height, width) turns. Qwen2.5-VL's code splits the pairs into three runs by it, so it must be three counts
+    that add up to ``D / 2``; Qwen3-VL's deals the pairs out in turn (time, height, width, time, ...), height and width
+    stopping after their counts and time taking the rest, so three counts do. Which pairs go to which stream does not
+    change the count (every pair keeps its own frequency)."""
+    sections = rope.get("mrope_section", [24, 20, 20] if interleaved else [16, 24, 24])
     ok = isinstance(sections, list) and len(sections) == 3
     ok = ok and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sections)
-    if not ok or sum(sections) != D // 2:
+    if interleaved and not ok:
+        raise ConfigError(f"rope_parameters: mrope_section {printable(repr(sections), 60)} must give the three "
+                          "position streams counts of rotated pairs")  # fmt: skip
+    if not interleaved and (not ok or sum(sections) != D // 2):
         raise ConfigError(f"rope_parameters: mrope_section {printable(repr(sections), 60)} must give the three "
                           f"position streams counts of rotated pairs adding up to head_dim / 2 = {D // 2}")  # fmt: skip
 

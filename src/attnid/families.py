@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .attention_config import AttentionConfig, parse_bias
 from .counting import BIASED_GATED_MLPS, GATED_MLPS, BlockConfig, ModelConfig
-from .family_kwargs import ATTENTION_BIAS_TYPES, CLASSIC_TYPES, classic_kwargs, mrope_sections, recent_kwargs
+from .family_kwargs import ATTENTION_BIAS_TYPES, CLASSIC_TYPES, classic_kwargs, mrope_parameters, recent_kwargs
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class HFType:
     shared_gate: bool = False  # the shared expert's output times a sigmoid of a linear form of the input (Qwen3-Next)
     choice_bias: bool = False  # a parameter per expert that only chooses the experts (ERNIE 4.5's)
     mrope: bool = False  # M-RoPE: each rotated pair turned by one of three position streams (Qwen2.5-VL)
+    interleaved_mrope: bool = False  # M-RoPE's streams dealt to the pairs in turn, not in sections (Qwen3-VL)
     fixed_ffn: bool = False  # its code fixes the MLP's inner size to ffn_ratio x E (BLOOM)
     half_rotary: bool = False  # its code fixes the rotary share at one half of each head (Bamba)
     # a hybrid model: (the name its config gives a layer whose mixer is not attention, that mixer:
@@ -184,10 +185,8 @@ class HFType:
                 "rope_theta": cfg.rope_base,
                 "partial_rotary_factor": factor,
             }
-        if self.mrope:  # the pairs shared out among the three streams as evenly as the head allows
-            pairs = cfg.D // 2
-            kw["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg.rope_base,
-                                     "mrope_section": mrope_sections(pairs)}  # fmt: skip
+        if self.mrope:
+            kw["rope_parameters"] = mrope_parameters(cfg, self.interleaved_mrope)
         if name in ("phi", "phi3", "glm4", "glm4_moe", "stablelm", "qwen3_next"):
             kw["rope_parameters"] = {
                 "rope_type": "default",
@@ -328,6 +327,12 @@ HF_TYPES: dict[str, HFType] = {
         # turned by one of three position streams (time, height, width: mrope_section pairs each)
         "qwen2_5_vl", "Qwen2_5_VLTextConfig", "Qwen2_5_VLAttention", "Qwen2_5_VLRotaryEmbedding", biases=("qkv",),
         groups=True, layer="Qwen2_5_VLDecoderLayer", norm="rms", mlp="swiglu", ffn_ratio=8 / 3, mrope=True,
+    ),
+    "qwen3_vl": HFType(  # Qwen3-VL's text layers: Qwen3's (QK-norm per head, GQA) with M-RoPE whose three streams
+        # take the rotated pairs in turn (time, height, width, time, ...), the pairs past 3 x mrope_section on time
+        "qwen3_vl", "Qwen3VLTextConfig", "Qwen3VLTextAttention", "Qwen3VLTextRotaryEmbedding", biases=("", "qkvo"),
+        groups=True, head_dim=True, qk_norm="head", layer="Qwen3VLTextDecoderLayer", norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, mrope=True, interleaved_mrope=True,
     ),
     "bloom": HFType(  # BLOOM: GPT-2's block (LayerNorm, GELU, biases on every map) with ALiBi, a fixed bias
         # -m_h (i - j) on head h's scores, instead of position embeddings

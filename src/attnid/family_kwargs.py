@@ -15,6 +15,13 @@ def mrope_sections(pairs: int) -> list[int]:
     return [pairs // 3 + (1 if i < pairs % 3 else 0) for i in range(3)]
 
 
+def mrope_parameters(cfg: AttentionConfig, interleaved: bool) -> dict:
+    """The ``rope_parameters`` of an M-RoPE layer for ``cfg``: its pairs shared out among the three streams as evenly
+    as the head allows (:func:`mrope_sections`), dealt in turn where the family interleaves them (Qwen3-VL)."""
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_base, "mrope_section": mrope_sections(cfg.D // 2)}
+    return {**rope, "mrope_interleaved": True} if interleaved else rope
+
+
 def falcon_kwargs(cfg: AttentionConfig, common: dict, residual: str) -> dict:
     """Falcon's config keywords for ``cfg`` wired ``residual``. Its code chooses the layer from three switches:
     ``parallel_attn`` off, a sequential block (Falcon RW); on, one LayerNorm before attention and MLP side by side
@@ -82,6 +89,7 @@ ATTENTION_BIAS_TYPES = (
     "arcee",
     "cohere",
     "cohere2",
+    "qwen3_vl",
 )
 
 
@@ -96,7 +104,7 @@ def recent_kwargs(name: str, cfg: AttentionConfig, rope_in_windows: str = "") ->
         "ernie4_5_moe": dict(use_bias=bool(cfg.bias)),
         "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
         "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
-        "dots1": {}, "qwen2_5_vl": {}, "hunyuan_v1_moe": {}, "arcee": {},
+        "dots1": {}, "qwen2_5_vl": {}, "qwen3_vl": {}, "hunyuan_v1_moe": {}, "arcee": {},
     }  # fmt: skip
     if name in switches:
         return dict(no_ids, **switches[name])

@@ -324,13 +324,13 @@ def _check_whole_model(hf_type: str) -> None:
 
 
 def _position_map(hf_type: str, scope: str, positions: str) -> dict:
-    """The positions an audit feeds (:data:`POSITION_MAPS`): a multimodal map only to an M-RoPE layer (Qwen2.5-VL's)
-    at scope attention or block, refused by name elsewhere."""
+    """The positions an audit feeds (:data:`POSITION_MAPS`): a multimodal map only to an M-RoPE layer (Qwen2.5-VL's,
+    Qwen3-VL's) at scope attention or block, refused by name elsewhere."""
     if positions not in POSITION_MAPS:
         raise ValueError(f"positions: expected one of {', '.join(POSITION_MAPS)}, got {positions!r}")
     if positions != "text" and not (HF_TYPES[hf_type].mrope and scope != "model"):
-        raise ValueError(f"positions: a {positions} position map is read by an M-RoPE layer only (qwen2_5_vl, at "
-                         f"scope attention or block), not by {hf_type} at scope {scope}")  # fmt: skip
+        raise ValueError(f"positions: a {positions} position map is read by an M-RoPE layer only (qwen2_5_vl, "
+                         f"qwen3_vl, at scope attention or block), not by {hf_type} at scope {scope}")  # fmt: skip
     return {} if positions == "text" else {"positions": positions}
 
 
