@@ -457,6 +457,16 @@ table(families)
 # expert's output can pass through it. Its real decoder layer agrees on five shapes (`tests/test_blocks.py`), and its
 # whole model, a Gated DeltaNet layer beside a gated softmax one, agrees too.
 #
+# Qwen3.5 (`qwen3_5`, and `qwen3_5_moe` for its mixtures) keeps Qwen3-Next's two kinds of layer, three Gated DeltaNet
+# layers to each gated softmax one, with two changes. Its dense models give each layer one MLP instead of a mixture,
+# and its softmax layers turn their rotated quarter of each head by Qwen3-VL's interleaved M-RoPE, which counts as RoPE
+# (above). Its Gated DeltaNet writes the maps into the convolved channels, the gate and the decay as four matrices
+# instead of two with each head's maps side by side: the same function, and its real layer agrees with the closed
+# form on the same four shapes as Qwen3-Next's. Its real attention, decoder layer (five shapes each, dense and mixture)
+# and whole models (three dense, two with experts) agree; a file's `attn_output_gate`, `mtp_*` fields (weights of a
+# multi-token-prediction head the library does not load) and `mamba_ssm_dtype` are read by no code of the family, and
+# a `full_attention_interval` beside `layer_types` is not read either (the class takes the kinds from the list).
+#
 # Granite 4's hybrids (`granitemoehybrid`) stack Mamba-2 layers and attention layers without RoPE, each with a mixture
 # whose router takes a softmax over the chosen experts' logits (a shift common to every logit is still free, $E$
 # directions) beside a shared MLP that every token passes (its own unit scales). Granite's fixed multipliers, on the
@@ -469,7 +479,10 @@ table(families)
 # {glue:text}`lfm2_share:.3%` of its parameters unidentified, Bamba-9B {glue:text}`bamba_share:.3%` (its
 # untied head lets the stream rotate) and Qwen3-Next-80B-A3B {glue:text}`qwen_next_share:.3%`, where a Gated
 # DeltaNet layer leaves {glue:text}`qwen_next_deltanet_layer:,` directions free against
-# {glue:text}`qwen_next_attention_layer:,` for a softmax one (most of either, its 512 experts' unit scales). `attnid count --scope attention` and `--scope block` on such a file count one
+# {glue:text}`qwen_next_attention_layer:,` for a softmax one (most of either, its 512 experts' unit scales).
+# Qwen3.5-4B leaves {glue:text}`qwen3_5_share:.3%`, a Gated DeltaNet layer {glue:text}`qwen3_5_deltanet_layer:,`
+# directions and a softmax one {glue:text}`qwen3_5_attention_layer:,`; Qwen3.5-35B-A3B
+# {glue:text}`qwen3_5_moe_share:.3%`. `attnid count --scope attention` and `--scope block` on such a file count one
 # attention layer and say so; `--scope model` counts every kind.
 
 # %%

@@ -16,7 +16,8 @@ pytest.importorskip("transformers")
 import torch
 import transformers
 
-from attnid.configs import FLAT_TEXT_MODELS, SOURCE_KEY, ConfigError, _flat_text_config, config_preset
+from attnid.config_multimodal import FLAT_TEXT_MODELS, flat_text_config
+from attnid.configs import SOURCE_KEY, ConfigError, config_preset
 from attnid.counting import SCOPES
 from attnid.families import HF_TYPES
 from attnid.hf import structure_audit
@@ -51,7 +52,7 @@ def test_every_file_names_its_release():
                                        "ernie-4.5-21b-a3b", "exaone-4.0-32b", "glm-4.5-air", "hunyuan-a13b-instruct",
                                        "internlm3-8b-instruct", "lfm2-1.2b", "olmo-3-7b",
                                        "qwen2.5-vl-7b-instruct", "qwen3-next-80b-a3b-instruct",
-                                       "qwen3-vl-2b-instruct"]  # fmt: skip
+                                       "qwen3-vl-2b-instruct", "qwen3.5-35b-a3b", "qwen3.5-4b"]  # fmt: skip
     for path in FILES:
         note = json.loads(path.read_text())[SOURCE_KEY]
         assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name
@@ -72,7 +73,7 @@ def test_a_family_file_is_counted_at_every_scope_with_transformers_total(path):
     r = p.reading
     text = fields
     if fields["model_type"] in FLAT_TEXT_MODELS:  # a multimodal file: its text model's fields are what is read
-        text = _flat_text_config(fields, fields["model_type"])["text_config"]
+        text = flat_text_config(fields, fields["model_type"])["text_config"]
     elif "text_config" in fields:
         text = fields["text_config"]
     assert set(text) | {"model_type"} == set(r["read"]) | set(r["neutral"]) | set(r["fixed"]) | set(r["at_default"])
@@ -270,15 +271,24 @@ def test_a_bias_that_only_chooses_experts_is_counted_and_unidentified(monkeypatc
         config_preset(tmp_path)
 
 
+M_ROPE_SHAPES = [("attention", dict(embed=16, heads=2)), ("attention", dict(embed=16, heads=4, groups=2)),
+                 ("attention", dict(embed=24, heads=2, groups=1)),
+                 ("block", dict(embed=8, heads=4, groups=2, ffn=16))]  # fmt: skip
+# Qwen3.5 rotates a share of each head: six of eight channels here, three pairs, one for each stream
+QWEN3_5_M_ROPE_SHAPES = [("attention", dict(embed=8, heads=1, rope_dims=6)),
+                         ("attention", dict(embed=16, heads=2, rope_dims=6)),
+                         ("attention", dict(embed=16, heads=4, groups=2, head_dim=8, rope_dims=6)),
+                         ("block", dict(embed=8, heads=1, rope_dims=6, ffn=4))]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "scope,kw",
-    [("attention", dict(embed=16, heads=2)), ("attention", dict(embed=16, heads=4, groups=2)),
-     ("attention", dict(embed=24, heads=2, groups=1)), ("block", dict(embed=8, heads=4, groups=2, ffn=16))],
-)  # fmt: skip
-@pytest.mark.parametrize("hf_type", ["qwen2_5_vl", "qwen3_vl"])
-def test_m_rope_is_counted_as_rope_at_text_and_multimodal_positions(scope, kw, hf_type):
+    "hf_type,scope,kw",
+    [(t, scope, kw) for t in ("qwen2_5_vl", "qwen3_vl") for scope, kw in M_ROPE_SHAPES]
+    + [("qwen3_5", scope, kw) for scope, kw in QWEN3_5_M_ROPE_SHAPES],
+)
+def test_m_rope_is_counted_as_rope_at_text_and_multimodal_positions(hf_type, scope, kw):
     """Qwen2.5-VL's M-RoPE turns each rotated pair by one of three position streams (time, height, width), in three
-    runs of pairs; Qwen3-VL's deals the pairs to the streams in turn. The frequencies stay distinct, so the
+    runs of pairs; Qwen3-VL's and Qwen3.5's deal the pairs to the streams in turn. The frequencies stay distinct, so the
     query/key gauge that commutes with every turn is the same as RoPE's, one rotation and scale per pair, whichever
     stream turns it: at a text's positions (the three streams equal) and at a multimodal map where each stream moves
     on its own, the real module's Jacobian equals the RoPE closed form."""
@@ -290,8 +300,12 @@ def test_m_rope_is_counted_as_rope_at_text_and_multimodal_positions(scope, kw, h
         assert r.details["positions"] == positions
 
 
-@pytest.mark.parametrize("hf_type", ["qwen2_5_vl", "qwen3_vl"])
-def test_a_stream_that_never_moves_leaves_its_pairs_unrotated(monkeypatch, hf_type):
+@pytest.mark.parametrize(
+    "hf_type,kw",
+    [("qwen2_5_vl", dict(embed=16, heads=2)), ("qwen3_vl", dict(embed=16, heads=2)),
+     ("qwen3_5", dict(embed=16, heads=2, rope_dims=6))],
+)  # fmt: skip
+def test_a_stream_that_never_moves_leaves_its_pairs_unrotated(monkeypatch, hf_type, kw):
     """The RoPE count of M-RoPE needs every stream to move over the data: planted, a map whose height stream is the
     same for every token leaves that stream's pairs turned by nothing, as in a layer without RoPE, and the audit
     refuses the RoPE closed form; a position map other than a text's is refused by name where no M-RoPE reads it."""
@@ -305,7 +319,7 @@ def test_a_stream_that_never_moves_leaves_its_pairs_unrotated(monkeypatch, hf_ty
     original = build.grid_positions
     monkeypatch.setattr(build, "grid_positions", frozen)
     with pytest.raises(HFAuditError, match="closed form"):
-        audit_hf(hf_type, scope="attention", positions="grid", embed=16, heads=2)
+        audit_hf(hf_type, scope="attention", positions="grid", **kw)
     monkeypatch.undo()
     with pytest.raises(ValueError, match="positions: a grid position map is read by an M-RoPE layer only"):
         audit_hf("llama", scope="attention", positions="grid", embed=16, heads=2)
@@ -319,7 +333,7 @@ def test_a_qwen2_5_vl_file_is_read_flat_as_released_or_nested_as_saved_now(tmp_p
     flat.pop(SOURCE_KEY)
     p = config_preset(FAMILIES / "qwen2.5-vl-7b-instruct.json")
     assert (p.hf_type, p.config.rope, p.config.bias, p.model.tied) == ("qwen2_5_vl", True, "qkv", False)
-    (tmp_path / "config.json").write_text(json.dumps(_flat_text_config(flat, "qwen2_5_vl")))
+    (tmp_path / "config.json").write_text(json.dumps(flat_text_config(flat, "qwen2_5_vl")))
     nested = config_preset(tmp_path)
     for scope in SCOPES:
         assert scope_count(nested, scope, "nested") == scope_count(p, scope, "flat")

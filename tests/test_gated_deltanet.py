@@ -1,6 +1,6 @@
-"""Gated DeltaNet, Qwen3-Next's linear attention (chapter 9): the closed form of attnid.counting.gated_deltanet
-equals the Jacobian rank of transformers' own Qwen3NextGatedDeltaNet in float64, with a clear gap; a closed form that
-takes the shared norm weight for one per value channel is refused."""
+"""Gated DeltaNet, Qwen3-Next's linear attention (chapter 9): the closed form of attnid.counting.gated_deltanet equals
+the Jacobian rank of transformers' own Qwen3NextGatedDeltaNet and Qwen3_5GatedDeltaNet in float64, with a clear gap; a
+closed form that takes the shared norm weight for one per value channel is refused."""
 
 import pytest
 
@@ -20,9 +20,12 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("hf_type", ["qwen3_next", "qwen3_5"])
 @pytest.mark.parametrize("kw", SHAPES, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()))
-def test_the_real_layer_keeps_the_closed_forms_free_directions(kw):
-    r = hf_gdn.audit_gated_deltanet_hf(**kw)  # raises on a difference or a blurred gap
+def test_the_real_layer_keeps_the_closed_forms_free_directions(kw, hf_type):
+    """Qwen3-Next's layer and Qwen3.5's, whose maps into the convolved channels, the gate and the decay are four
+    matrices apart rather than two of each head's maps side by side: the same function, the same count."""
+    r = hf_gdn.audit_gated_deltanet_hf(**kw, hf_type=hf_type)  # raises on a difference or a blurred gap
     assert r.unidentified == r.details["theory_unidentified"] == sum(r.details["terms"].values())
     assert r.sv_gap > 1e6
     conv_dim = 2 * kw["key_heads"] * kw["key_dim"] + kw["value_heads"] * kw["value_dim"]

@@ -171,11 +171,24 @@ BAMBA_SHAPES = [
 # Qwen3-Next: a Gated DeltaNet layer and a gated softmax layer, each with four experts beside a gated shared one (at
 # seed 0 the weakest identified direction sits 8e5 above round-off, under the audit's gap of 1e6)
 QWEN3_NEXT_SHAPES = [dict(layer_types=("linear_attention", "full_attention"), ffn=4, seed=1)]
+# Qwen3.5: Qwen3-Next's two kinds of layer with one MLP each (at seed 0 the first shape's weakest identified direction
+# sits 4e5 above round-off), or with Qwen3-Next's mixture
+QWEN3_5_SHAPES = [
+    dict(layer_types=("linear_attention", "full_attention"), ffn=8, seed=2),
+    dict(layer_types=("full_attention", "linear_attention"), ffn=8, tied=False),
+    dict(layer_types=("full_attention", "linear_attention"), ffn=8, heads=4, groups=2, norm_eps=1e-2),
+]
+QWEN3_5_MOE_SHAPES = [
+    dict(layer_types=("linear_attention", "full_attention"), ffn=4, seed=1),
+    dict(layer_types=("full_attention", "linear_attention"), ffn=4, tied=False, seed=1),
+]
 BAMBA_LAYERS = {"layer_types": ("linear_attention", "full_attention")}
 # Granite 4: a Mamba-2 layer and a NoPE attention layer, each with four experts beside a shared MLP
 GRANITE_SHAPES = [dict(layer_types=("linear_attention", "full_attention"), ffn=4, tied=False)]
 CASES = [
     *[("qwen3_next", kw) for kw in QWEN3_NEXT_SHAPES],
+    *[("qwen3_5", kw) for kw in QWEN3_5_SHAPES],
+    *[("qwen3_5_moe", kw) for kw in QWEN3_5_MOE_SHAPES],
     *[("granitemoehybrid", kw) for kw in GRANITE_SHAPES],
     *[("lfm2", kw) for kw in LFM2_SHAPES],
     *[("bamba", {**BAMBA_LAYERS, **kw}) for kw in BAMBA_SHAPES],
@@ -246,7 +259,7 @@ def test_chapter_9s_hybrid_table_adds_up_layer_kind_by_layer_kind():
     from attnid.chapters import released as rel
 
     t = rel.hybrid_table().set_index("file")
-    assert list(t.index) == ["bamba-9b", "lfm2-1.2b", "qwen3-next-80b-a3b-instruct"]
+    assert list(t.index) == ["bamba-9b", "lfm2-1.2b", "qwen3-next-80b-a3b-instruct", "qwen3.5-35b-a3b", "qwen3.5-4b"]
     for name, row in t.iterrows():
         total = (row["attention layers"] * row["attention layer unidentified"]
                  + row["other layers"] * row["other layer unidentified"] + row["model-wide terms"])  # fmt: skip
@@ -255,6 +268,9 @@ def test_chapter_9s_hybrid_table_adds_up_layer_kind_by_layer_kind():
     assert t.loc["bamba-9b", "model-wide terms"] == 4096 * 4095 // 2 + 2 * 4096  # untied: rotation, norm, shift
     facts = rel.hybrid_facts(rel.hybrid_table())
     assert facts["lfm2_conv_layer"] == 4 * 2048 + 2 * 2048 + 8192
+    # Qwen3.5-4B's Gated DeltaNet layer: its 8192 + 4096 convolved channels' filters, the norm's 128 shared by the
+    # value heads, two norms' weights and the MLP's unit scales
+    assert facts["qwen3_5_deltanet_layer"] == (2 * 16 * 128 + 32 * 128) + 128 + 2 * 2560 + 9216
 
 
 def test_a_time_step_limit_that_is_not_a_pair_is_refused_by_name(tmp_path):

@@ -15,17 +15,8 @@ import transformers
 from booktool import ROOT, tool
 
 from attnid import configs
-from attnid.configs import (
-    CONFIG_DIR,
-    FLAT_TEXT_MODELS,
-    TEXT_MODELS,
-    ConfigError,
-    _flat_text_config,
-    _text_fields,
-    _truth_values,
-    config_preset,
-    read_config,
-)
+from attnid.config_multimodal import FLAT_TEXT_MODELS, TEXT_MODELS, _text_fields, flat_text_config
+from attnid.configs import CONFIG_DIR, ConfigError, _truth_values, config_preset, read_config
 from attnid.library_configs import LibraryConfigError, default_dict, library_config
 
 FILES = sorted([*CONFIG_DIR.glob("*.json"), *(CONFIG_DIR / "released").glob("*.json")])
@@ -80,7 +71,7 @@ def fields_of(path) -> tuple[str, dict]:
     fields, _ = read_config(path)
     model_type = fields["model_type"]
     if model_type in TEXT_MODELS and model_type in FLAT_TEXT_MODELS and "text_config" not in fields:
-        fields = _flat_text_config(fields, model_type)  # gathered as the multimodal class gathers them
+        fields = flat_text_config(fields, model_type)  # gathered as the multimodal class gathers them
     if model_type in TEXT_MODELS and isinstance(fields.get("text_config"), dict):
         fields = _text_fields(fields, model_type)
         model_type = fields["model_type"]

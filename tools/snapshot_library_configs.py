@@ -123,7 +123,8 @@ def snapshot() -> dict:
         from transformers.configuration_utils import ALLOWED_ATTN_LAYER_TYPES, PreTrainedConfig
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    from attnid.configs import CONFIG_TYPES, TEXT_MODELS
+    from attnid.config_multimodal import TEXT_MODELS
+    from attnid.configs import CONFIG_TYPES
 
     types = sorted({TEXT_MODELS[t][0] if t in TEXT_MODELS else t for t in CONFIG_TYPES} | {"gemma3_text"})
     lib = Path(transformers.__file__).parent

@@ -1,9 +1,9 @@
-"""A hybrid model's ``config.json`` read (chapter 9): LFM2 (short convolutions beside attention layers), Bamba
-(Mamba-2 mixers beside them), Granite 4 (Mamba-2 beside NoPE attention, a mixture of experts and a shared MLP in every
-layer) and Qwen3-Next (Gated DeltaNet beside gated attention, a mixture of experts with a gated shared expert in every
-layer), their layers' kinds and their mixers' sizes as transformers builds them. The attention
-layers are read as any family's (:mod:`attnid.configs`); the layers of the other kind become the model's
-``mixer_layers`` (:class:`attnid.counting.MixerBlock`)."""
+"""A hybrid model's ``config.json`` read (chapter 9): LFM2 (short convolutions beside attention layers), Bamba (Mamba-2
+mixers beside them), Granite 4 (Mamba-2 beside NoPE attention, a mixture of experts and a shared MLP in every layer),
+Qwen3-Next (Gated DeltaNet beside gated attention, a mixture of experts with a gated shared expert in every layer) and
+Qwen3.5 (Qwen3-Next's layers with one MLP each, or its mixture), their layers' kinds and their mixers' sizes as
+transformers builds them. The attention layers are read as any family's (:mod:`attnid.configs`); the layers of the other
+kind become the model's ``mixer_layers`` (:class:`attnid.counting.MixerBlock`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,18 @@ from .families import HF_TYPES, block_config
 from .inputs import printable
 from .presets import Model
 
+_GATED_DELTANET = (
+    "layer_types",
+    "linear_conv_kernel_dim",
+    "linear_key_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_value_head_dim",
+    "rms_norm_eps",
+    "hidden_act",
+)
+GATED_DELTANET_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")  # Gated DeltaNet beside gated softmax attention
+
 # the fields each hybrid family's reader takes (its layer kinds, its MLP's inner size, its mixers)
 HYBRID_FIELDS = {
     "lfm2": ("layer_types", "full_attn_idxs", "intermediate_size", "block_auto_adjust_ff_dim",
@@ -28,9 +40,9 @@ HYBRID_FIELDS = {
                          "num_experts_per_tok", "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state",
                          "mamba_d_conv", "mamba_expand", "mamba_conv_bias", "mamba_proj_bias", "mamba_chunk_size",
                          "time_step_limit", "rms_norm_eps", "hidden_act", "position_embedding_type"),
-    "qwen3_next": ("layer_types", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
-                   "linear_num_value_heads", "linear_value_head_dim", "shared_expert_intermediate_size",
-                   "rms_norm_eps", "hidden_act"),
+    "qwen3_next": (*_GATED_DELTANET, "shared_expert_intermediate_size"),
+    "qwen3_5": (*_GATED_DELTANET, "intermediate_size"),
+    "qwen3_5_moe": (*_GATED_DELTANET, "shared_expert_intermediate_size"),
 }  # fmt: skip
 
 
@@ -80,7 +92,7 @@ def _layer_kinds(hf_type: str, c) -> list[str]:
 
 def _mixer_sizes(hf_type: str, c) -> dict:
     """The sizes of a hybrid family's mixer (:data:`attnid.counting.hybrid.MIXER_SIZES`) from its config."""
-    if hf_type == "qwen3_next":
+    if hf_type in GATED_DELTANET_TYPES:
         sizes = {name: _positive(c, f"linear_{field}", default=None) for name, field in (
             ("key_heads", "num_key_heads"), ("value_heads", "num_value_heads"), ("key_dim", "key_head_dim"),
             ("value_dim", "value_head_dim"), ("kernel", "conv_kernel_dim"))}  # fmt: skip
@@ -141,12 +153,12 @@ def hybrid_model(hf_type: str, c, cfg: AttentionConfig, read: set[str]) -> Model
     experts, shared = 0, 0
     if hf_type == "granitemoehybrid":
         ffn, experts, shared = _granite_mixture(c)
-    elif hf_type == "qwen3_next":  # a mixture in every layer, beside a gated shared expert
+    elif hf_type in ("qwen3_next", "qwen3_5_moe"):  # a mixture in every layer, beside a gated shared expert
         mixture = _mixture_model(c, hf_type, read)
         ffn, experts = mixture.ffn, mixture.experts
         shared = _positive(c, "shared_expert_intermediate_size", default=None)
         if shared is None:
-            raise ConfigError("shared_expert_intermediate_size: Qwen3-Next's shared expert needs its inner size")
+            raise ConfigError(f"shared_expert_intermediate_size: {hf_type}'s shared expert needs its inner size")
     else:
         ffn = lfm2_ffn(c) if hf_type == "lfm2" else _positive(c, "intermediate_size", default=None)
     try:

@@ -17,7 +17,8 @@ def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
     """The :class:`Model` of a softmax-routed mixture of experts in every layer (Mixtral, Qwen3-MoE, gpt-oss),
     adding the fields read to ``read``; refuses fewer than two chosen experts, and Qwen3-MoE's dense layers (every
     layer a mixture is the case attnid counts)."""
-    key = "num_experts" if hf_type in ("qwen3_moe", "qwen3_next") else "num_local_experts"
+    qwen = hf_type in ("qwen3_moe", "qwen3_next", "qwen3_5_moe")
+    key = "num_experts" if qwen else "num_local_experts"
     read |= {key, "num_experts_per_tok", "norm_topk_prob", "moe_intermediate_size", "decoder_sparse_step",
              "mlp_only_layers", "swiglu_limit", "swiglu_alpha", "experts_per_token"}  # fmt: skip
     experts, chosen = _positive(c, key, default=None), _positive(c, "num_experts_per_tok", default=None)
@@ -28,7 +29,6 @@ def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
         raise ConfigError(f"decoder_sparse_step = {c.decoder_sparse_step}, mlp_only_layers = "
                           f"{printable(repr(c.mlp_only_layers), 60)}: dense layers among the mixtures are not modelled "
                           "(attnid counts a mixture in every layer)")  # fmt: skip
-    qwen = hf_type in ("qwen3_moe", "qwen3_next")
     ffn = _positive(c, "moe_intermediate_size" if qwen else "intermediate_size", default=None)
     return Model(c.num_hidden_layers, ffn, c.vocab_size, bool(c.tie_word_embeddings), "", experts=experts)
 

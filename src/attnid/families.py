@@ -112,8 +112,9 @@ class HFType:
             return {}
         if self.module in ("qwen3_moe", "ernie4_5_moe", *GROUPED_ROUTER_TYPES):
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
-        if self.module == "qwen3_next":  # its shared expert as wide as each routed one
-            return {"intermediate_size": ffn, "moe_intermediate_size": ffn, "shared_expert_intermediate_size": ffn}
+        if self.module in GATED_SHARED_TYPES:  # its shared expert as wide as each routed one
+            shared = {"moe_intermediate_size": ffn, "shared_expert_intermediate_size": ffn}
+            return shared if self.module == "qwen3_5_moe" else {"intermediate_size": ffn, **shared}
         if self.module == "granitemoehybrid":  # its shared MLP as wide as each expert
             return {"intermediate_size": ffn, "shared_intermediate_size": ffn}
         named = {"gpt2": "n_inner", "opt": "ffn_dim", "falcon": "ffn_hidden_size"}
@@ -141,6 +142,8 @@ class HFType:
         if self.module == "qwen3_next":  # a mixture in every layer
             return dict(num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
                         norm_topk_prob=True)  # fmt: skip
+        if self.module == "qwen3_5_moe":  # a mixture in every layer, its chosen weights renormalised by its code
+            return dict(num_experts=experts, num_experts_per_tok=2)
         if self.module == "llama4":  # one expert chosen per token, as released: its σ is not renormalised
             return {n: experts, "num_experts_per_tok": 1, "moe_layers": [0]}
         return {n: experts, "num_experts_per_tok": 2, **({"decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -186,7 +189,7 @@ class HFType:
                 "partial_rotary_factor": factor,
             }
         if self.mrope:
-            kw["rope_parameters"] = mrope_parameters(cfg, self.interleaved_mrope)
+            kw["rope_parameters"] = mrope_parameters(cfg, self.interleaved_mrope, self.partial_rope)
         if name in ("phi", "phi3", "glm4", "glm4_moe", "stablelm", "qwen3_next"):
             kw["rope_parameters"] = {
                 "rope_type": "default",
@@ -377,6 +380,20 @@ HF_TYPES: dict[str, HFType] = {
         layer="Qwen3NextDecoderLayer", lm="Qwen3NextForCausalLM", router="softmax", shared_expert=True,
         shared_gate=True, hybrid=("linear_attention", "gated deltanet"),
     ),
+    "qwen3_5": HFType(  # Qwen3.5's text model: Qwen3-Next's layers (Gated DeltaNet beside gated softmax attention,
+        # (1 + w) QK-norm, a quarter of each head rotated) with one MLP each, and Qwen3-VL's M-RoPE on the rotated pairs
+        "qwen3_5", "Qwen3_5TextConfig", "Qwen3_5Attention", "Qwen3_5TextRotaryEmbedding", biases=("", "qkvo"),
+        groups=True, head_dim=True, partial_rope=True, qk_norm="head", output_gate=True, norm="rms", mlp="swiglu",
+        ffn_ratio=8 / 3, layer="Qwen3_5DecoderLayer", lm="Qwen3_5ForCausalLM", mrope=True, interleaved_mrope=True,
+        hybrid=("linear_attention", "gated deltanet"),
+    ),
+    "qwen3_5_moe": HFType(  # Qwen3.5's mixtures: its layers with Qwen3-Next's mixture and gated shared expert
+        "qwen3_5_moe", "Qwen3_5MoeTextConfig", "Qwen3_5MoeAttention", "Qwen3_5MoeTextRotaryEmbedding",
+        biases=("", "qkvo"), groups=True, head_dim=True, partial_rope=True, qk_norm="head", output_gate=True,
+        norm="rms", mlp="swiglu", layer="Qwen3_5MoeDecoderLayer", lm="Qwen3_5MoeForCausalLM", router="softmax",
+        shared_expert=True, shared_gate=True, mrope=True, interleaved_mrope=True,
+        hybrid=("linear_attention", "gated deltanet"),
+    ),
     "seed_oss": HFType(  # Seed-OSS: Llama's block with q/k/v biases (attention_bias) and an output bias of its own
         # (attention_out_bias)
         "seed_oss", "SeedOssConfig", "SeedOssAttention", "SeedOssRotaryEmbedding", biases=("qkv", "", "qkvo", "o"),
@@ -413,6 +430,7 @@ HF_TYPES: dict[str, HFType] = {
 # the types whose mixture is DeepSeek-V3's: a sigmoid router (its experts chosen within groups, its chosen weights
 # renormalised where norm_topk_prob) beside shared experts, after the first first_k_dense_replace dense layers
 GROUPED_ROUTER_TYPES = ("glm4_moe", "dots1")
+GATED_SHARED_TYPES = ("qwen3_next", "qwen3_5_moe")  # a mixture beside a shared expert behind a sigmoid gate
 
 # multi-head latent attention (DeepSeek-V3.2's with its sparse attention's indexer): counting.count_mla, audited by
 # hf.audit_mla_hf

@@ -15,10 +15,14 @@ def mrope_sections(pairs: int) -> list[int]:
     return [pairs // 3 + (1 if i < pairs % 3 else 0) for i in range(3)]
 
 
-def mrope_parameters(cfg: AttentionConfig, interleaved: bool) -> dict:
-    """The ``rope_parameters`` of an M-RoPE layer for ``cfg``: its pairs shared out among the three streams as evenly
-    as the head allows (:func:`mrope_sections`), dealt in turn where the family interleaves them (Qwen3-VL)."""
-    rope = {"rope_type": "default", "rope_theta": cfg.rope_base, "mrope_section": mrope_sections(cfg.D // 2)}
+def mrope_parameters(cfg: AttentionConfig, interleaved: bool, partial: bool) -> dict:
+    """The ``rope_parameters`` of an M-RoPE layer for ``cfg``: its rotated pairs (``cfg.R / 2``, a share of the head
+    where the family rotates part of it, ``partial``: Qwen3.5) shared out among the three streams as evenly as the
+    head allows (:func:`mrope_sections`), dealt in turn where the family interleaves them (Qwen3-VL, Qwen3.5)."""
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_base, "mrope_section": mrope_sections(cfg.R // 2)}
+    if partial:  # given even where R = D (the class's default share is a quarter); transformers takes
+        # int(D * factor) rotary dims: the factor aimed at the middle of [R, R + 1)
+        rope["partial_rotary_factor"] = (cfg.R + 0.5) / cfg.D
     return {**rope, "mrope_interleaved": True} if interleaved else rope
 
 
@@ -90,6 +94,8 @@ ATTENTION_BIAS_TYPES = (
     "cohere",
     "cohere2",
     "qwen3_vl",
+    "qwen3_5",
+    "qwen3_5_moe",
 )
 
 
@@ -125,7 +131,7 @@ def recent_kwargs(name: str, cfg: AttentionConfig, rope_in_windows: str = "") ->
         )
     if name == "lfm2":  # one attention layer, its MLP as wide as asked, its norms' ε under one name
         return dict(no_ids, layer_types=["full_attention"], block_auto_adjust_ff_dim=False, norm_eps=cfg.qk_norm_eps)
-    if name == "qwen3_next":  # one full (softmax) attention layer
+    if name in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):  # one full (softmax) attention layer
         return dict(no_ids, layer_types=["full_attention"])
     if name == "llama4":  # the audited layer a RoPE one (L2 QK-norm) or a NoPE one with a temperature that varies
         # over the audit's positions (floor_scale 2: the scale changes every second token); no chunking at this length

@@ -410,13 +410,17 @@ def _gpt_oss(c: LibraryConfig, kw: dict) -> None:
                              "truncate": False, "original_max_position_embeddings": 4096}  # fmt: skip
 
 
-def _qwen3_next(c: LibraryConfig, kw: dict) -> None:
+def _qwen3_5(c: LibraryConfig, kw: dict) -> None:
     kw.setdefault("partial_rotary_factor", 0.25)
-    c.mlp_only_layers = [] if c.mlp_only_layers is None else c.mlp_only_layers
     if c.layer_types is None:
         every = kw.pop("full_attention_interval", 4)
         c.layer_types = ["linear_attention" if (i + 1) % every else "full_attention"
                          for i in range(c.num_hidden_layers)]  # fmt: skip
+
+
+def _qwen3_next(c: LibraryConfig, kw: dict) -> None:
+    c.mlp_only_layers = [] if c.mlp_only_layers is None else c.mlp_only_layers
+    _qwen3_5(c, kw)
 
 
 def _qwen3_moe(c: LibraryConfig, kw: dict) -> None:
@@ -564,6 +568,8 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "qwen3_moe": _qwen3_moe,
     "llama4_text": _llama4,
     "qwen3_next": _qwen3_next,
+    "qwen3_5_text": _qwen3_5,
+    "qwen3_5_moe_text": _qwen3_5,
     "cohere": _kv_heads,
     "seed_oss": _both(_kv_heads, _head_dim),
     "ernie4_5": _both(_kv_heads, _head_dim),

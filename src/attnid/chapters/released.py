@@ -296,7 +296,7 @@ def _centring(cfg: AttentionConfig) -> int:
 
 
 def hybrid_table() -> pd.DataFrame:
-    """One row per hybrid model among the family files (LFM2, Bamba): its layers by kind, what one layer of each kind
+    """One row per hybrid model among the family files (LFM2, Bamba, Qwen3-Next, Qwen3.5): its layers by kind, what one layer of each kind
     and the model-wide terms leave unidentified, and the whole model's count (chapter 9, layer kind by layer kind)."""
     rows = []
     for path in sorted(FAMILIES_DIR.glob("*.json")):
@@ -329,4 +329,8 @@ def hybrid_facts(hybrids: pd.DataFrame) -> dict:
             "bamba_share": float(row.loc["bamba-9b", "model share unidentified"]),
             "qwen_next_share": float(row.loc[QWEN3_NEXT, "model share unidentified"]),
             "qwen_next_deltanet_layer": int(row.loc[QWEN3_NEXT, "other layer unidentified"]),
-            "qwen_next_attention_layer": int(row.loc[QWEN3_NEXT, "attention layer unidentified"])}  # fmt: skip
+            "qwen_next_attention_layer": int(row.loc[QWEN3_NEXT, "attention layer unidentified"]),
+            "qwen3_5_share": float(row.loc["qwen3.5-4b", "model share unidentified"]),
+            "qwen3_5_deltanet_layer": int(row.loc["qwen3.5-4b", "other layer unidentified"]),
+            "qwen3_5_attention_layer": int(row.loc["qwen3.5-4b", "attention layer unidentified"]),
+            "qwen3_5_moe_share": float(row.loc["qwen3.5-35b-a3b", "model share unidentified"])}  # fmt: skip

@@ -71,7 +71,7 @@ def _is_norm(m: torch.nn.Module) -> bool:
     return isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith(("RMSNorm", "LayerNorm"))
 
 
-ZERO_CENTRED_NORMS = ("Gemma", "Qwen3Next")  # RMSNorms that scale by (1 + weight) and keep ε in `eps`
+ZERO_CENTRED_NORMS = ("Gemma", "Qwen3Next", "Qwen3_5")  # RMSNorms that scale by (1 + weight) and keep ε in `eps`
 
 
 def _rms_norm_float64(self, x: torch.Tensor) -> torch.Tensor:
@@ -333,7 +333,7 @@ def build_block(
 
 
 # the types whose config names each layer's kind (layer_types), where a model audit makes every layer attention
-LAYER_TYPED = ("gemma3", "lfm2", "qwen3_next", "granitemoehybrid")
+LAYER_TYPED = ("gemma3", "lfm2", "qwen3_next", "qwen3_5", "qwen3_5_moe", "granitemoehybrid")
 
 
 def build_model(

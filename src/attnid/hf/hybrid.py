@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..audit import RTOL, AuditResult
+from ..config_hybrid import GATED_DELTANET_TYPES
 from ..counting import ModelConfig, count_model
 from ..counting.hybrid import mixer_block
 from ..families import HF_TYPES, block_config, equivalent_config
@@ -24,6 +25,8 @@ MIXER_DEFAULTS: dict[str, dict] = {
     "lfm2": dict(kernel=3, bias=False),
     "bamba": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
     "qwen3_next": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),
+    "qwen3_5": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),
+    "qwen3_5_moe": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),
     "granitemoehybrid": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
 }
 
@@ -63,7 +66,7 @@ def _config_changes(hf_type: str, layer_types: tuple[str, ...], sizes: dict) -> 
     """The fields of a ``hf_type`` config that make its layers ``layer_types`` with mixers of ``sizes``."""
     if hf_type == "lfm2":
         return dict(layer_types=list(layer_types), conv_L_cache=sizes["kernel"], conv_bias=sizes["bias"])
-    if hf_type == "qwen3_next":
+    if hf_type in GATED_DELTANET_TYPES:
         return dict(layer_types=list(layer_types), linear_num_key_heads=sizes["key_heads"],
                     linear_num_value_heads=sizes["value_heads"], linear_key_head_dim=sizes["key_dim"],
                     linear_value_head_dim=sizes["value_dim"], linear_conv_kernel_dim=sizes["kernel"])  # fmt: skip

@@ -48,14 +48,20 @@ def short_chunks(size: int = 4) -> Iterator[None]:
     while the block lasts: its default of 64 pads an audit's short sequences to 64 tokens and loops over each of their
     rows, for every tangent of the Jacobian (seven times slower on a whole model). Chunks of any size compute the same
     function: the scan carries its state from chunk to chunk."""
-    from transformers.models.qwen3_next import modeling_qwen3_next as modeling
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+    from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe
+    from transformers.models.qwen3_next import modeling_qwen3_next
 
-    original = modeling.torch_chunk_gated_delta_rule
-    modeling.torch_chunk_gated_delta_rule = functools.partial(original, chunk_size=size)
+    modules = (modeling_qwen3_next, modeling_qwen3_5, modeling_qwen3_5_moe)  # each with its own copy of the scan
+    name = "torch_chunk_gated_delta_rule"
+    originals = [getattr(m, name) for m in modules]
+    for m, original in zip(modules, originals):
+        setattr(m, name, functools.partial(original, chunk_size=size))
     try:
         yield
     finally:
-        modeling.torch_chunk_gated_delta_rule = original
+        for m, original in zip(modules, originals):
+            setattr(m, name, original)
 
 
 def _grouped_gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
@@ -70,8 +76,8 @@ def _grouped_gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.T
 
 
 def _head_gated_norm_float64(self, hidden_states: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    # Gated DeltaNet's gated norm (Qwen3NextRMSNormGated) in the input's dtype (transformers' computes in float32): an
-    # RMSNorm over the last axis (one head's value channels), its weight, then SiLU of the gate
+    # Gated DeltaNet's gated norm (Qwen3NextRMSNormGated, Qwen3.5's copies) in the input's dtype (transformers'
+    # computes in float32): an RMSNorm over the last axis (one head's value channels), its weight, then SiLU of the gate
     normed = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
     return self.weight * normed * torch.nn.functional.silu(gate)
 
@@ -81,7 +87,7 @@ def gated_norms_in_float64(module: torch.nn.Module) -> torch.nn.Module:
     and Mamba-2's, Bamba's and Granite 4's (gated, then normalised by groups); ``module``, changed."""
     for m in module.modules():
         name = type(m).__name__
-        if name == "Qwen3NextRMSNormGated":
+        if name in ("Qwen3NextRMSNormGated", "Qwen3_5RMSNormGated", "Qwen3_5MoeRMSNormGated"):
             m.forward = types.MethodType(_head_gated_norm_float64, m)
         elif name.endswith("RMSNormGated"):
             m.forward = types.MethodType(_grouped_gated_norm_float64, m)
