@@ -377,8 +377,12 @@ table(released)
 # three runs: time, height, width, time, and so on, height and width stopping after their `mrope_section` counts. That
 # moves which stream turns a pair, never a pair's frequency, so the count is Qwen3's again; the real Qwen3-VL attention
 # and decoder layer agree at a text's positions and at the multimodal map (four shapes), and refuse the RoPE count when
-# a stream never moves. Its released file writes `tie_word_embeddings` twice, inside `text_config` and beside it; the
-# library ties by the one beside it, so the inner one is accepted as a field no code reads.
+# a stream never moves. Its mixture models (`qwen3_vl_moe`, Qwen3-VL-30B-A3B) are Qwen3-MoE's layers with the same
+# M-RoPE, and their code renormalises the chosen experts' weights whatever `norm_topk_prob` says (a field it never
+# reads). Their released files write `tie_word_embeddings` beside `text_config`, and Qwen3-VL's inside it too; the
+# library ties by the one beside it, so an inner one is accepted as a field no code reads. Where a file leaves the
+# outer field out, the multimodal class's default ties the head, and where the text model's own field or default says
+# otherwise (Mistral Small 3.1's file) the count is refused until the file says which tying its weights have.
 #
 # **A short convolution** (LFM2's layers that are not attention) mixes along time with no softmax at all: `in_proj`
 # gives each channel $i$ three linear forms of the input, $B_i$, $C_i$ and $x_i$; the product $u_i = B_i x_i$ is

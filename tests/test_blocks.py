@@ -130,6 +130,9 @@ BLOCK_SHAPES = {
     # Qwen3-Next's softmax layer: gated heads, a mixture of four experts beside a shared one behind a sigmoid gate
     "qwen3_next": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=2, bias="all", ffn=6),
                    dict(heads=4, groups=1, ffn=3), dict(embed=12, heads=3, groups=1, ffn=4)],
+    # Qwen3-VL's mixtures: Qwen3-MoE's layers with interleaved M-RoPE
+    "qwen3_vl_moe": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=4, groups=1, ffn=6),
+                     dict(heads=2, bias="all", ffn=6), dict(embed=6, heads=3, groups=1, bias="all", ffn=3)],
     # Qwen3.5's attention layers: Qwen3-Next's with interleaved M-RoPE, one MLP each or Qwen3-Next's mixture
     "qwen3_5": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=2, bias="all", ffn=6),
                 dict(heads=4, groups=1, ffn=3), dict(embed=12, heads=3, groups=1, ffn=4)],

@@ -52,7 +52,8 @@ def test_every_file_names_its_release():
                                        "ernie-4.5-21b-a3b", "exaone-4.0-32b", "glm-4.5-air", "hunyuan-a13b-instruct",
                                        "internlm3-8b-instruct", "lfm2-1.2b", "olmo-3-7b",
                                        "qwen2.5-vl-7b-instruct", "qwen3-next-80b-a3b-instruct",
-                                       "qwen3-vl-2b-instruct", "qwen3.5-35b-a3b", "qwen3.5-4b"]  # fmt: skip
+                                       "qwen3-vl-2b-instruct", "qwen3-vl-30b-a3b-instruct", "qwen3.5-35b-a3b",
+                                       "qwen3.5-4b"]  # fmt: skip
     for path in FILES:
         note = json.loads(path.read_text())[SOURCE_KEY]
         assert note["source"].startswith("https://huggingface.co/") and note["note"], path.name
@@ -153,20 +154,23 @@ MISTRAL_SMALL_3_1 = {  # mistralai/Mistral-Small-3.1-24B-Instruct-2503's config.
 def test_mistral3s_text_model_is_counted_once_its_tying_is_not_in_doubt(tmp_path):
     """Mistral 3 (Mistral Small 3.1) wraps Mistral's text model. transformers 5.24 ties its embeddings by the outer
     tie_word_embeddings, True by default, while the text model's says False: a file that sets neither is refused
-    (the two counts differ by V E); with the outer field set, the text model is counted, its total that of the
-    model transformers builds; a text model of another type is refused by name."""
+    (the two counts differ by V E); with the outer field set, the text model is counted with that tying, its total
+    that of the model transformers builds (a text_config field beside it is read by no code, and said so); a text
+    model of another type is refused by name."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(MISTRAL_SMALL_3_1))
-    with pytest.raises(ConfigError, match=r"by its class's default .* refuses to choose"):
+    with pytest.raises(ConfigError, match=r"by the multimodal class's default \(which decides\).* refuses to choose"):
         config_preset(path)
-    path.write_text(json.dumps({**MISTRAL_SMALL_3_1, "tie_word_embeddings": False}))
+    for tie in (False, True):
+        path.write_text(json.dumps({**MISTRAL_SMALL_3_1, "tie_word_embeddings": tie}))
+        p = config_preset(path)
+        assert p.hf_type == "mistral" and "vision tower is not counted" in p.description and p.model.tied == tie
+        text = {**MISTRAL_SMALL_3_1["text_config"], "tie_word_embeddings": tie}
+        assert scope_count(p, "model", "mistral-small").total_params == library_total(text)
+    inner = {**MISTRAL_SMALL_3_1["text_config"], "tie_word_embeddings": True}
+    path.write_text(json.dumps({**MISTRAL_SMALL_3_1, "tie_word_embeddings": False, "text_config": inner}))
     p = config_preset(path)
-    assert p.hf_type == "mistral" and "vision tower is not counted" in p.description
-    text = {**MISTRAL_SMALL_3_1["text_config"], "tie_word_embeddings": False}
-    assert scope_count(p, "model", "mistral-small").total_params == library_total(text)
-    path.write_text(json.dumps({**MISTRAL_SMALL_3_1, "tie_word_embeddings": True}))
-    with pytest.raises(ConfigError, match="refuses to choose"):
-        config_preset(path)
+    assert not p.model.tied and "no code reads it" in p.reading["neutral"]["tie_word_embeddings"]
     other = {**MISTRAL_SMALL_3_1, "tie_word_embeddings": False,
              "text_config": {**MISTRAL_SMALL_3_1["text_config"], "model_type": "ministral3"}}  # fmt: skip
     path.write_text(json.dumps(other))
@@ -277,14 +281,15 @@ M_ROPE_SHAPES = [("attention", dict(embed=16, heads=2)), ("attention", dict(embe
 # Qwen3.5 rotates a share of each head: six of eight channels here, three pairs, one for each stream
 QWEN3_5_M_ROPE_SHAPES = [("attention", dict(embed=8, heads=1, rope_dims=6)),
                          ("attention", dict(embed=16, heads=2, rope_dims=6)),
-                         ("attention", dict(embed=16, heads=4, groups=2, head_dim=8, rope_dims=6)),
+                         ("attention", dict(embed=12, heads=2, groups=1, head_dim=6, rope_dims=6)),
                          ("block", dict(embed=8, heads=1, rope_dims=6, ffn=4))]  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "hf_type,scope,kw",
     [(t, scope, kw) for t in ("qwen2_5_vl", "qwen3_vl") for scope, kw in M_ROPE_SHAPES]
-    + [("qwen3_5", scope, kw) for scope, kw in QWEN3_5_M_ROPE_SHAPES],
+    + [("qwen3_5", scope, kw) for scope, kw in QWEN3_5_M_ROPE_SHAPES]
+    + [("qwen3_vl_moe", "block", dict(embed=8, heads=2, ffn=4))],
 )
 def test_m_rope_is_counted_as_rope_at_text_and_multimodal_positions(hf_type, scope, kw):
     """Qwen2.5-VL's M-RoPE turns each rotated pair by one of three position streams (time, height, width), in three

@@ -17,15 +17,17 @@ def _mixture_model(c, hf_type: str, read: set[str]) -> Model:
     """The :class:`Model` of a softmax-routed mixture of experts in every layer (Mixtral, Qwen3-MoE, gpt-oss),
     adding the fields read to ``read``; refuses fewer than two chosen experts, and Qwen3-MoE's dense layers (every
     layer a mixture is the case attnid counts)."""
-    qwen = hf_type in ("qwen3_moe", "qwen3_next", "qwen3_5_moe")
+    qwen = hf_type in ("qwen3_moe", "qwen3_vl_moe", "qwen3_next", "qwen3_5_moe")
     key = "num_experts" if qwen else "num_local_experts"
-    read |= {key, "num_experts_per_tok", "norm_topk_prob", "moe_intermediate_size", "decoder_sparse_step",
-             "mlp_only_layers", "swiglu_limit", "swiglu_alpha", "experts_per_token"}  # fmt: skip
+    read |= {key, "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+             "swiglu_limit", "swiglu_alpha", "experts_per_token"}  # fmt: skip
+    if hf_type not in ("qwen3_vl_moe", "qwen3_5_moe"):  # their code renormalises the chosen weights, reading no field
+        read.add("norm_topk_prob")
     experts, chosen = _positive(c, key, default=None), _positive(c, "num_experts_per_tok", default=None)
     if hf_type == "gpt_oss":
         _check_gpt_oss_experts(c, chosen)
     _check_chosen("num_experts_per_tok", chosen, experts)
-    if hf_type in ("qwen3_moe", "qwen3_next") and (c.decoder_sparse_step != 1 or c.mlp_only_layers):
+    if hf_type in ("qwen3_moe", "qwen3_vl_moe", "qwen3_next") and (c.decoder_sparse_step != 1 or c.mlp_only_layers):
         raise ConfigError(f"decoder_sparse_step = {c.decoder_sparse_step}, mlp_only_layers = "
                           f"{printable(repr(c.mlp_only_layers), 60)}: dense layers among the mixtures are not modelled "
                           "(attnid counts a mixture in every layer)")  # fmt: skip

@@ -9,10 +9,11 @@ from .inputs import printable
 from .library_configs import library_fields
 
 # multimodal releases whose text model attnid counts: its model type, its config class's tie_word_embeddings, and
-# the multimodal class's own where that one decides the tying (Mistral 3: its model ties by the outer field)
+# the multimodal class's default where that class's field decides the tying (None: the text model's class decides)
 TEXT_MODELS = {"gemma3": ("gemma3_text", True, None), "llama4": ("llama4_text", False, None),
                "mistral3": ("mistral", False, True), "qwen2_5_vl": ("qwen2_5_vl_text", False, False),
-               "qwen3_vl": ("qwen3_vl_text", False, False), "qwen3_5": ("qwen3_5_text", False, False),
+               "qwen3_vl": ("qwen3_vl_text", False, False), "qwen3_vl_moe": ("qwen3_vl_moe_text", True, False),
+               "qwen3_5": ("qwen3_5_text", False, False),
                "qwen3_5_moe": ("qwen3_5_moe_text", False, False)}  # fmt: skip
 
 # the fields a multimodal config keeps for itself beside text_config (its image and video tokens)
@@ -20,6 +21,7 @@ _VISION_TOKENS = ("vision_start_token_id", "vision_end_token_id", "image_token_i
 MULTIMODAL_OWN_FIELDS = {
     "qwen2_5_vl": (*_VISION_TOKENS, "vision_token_id"),
     "qwen3_vl": _VISION_TOKENS,
+    "qwen3_vl_moe": _VISION_TOKENS,
     "qwen3_5": _VISION_TOKENS,
     "qwen3_5_moe": _VISION_TOKENS,
 }
@@ -30,12 +32,10 @@ FLAT_TEXT_MODELS = ("qwen2_5_vl",)
 
 
 def _text_fields(fields: dict, model_type: str) -> dict:
-    """The text model's fields of a multimodal Gemma 3, Llama 4 or Mistral 3 file: its ``text_config``, once every field
-    beside it is one the multimodal config holds (:data:`MULTIMODAL_FIELDS`), its model type is the one the family
-    builds, and the tying of the embeddings is not in doubt: a ``tie_word_embeddings`` beside it agrees with the text
-    model's, and where the outer field decides (Mistral 3, outer default True) it agrees, given or not;
-    :class:`ConfigError` naming the field otherwise."""
-    text_type, tie_default, outer_default = TEXT_MODELS[model_type]
+    """The text model's fields of a multimodal file: its ``text_config``, once every field beside it is one the
+    multimodal config holds (:data:`MULTIMODAL_FIELDS`, :data:`MULTIMODAL_OWN_FIELDS`) and its model type is the one
+    the family builds; :class:`ConfigError` naming the field otherwise."""
+    text_type = TEXT_MODELS[model_type][0]
     for k in fields:
         if k not in MULTIMODAL_FIELDS and k not in MULTIMODAL_OWN_FIELDS.get(model_type, ()):
             raise ConfigError(
@@ -47,43 +47,46 @@ def _text_fields(fields: dict, model_type: str) -> dict:
     if inner_type != text_type:
         raise ConfigError(f"config: text_config's model_type {printable(repr(inner_type), 40)} is not one attnid reads "
                           f"inside {model_type} (it reads {text_type!r})")  # fmt: skip
-    tie, inner = fields.get("tie_word_embeddings", outer_default), text.get("tie_word_embeddings", tie_default)
-    if tie is not None and tie != inner and "tie_word_embeddings" in library_fields(text_type):
-        where = "beside text_config" if "tie_word_embeddings" in fields else "by its class's default (which decides)"
-        raise ConfigError(
-            f"config: tie_word_embeddings is {printable(tie, 20)} {where} and {printable(inner, 20)} in it; "
-            "attnid refuses to choose (set it beside text_config to the tying of the released weights)"
-        )
     return {**text, "model_type": text_type}
 
 
 def multimodal_text(fields: dict, source: str, model_type: str) -> tuple[dict, str, str, bool | None, dict]:
-    """``(fields, source, model_type, outer_tie, unread)`` of a multimodal file's text model (:func:`_text_model`):
-    where the multimodal class's ``tie_word_embeddings`` decides the tying (:func:`_outer_tie`), a
-    ``tie_word_embeddings`` inside ``text_config`` is read by no code, and is taken out into ``unread`` with that
-    reason (Qwen3-VL's files write it in both places)."""
-    outer_tie = _outer_tie(fields, model_type)
-    fields, source, model_type = _text_model(fields, source, model_type)
-    if outer_tie is None or "tie_word_embeddings" not in fields:
-        return fields, source, model_type, outer_tie, {}
-    inner = printable(repr(fields.pop("tie_word_embeddings")), 20)
-    why = (
-        f"{inner} in text_config, where no code reads it: the multimodal class's tie_word_embeddings "
-        f"({outer_tie}) decides the tying"
-    )
-    return fields, source, model_type, outer_tie, {"tie_word_embeddings": why}
+    """``(fields, source, model_type, tie, unread)`` of a multimodal file's text model (:func:`_text_model`) and its
+    tying (:func:`_tying`: None where the text model's class decides); a ``tie_word_embeddings`` inside
+    ``text_config`` that no code reads is taken out into ``unread`` with that reason (Qwen3-VL's files write it in both
+    places)."""
+    outer = fields.get("tie_word_embeddings")
+    text, source, text_type = _text_model(fields, source, model_type)
+    tie = _tying(outer, text, model_type)
+    if tie is None or "tie_word_embeddings" not in text:
+        return text, source, text_type, tie, {}
+    inner = printable(repr(text.pop("tie_word_embeddings")), 20)
+    why = f"{inner} in text_config, where no code reads it: the multimodal class's tie_word_embeddings ({tie}) decides"
+    return text, source, text_type, tie, {"tie_word_embeddings": why}
 
 
-def _outer_tie(fields: dict, model_type: str) -> bool | None:
-    """The tying of a multimodal file whose text model's class has no ``tie_word_embeddings`` (Qwen2.5-VL's): the
-    multimodal class's, the file's or its default; None where the text model's class decides."""
-    text_type, _, outer_default = TEXT_MODELS[model_type]
-    if "tie_word_embeddings" in library_fields(text_type):
+def _tying(outer: object, text: dict, model_type: str) -> bool | None:
+    """Whether the head is tied, where the multimodal class's ``tie_word_embeddings`` decides it (None where the text
+    model's class does: Gemma 3, Llama 4): the file's ``outer`` field when given; else the class's default, unless the
+    text model says otherwise (its field in ``text_config``, or its class's default), which the library would not
+    follow: Mistral Small 3.1's file sets neither, so transformers ties a head its weights keep apart. That case is
+    refused, naming the field to set."""
+    text_type, text_default, outer_default = TEXT_MODELS[model_type]
+    if outer_default is None:
         return None
-    tie = fields.get("tie_word_embeddings", outer_default)
-    if not isinstance(tie, bool):
-        raise ConfigError(f"tie_word_embeddings: {printable(repr(tie))} must be true or false")
-    return tie
+    if outer is not None:
+        if not isinstance(outer, bool):
+            raise ConfigError(f"tie_word_embeddings: {printable(repr(outer))} must be true or false")
+        return outer
+    declared = "tie_word_embeddings" in library_fields(text_type)
+    inner = text.get("tie_word_embeddings", text_default if declared else None)
+    if inner is not None and inner != outer_default:
+        raise ConfigError(
+            f"config: tie_word_embeddings is {outer_default} by the multimodal class's default (which decides) and "
+            f"{printable(inner, 20)} in text_config; attnid refuses to choose (set it beside text_config to the "
+            "tying of the released weights)"
+        )
+    return outer_default
 
 
 def flat_text_config(fields: dict, model_type: str) -> dict:

@@ -159,8 +159,8 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     if model_type in TEXT_MODELS:  # a multimodal release
         fields, source, model_type, outer_tie, unread_tie = multimodal_text(fields, source, model_type)
     hf_type = {"gemma3_text": "gemma3", "llama4_text": "llama4", "qwen2_5_vl_text": "qwen2_5_vl",
-               "qwen3_vl_text": "qwen3_vl", "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe",
-               **BUILT_AS}.get(model_type, model_type)  # fmt: skip
+               "qwen3_vl_text": "qwen3_vl", "qwen3_vl_moe_text": "qwen3_vl_moe", "qwen3_5_text": "qwen3_5",
+               "qwen3_5_moe_text": "qwen3_5_moe", **BUILT_AS}.get(model_type, model_type)  # fmt: skip
     if hf_type in UNMODELLED:
         raise ConfigError(f"config: model_type {model_type!r}: {UNMODELLED[hf_type]}; attnid refuses rather than count "
                           "it as another family")  # fmt: skip
@@ -193,6 +193,8 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     reading = config_reading(fields, c, read, remote is not None, default, code_reads(model_type), hf_type)
     reading["truth_values"] = truths
     reading["neutral"].update(unread_tie)
+    if outer_tie is not None:  # the multimodal class's tying, not the text model's default
+        reading["defaults"].pop("tie_word_embeddings", None)
     unread_rotary_share(reading, hf_type)
     # no module audits Falcon RW's ALiBi attention here (BLOOM's verifies ALiBi)
     family = None if hf_type in ATTENTION_ONLY_TYPES or (hf_type == "falcon" and c.alibi) else hf_type

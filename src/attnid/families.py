@@ -110,7 +110,7 @@ class HFType:
     def ffn_kwargs(self, ffn: int) -> dict:
         if self.fixed_ffn:
             return {}
-        if self.module in ("qwen3_moe", "ernie4_5_moe", *GROUPED_ROUTER_TYPES):
+        if self.module in ("qwen3_moe", "qwen3_vl_moe", "ernie4_5_moe", *GROUPED_ROUTER_TYPES):
             return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
         if self.module in GATED_SHARED_TYPES:  # its shared expert as wide as each routed one
             shared = {"moe_intermediate_size": ffn, "shared_expert_intermediate_size": ffn}
@@ -144,6 +144,8 @@ class HFType:
                         norm_topk_prob=True)  # fmt: skip
         if self.module == "qwen3_5_moe":  # a mixture in every layer, its chosen weights renormalised by its code
             return dict(num_experts=experts, num_experts_per_tok=2)
+        if self.module == "qwen3_vl_moe":  # Qwen3-MoE's mixture in every layer, renormalised by its code
+            return dict(num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[])
         if self.module == "llama4":  # one expert chosen per token, as released: its σ is not renormalised
             return {n: experts, "num_experts_per_tok": 1, "moe_layers": [0]}
         return {n: experts, "num_experts_per_tok": 2, **({"decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -336,6 +338,11 @@ HF_TYPES: dict[str, HFType] = {
         "qwen3_vl", "Qwen3VLTextConfig", "Qwen3VLTextAttention", "Qwen3VLTextRotaryEmbedding", biases=("", "qkvo"),
         groups=True, head_dim=True, qk_norm="head", layer="Qwen3VLTextDecoderLayer", norm="rms", mlp="swiglu",
         ffn_ratio=8 / 3, mrope=True, interleaved_mrope=True,
+    ),
+    "qwen3_vl_moe": HFType(  # Qwen3-VL's mixtures: Qwen3-MoE's layers with Qwen3-VL's interleaved M-RoPE
+        "qwen3_vl_moe", "Qwen3VLMoeTextConfig", "Qwen3VLMoeTextAttention", "Qwen3VLMoeTextRotaryEmbedding",
+        biases=("", "qkvo"), groups=True, head_dim=True, qk_norm="head", layer="Qwen3VLMoeTextDecoderLayer", norm="rms",
+        mlp="swiglu", ffn_ratio=8 / 3, router="softmax", mrope=True, interleaved_mrope=True,
     ),
     "bloom": HFType(  # BLOOM: GPT-2's block (LayerNorm, GELU, biases on every map) with ALiBi, a fixed bias
         # -m_h (i - j) on head h's scores, instead of position embeddings

@@ -94,6 +94,7 @@ ATTENTION_BIAS_TYPES = (
     "cohere",
     "cohere2",
     "qwen3_vl",
+    "qwen3_vl_moe",
     "qwen3_5",
     "qwen3_5_moe",
 )
@@ -110,7 +111,7 @@ def recent_kwargs(name: str, cfg: AttentionConfig, rope_in_windows: str = "") ->
         "ernie4_5_moe": dict(use_bias=bool(cfg.bias)),
         "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
         "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
-        "dots1": {}, "qwen2_5_vl": {}, "qwen3_vl": {}, "hunyuan_v1_moe": {}, "arcee": {},
+        "dots1": {}, "qwen2_5_vl": {}, "qwen3_vl": {}, "qwen3_vl_moe": {}, "hunyuan_v1_moe": {}, "arcee": {},
     }  # fmt: skip
     if name in switches:
         return dict(no_ids, **switches[name])

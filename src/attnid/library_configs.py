@@ -428,6 +428,13 @@ def _qwen3_moe(c: LibraryConfig, kw: dict) -> None:
     c.mlp_only_layers = [] if c.mlp_only_layers is None else c.mlp_only_layers
 
 
+def _qwen3_vl_moe(c: LibraryConfig, kw: dict) -> None:
+    _kv_heads(c, kw)
+    c.head_dim = c.head_dim or c.hidden_size // c.num_attention_heads
+    c.sliding_window = None
+    c.mlp_only_layers = [] if c.mlp_only_layers is None else c.mlp_only_layers
+
+
 def _deepseek_v3(c: LibraryConfig, kw: dict) -> None:
     _kv_heads(c, kw)
     c.qk_head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim
@@ -566,6 +573,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "gpt_oss": _gpt_oss,
     "mixtral": _kv_heads,
     "qwen3_moe": _qwen3_moe,
+    "qwen3_vl_moe_text": _qwen3_vl_moe,
     "llama4_text": _llama4,
     "qwen3_next": _qwen3_next,
     "qwen3_5_text": _qwen3_5,

@@ -296,8 +296,9 @@ def _centring(cfg: AttentionConfig) -> int:
 
 
 def hybrid_table() -> pd.DataFrame:
-    """One row per hybrid model among the family files (LFM2, Bamba, Qwen3-Next, Qwen3.5): its layers by kind, what one layer of each kind
-    and the model-wide terms leave unidentified, and the whole model's count (chapter 9, layer kind by layer kind)."""
+    """One row per hybrid model among the family files (LFM2, Bamba, Qwen3-Next, Qwen3.5): its layers by kind, what
+    one layer of each kind and the model-wide terms leave unidentified, and the whole model's count (chapter 9, layer
+    kind by layer kind)."""
     rows = []
     for path in sorted(FAMILIES_DIR.glob("*.json")):
         p = config_preset(path)

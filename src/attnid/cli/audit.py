@@ -107,6 +107,37 @@ def _report_hf_audit(r, as_json: bool) -> int:
     return 0
 
 
+def _audit_hybrid(a) -> int:
+    """``attnid audit --hf TYPE --model --layer-types KIND,KIND...``: a tiny whole hybrid model (LFM2, Bamba, Granite
+    4, Qwen3-Next, Qwen3.5), its layers of the kinds its config names, against the closed form counted layer kind by
+    layer kind (:func:`attnid.hf.hybrid.audit_hybrid_hf`)."""
+    from ..hf.hybrid import audit_hybrid_hf
+
+    hf = a.hf.strip().lower()
+    if hf not in HF_TYPES or HF_TYPES[hf].hybrid is None:
+        hybrids = ", ".join(t for t, f in HF_TYPES.items() if f.hybrid is not None)
+        raise ValueError(f"layer-types: {printable(a.hf, 40)} is not a hybrid model; --layer-types names the layers "
+                         f"of one of {hybrids}")  # fmt: skip
+    if not a.model:
+        raise ValueError("layer-types: the kinds of a whole model's layers; add --model")
+    refused = [f for f, v in (("--head-dim", a.head_dim), ("--rope-dims", a.rope_dims), ("--bias", a.bias),
+                              ("--qk-norm", a.qk_norm), ("--residual", a.residual), ("--layers", a.layers),
+                              ("--preset", a.preset), ("--value-dim", a.value_dim), ("--batch", a.batch),
+                              ("--seq-len", a.seq_len), ("--max-memory", a.max_memory)) if v is not None]  # fmt: skip
+    refused += [f for f, v in (("--block", a.block), ("--rope", a.rope), ("--causal", a.causal),
+                               ("--output-gate", a.output_gate), ("--method", a.method != "auto")) if v]  # fmt: skip
+    if refused:
+        raise ValueError(f"{', '.join(refused)}: a hybrid model is audited at its family's own attention, sized by "
+                         "--embed, --heads, --groups, --ffn, --vocab, --tied/--untied, --experts and --norm-eps; "
+                         "--layer-types gives its layers")  # fmt: skip
+    kinds = tuple(k.strip() for k in a.layer_types.split(","))
+    given = (("embed", a.embed), ("heads", a.heads), ("groups", a.groups), ("ffn", a.ffn), ("vocab", a.vocab),
+             ("tied", a.tied), ("experts", a.experts))  # fmt: skip
+    sizes = {k: v for k, v in given if v is not None}
+    r = audit_hybrid_hf(hf, layer_types=kinds, norm_eps=a.norm_eps, seed=a.seed, check=False, **sizes)
+    return _report_hf_audit(r, a.json)
+
+
 def _audit_mla(a) -> int:
     """``attnid audit --hf deepseek_v3|deepseek_v32 [--block [--ffn F] [--experts K]]``: multi-head latent
     attention, or its decoder layer, with its own size flags (DeepSeek-V3.2's with an indexer of two heads as wide as
@@ -252,6 +283,10 @@ def cmd_audit(a) -> int:
         raise ValueError("layer: --layer chooses a layer of a trained run or checkpoint; give --run or --checkpoint")
     if a.config is not None:
         return _audit_config(a)
+    if a.layer_types is not None:
+        if a.hf is None:
+            raise ValueError("layer-types: the layers of a real hybrid model; give --hf TYPE --model")
+        return _audit_hybrid(a)
     if a.hf is not None:
         if a.hf.strip().lower() in MLA_TYPES:
             a.hf = a.hf.strip().lower()
@@ -365,6 +400,11 @@ def _whole_model_args(p) -> None:
         "--residual", choices=RESIDUALS,
         help="--block or --model of a type whose config chooses its wiring (falcon): sequential, parallel (a norm "
         "each for attention and MLP) or shared_norm (one norm for both; default: the type's own)",
+    )  # fmt: skip
+    g.add_argument(
+        "--layer-types", metavar="KIND,...",
+        help="--model of a hybrid type: its layers' kinds in order, as its config names them (lfm2: conv, "
+        "full_attention; bamba, granitemoehybrid, qwen3_next, qwen3_5, qwen3_5_moe: linear_attention, full_attention)",
     )  # fmt: skip
     g.add_argument("--kv-rank", type=int, help="deepseek_v3: rank of the key/value latent (default 6)")
     g.add_argument("--q-rank", type=int, help="deepseek_v3: rank of the query latent (default 6; 0: no query latent)")

@@ -123,7 +123,7 @@ def audit_hybrid_hf(
     return audit_mixer(
         module, ids, theory, name=f"{hf_type} hybrid model", forward=_scan_in_float64(module, forward), rtol=rtol,
         check=check,
-        details=dict(hf_type=hf_type, scope="model", module=f"transformers.{type(module).__name__}",
+        details=dict(hf_type=hf_type, scope="model", module=f"transformers.{type(module).__name__}", norm_eps=norm_eps,
                      config=dict(E=embed, H=heads, G=groups, layer_types=list(layer_types), ffn=ffn, vocab=V,
                                  tied=tied, mixer=sizes, experts=k, norm_eps=norm_eps)),
     )  # fmt: skip

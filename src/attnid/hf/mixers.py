@@ -14,7 +14,7 @@ import torch
 from ..audit import RTOL, AuditResult, audit_module
 from ..counting import Count
 from .build import HFAuditError
-from .scopes import MIN_GAP
+from .scopes import MIN_GAP, _near_null
 
 
 @contextmanager
@@ -123,7 +123,9 @@ def audit_mixer(
     if n != theory.total_params:
         raise HFAuditError(f"{name}: the module has {n} parameters, the closed form {theory.total_params}")
     res = audit_module(module, (x,), forward=forward, rtol=rtol)
-    res.details.update(details, theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block)
+    res.details.update(
+        details, theory_unidentified=theory.unidentified, terms=theory.unidentified_by_block, near_null=_near_null(res)
+    )
     if check and (res.sv_gap < MIN_GAP or res.unidentified != theory.unidentified):
         raise HFAuditError(
             f"{name}: the Jacobian gives {res.unidentified} unidentified parameters (gap {res.sv_gap:.1e}), the "

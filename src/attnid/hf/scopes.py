@@ -440,7 +440,8 @@ def check_hf_audit(res: AuditResult) -> None:
             f"{d['hf_type']}: the Jacobian's singular values have no clear gap at rank {res.rank} (gap "
             f"{res.sv_gap:.1e} < {MIN_GAP:.0e}, {d['near_null']} near-null): "
             + (
-                "the module probably computes part of the layer in float32; its count cannot be read off"
+                "the module computes part of the layer in float32, or these weights leave an identified direction "
+                "nearly flat (try another --seed); its count cannot be read off"
                 if norm_eps == 0
                 else f"with ε = {norm_eps:g} a norm's scale is only nearly a symmetry; audit with ε = 0"
             )
