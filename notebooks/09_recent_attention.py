@@ -343,6 +343,16 @@ table(released)
 # and nothing else changes. Its real decoder layer agrees on five shapes and a tiny model on one
 # (`tests/test_blocks.py`).
 #
+# **xIELU** (Apertus) goes the other way. Its two maps surround $a z^2 + b z$ for $z > 0$ and
+# $a' (e^{z} - 1 - z) + b z$ below, with the curvatures $a$ and $a'$ parameters of each MLP and $b$ fixed. No power of
+# a scale $c$ passes through both sides: $a$ could take up $c$ on the positive side, but the negative side is not
+# homogeneous at all. So an Apertus unit keeps no scale of its own, and its two curvatures are identified: the MLP
+# adds nothing to the block's count beyond its norm, and Apertus's layer counts as Llama's with a QK-norm per head,
+# its unit rescalings gone. Its real decoder layer agrees on five shapes, and a count that gives each unit a ReLU's
+# scale is refused. Apertus-8B's file (rebuilt from the fields public code quotes) counts
+# {glue:text}`apertus_total:,` parameters, transformers' own total for the model built from it, its `qk_norm`,
+# `post_norm` and `mlp_bias` read by no code of the family.
+#
 # **ALiBi** (BLOOM and Falcon RW; MPT too, whose model type attnid does not read) gives queries and keys no
 # position map at all: it adds $-m_h (i - j)$ to head $h$'s score of query $i$ on key $j$, a fixed slope per head and
 # no parameter. Every symmetry of a layer without a position map survives, since the added term holds neither a

@@ -130,6 +130,9 @@ BLOCK_SHAPES = {
     # Qwen3-Next's softmax layer: gated heads, a mixture of four experts beside a shared one behind a sigmoid gate
     "qwen3_next": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=2, bias="all", ffn=6),
                    dict(heads=4, groups=1, ffn=3), dict(embed=12, heads=3, groups=1, ffn=4)],
+    # Apertus: QK-norm per head, an MLP of two maps through xIELU (two parameters of its own, no unit scale)
+    "apertus": [dict(heads=2), dict(heads=4, groups=2), dict(heads=4, groups=1, ffn=12), dict(heads=2, bias="all"),
+                dict(embed=6, heads=3, groups=1, ffn=18)],
     # Qwen3-VL's mixtures: Qwen3-MoE's layers with interleaved M-RoPE
     "qwen3_vl_moe": [dict(heads=2, ffn=4), dict(heads=4, groups=2, ffn=4), dict(heads=4, groups=1, ffn=6),
                      dict(heads=2, bias="all", ffn=6), dict(embed=6, heads=3, groups=1, bias="all", ffn=3)],
@@ -465,3 +468,24 @@ def test_one_expert_under_a_softmax_router_is_refused_with_a_true_sentence():
     )
     with pytest.raises(ValueError, match="a softmax router over one expert gives it weight 1"):
         BlockConfig(attn, 4, norm="rms", mlp="swiglu", mlp_bias=False, experts=1, router="softmax")
+
+
+def test_an_xielu_mlp_keeps_no_unit_scale(monkeypatch):
+    """Apertus's xIELU, a z² + b z above 0 and a' (e^z − 1 − z) + b z below, is not positively homogeneous: no scale
+    of an up-projection row passes through it to the down-projection column, and its two curvatures are identified.
+    Planted: the block counted as if each unit had a ReLU's scale (F more directions); the real layer refuses it."""
+    from attnid.hf import scopes
+    from attnid.hf.build import HFAuditError
+
+    r = audit_hf("apertus", scope="block", embed=8, heads=2, ffn=16)
+    assert r.details["terms"]["mlp_rescaling"] == 0 and r.unidentified == r.details["theory_unidentified"]
+    original = scopes.count_block
+
+    def planted(block):
+        c = original(block)
+        terms = {**c.unidentified_by_block, "mlp_rescaling": block.ffn}
+        return c.__class__(c.total_params, c.params_by_block, terms)
+
+    monkeypatch.setattr(scopes, "count_block", planted)
+    with pytest.raises(HFAuditError, match="the Jacobian gives"):
+        audit_hf("apertus", scope="block", embed=8, heads=2, ffn=16)

@@ -48,7 +48,7 @@ def library_total(fields: dict) -> int:
 
 
 def test_every_file_names_its_release():
-    assert [p.stem for p in FILES] == ["bamba-9b", "bloom", "command-r7b-12-2024", "dots.llm1.inst",
+    assert [p.stem for p in FILES] == ["apertus-8b", "bamba-9b", "bloom", "command-r7b-12-2024", "dots.llm1.inst",
                                        "ernie-4.5-21b-a3b", "exaone-4.0-32b", "glm-4.5-air", "hunyuan-a13b-instruct",
                                        "internlm3-8b-instruct", "lfm2-1.2b", "olmo-3-7b",
                                        "qwen2.5-vl-7b-instruct", "qwen3-next-80b-a3b-instruct",
@@ -546,3 +546,15 @@ def test_arcee_counts_its_relu2_units_as_relus_and_has_transformers_total(tmp_pa
     path.write_text(json.dumps({**ARCEE, "hidden_act": "gelu"}))
     with pytest.raises(ConfigError, match="hidden_act"):
         config_preset(path)
+
+
+def test_chapter_9s_family_facts_are_the_tables_numbers():
+    """The numbers chapter 9 glues beside its table of family files: Apertus-8B's total is transformers' own."""
+    pytest.importorskip("pandas")
+    from attnid.chapters import released as rel
+
+    facts = rel.families_facts(rel.families_table())
+    fields = json.loads((FAMILIES / "apertus-8b.json").read_text())
+    fields.pop(SOURCE_KEY)
+    assert facts["apertus_total"] == library_total(fields) == 8_053_338_176
+    assert 0 < facts["glm_air_share"] < 0.01 and 0 < facts["ernie_share"] < 0.01

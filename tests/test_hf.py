@@ -37,6 +37,7 @@ CASES = {
     "smollm3": dict(groups=2),  # a RoPE layer (its NoPE layers: tests/test_released.py)
     "llama4": dict(groups=2),  # a RoPE layer with L2 QK-norm, complex rotary (its NoPE layers: test_released.py)
     "qwen3_next": dict(groups=2),  # gated heads, (1 + w) QK-norm, a quarter of each head rotated
+    "apertus": dict(groups=2),  # Llama's attention with a QK-norm per head (its xIELU MLP: tests/test_blocks.py)
     "qwen3_vl_moe": dict(groups=2),  # Qwen3-VL's attention in its mixture models
     "qwen3_5": dict(groups=2),  # Qwen3-Next's attention with interleaved M-RoPE on its rotated quarter
     "qwen3_5_moe": dict(groups=2, bias="all"),

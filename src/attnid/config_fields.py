@@ -120,6 +120,7 @@ ACTIVATIONS: dict[str, tuple[str, ...]] = {
     "swiglu": ("silu", "swish"),
     "swiglu_biased": ("silu",),  # gpt-oss's experts fix their gate z σ(α z) in code; its file says silu
     "geglu": ("gelu_pytorch_tanh", "gelu", "gelu_new"),
+    "xielu": ("xielu",),  # Apertus's MLP builds its xIELU (with its parameters) for this name only
 }
 
 ACTIVATION_FIELDS = ("activation_function", "hidden_act", "hidden_activation", "activation")  # Falcon's the last

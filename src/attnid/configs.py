@@ -98,7 +98,6 @@ UNMODELLED: dict[str, str] = {
     "minimax": "its lightning attention, a linear attention with a decay per head, is not derived",
     "gemma3n": "its per-layer embeddings, AltUp and LAuReL blocks and sparse activations are not derived",
     "gemma3n_text": "its per-layer embeddings, AltUp and LAuReL blocks and sparse activations are not derived",
-    "apertus": "its xIELU activation has trainable parameters and no scale to give; not derived",
     "lfm2_moe": "LFM2's mixture-of-experts variant (a sigmoid router with a bias, after dense layers) is not derived",
 }  # fmt: skip
 

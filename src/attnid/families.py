@@ -267,6 +267,12 @@ HF_TYPES: dict[str, HFType] = {
         ffn_ratio=8 / 3, router="softmax", shared_expert=True, hybrid=("linear_attention", "mamba2"),
         dense_allowed=True,
     ),
+    "apertus": HFType(  # Apertus: Llama's attention with a QK-norm per head, an MLP of two maps through xIELU (whose
+        # two curvatures are parameters), no biases in the MLP
+        "apertus", "ApertusConfig", "ApertusAttention", "ApertusRotaryEmbedding", biases=("", "qkvo"), groups=True,
+        qk_norm="head", layer="ApertusDecoderLayer", lm="ApertusForCausalLM", norm="rms", mlp="xielu", ffn_ratio=4.0,
+        no_mlp_bias=True,
+    ),
     "arcee": HFType(  # Arcee's AFM: Llama's attention and norms, an MLP of two maps through ReLU² (no gate, no biases)
         "arcee", "ArceeConfig", "ArceeAttention", "ArceeRotaryEmbedding", biases=("", "qkvo"), groups=True,
         head_dim=True, layer="ArceeDecoderLayer", lm="ArceeForCausalLM", norm="rms", mlp="relu", no_mlp_bias=True,

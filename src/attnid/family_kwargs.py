@@ -93,6 +93,7 @@ ATTENTION_BIAS_TYPES = (
     "arcee",
     "cohere",
     "cohere2",
+    "apertus",
     "qwen3_vl",
     "qwen3_vl_moe",
     "qwen3_5",
@@ -112,6 +113,7 @@ def recent_kwargs(name: str, cfg: AttentionConfig, rope_in_windows: str = "") ->
         "stablelm": dict(use_qkv_bias=bool(cfg.bias), qk_layernorm=cfg.qk_norm == "layer"),
         "cohere": dict(use_qk_norm=cfg.qk_norm == "layer"), "glm4_moe": dict(use_qk_norm=cfg.qk_norm == "head"),
         "dots1": {}, "qwen2_5_vl": {}, "qwen3_vl": {}, "qwen3_vl_moe": {}, "hunyuan_v1_moe": {}, "arcee": {},
+        "apertus": {},
     }  # fmt: skip
     if name in switches:
         return dict(no_ids, **switches[name])

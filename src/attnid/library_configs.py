@@ -428,6 +428,14 @@ def _qwen3_moe(c: LibraryConfig, kw: dict) -> None:
     c.mlp_only_layers = [] if c.mlp_only_layers is None else c.mlp_only_layers
 
 
+def _apertus(c: LibraryConfig, kw: dict) -> None:
+    _kv_heads(c, kw)
+    if c.rope_parameters is None:
+        c.rope_parameters = {"rope_type": "llama3", "rope_theta": 12000000.0, "factor": 8.0,
+                             "original_max_position_embeddings": 8192, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0}  # fmt: skip
+
+
 def _qwen3_vl_moe(c: LibraryConfig, kw: dict) -> None:
     _kv_heads(c, kw)
     c.head_dim = c.head_dim or c.hidden_size // c.num_attention_heads
@@ -574,6 +582,7 @@ POST_INIT: dict[str, Callable[[LibraryConfig, dict], None]] = {
     "mixtral": _kv_heads,
     "qwen3_moe": _qwen3_moe,
     "qwen3_vl_moe_text": _qwen3_vl_moe,
+    "apertus": _apertus,
     "llama4_text": _llama4,
     "qwen3_next": _qwen3_next,
     "qwen3_5_text": _qwen3_5,

@@ -99,9 +99,11 @@ def families_table() -> pd.DataFrame:
 
 def families_facts(families: pd.DataFrame) -> dict:
     """The numbers the prose beside :func:`families_table` glues."""
-    share = families.set_index("file")["model share unidentified"]
+    rows = families.set_index("file")
+    share = rows["model share unidentified"]
     return {"glm_air_share": float(share["glm-4.5-air"]), "dots_share": float(share["dots.llm1.inst"]),
-            "ernie_share": float(share["ernie-4.5-21b-a3b"])}  # fmt: skip
+            "ernie_share": float(share["ernie-4.5-21b-a3b"]),
+            "apertus_total": int(rows.loc["apertus-8b", "model params"])}  # fmt: skip
 
 
 def _count_row(name: str, p) -> dict[str, Any]:

@@ -22,7 +22,10 @@ def layer_gauge_dims(cfg: AttentionConfig) -> int:
 NORMS = ("layer", "rms", "layer_noshift")  # LayerNorm with a shift; RMSNorm (a scale only); LayerNorm, no shift
 # GELU-like (no continuous symmetry), ReLU, gated (SiLU or GELU gate), and gpt-oss's gated unit with biases,
 # (up x + b + 1) * g(gate x + b') with g(z) = z σ(α z), its inputs clamped (a clamp inactive at generic points)
-MLPS = ("gelu", "relu", "swiglu", "geglu", "swiglu_biased")
+MLPS = ("gelu", "relu", "swiglu", "geglu", "swiglu_biased", "xielu")
+# xIELU's own parameters in each MLP (Apertus): its two curvatures, alpha_p and alpha_n, identified. It is a z² + b z
+# above 0 and a' (e^z − 1 − z) + b z below, with no power of a scale c to give on both sides: no unit rescaling
+XIELU_PARAMS = 2
 GATED_MLPS = ("swiglu", "geglu", "swiglu_biased")  # three maps, act(gate x) * (up x) read by down
 BIASED_GATED_MLPS = ("swiglu_biased",)  # the gated MLPs with biases on every map
 RESIDUALS = ("sequential", "parallel", "shared_norm")
@@ -90,9 +93,7 @@ class BlockConfig:
 
     def _check_structure(self) -> None:
         """Refuse the combinations no closed form here was derived and checked for."""
-        if self.mlp in GATED_MLPS and self.mlp_bias != (self.mlp in BIASED_GATED_MLPS):
-            has = "biases" if self.mlp in BIASED_GATED_MLPS else "no biases"
-            raise ValueError(f"mlp_bias: the gated ({self.mlp}) MLPs counted here have {has}")
+        self._check_mlp_biases()
         if self.norm_position != "pre" and (self.norm != "rms" or self.residual != "sequential"):
             raise ValueError(
                 f"norm_position: a {self.norm_position}-norm block is counted with RMSNorm and a sequential "
@@ -121,6 +122,14 @@ class BlockConfig:
         elif self.attention.rope and self.attention.D > self.attention.E:
             raise ValueError("head_dim: counting with RoPE assumes D <= E")
 
+    def _check_mlp_biases(self) -> None:
+        """Refuse MLP biases the MLP kind counted here does not have (or lacks where it has them)."""
+        if self.mlp == "xielu" and self.mlp_bias:
+            raise ValueError("mlp_bias: the xIELU MLP counted here (Apertus's) has no biases")
+        if self.mlp in GATED_MLPS and self.mlp_bias != (self.mlp in BIASED_GATED_MLPS):
+            has = "biases" if self.mlp in BIASED_GATED_MLPS else "no biases"
+            raise ValueError(f"mlp_bias: the gated ({self.mlp}) MLPs counted here have {has}")
+
     @property
     def E(self) -> int:
         return self.attention.embed if isinstance(self.attention, MLAConfig) else self.attention.E
@@ -133,7 +142,7 @@ class BlockConfig:
             choice = self.experts if self.choice_bias else 0
             gate = E if self.shared_gate else 0
             return maps * E * (self.experts * F + self.shared_ffn) + self.experts * E + biases + choice + gate
-        return maps * E * F + ((F + E) if self.mlp_bias else 0)
+        return maps * E * F + ((F + E) if self.mlp_bias else 0) + (XIELU_PARAMS if self.mlp == "xielu" else 0)
 
     def norms(self) -> tuple[int, int]:
         """``(before, after)``: how many norms read a sub-layer's input, and how many normalise its output."""
@@ -231,7 +240,7 @@ def count_block(block: BlockConfig) -> Count:
       (a gated MLP's gate and up rows: ``2F``), less those a one-head NoPE layer's gauge already moves
       (:func:`_nope_overlap`);
     * ``mlp_rescaling``: ``F`` for ReLU (``relu(c z) = c relu(z)``, ``c > 0``) and gated MLPs (up-projection
-      row ``j`` against down-projection column ``j``), for each expert of a mixture; none for GELU. A
+      row ``j`` against down-projection column ``j``), for each expert of a mixture; none for GELU or xIELU. A
       mixture's sigmoid router is identified (its scores have no shift or scale to give);
     * ``choice_bias``: a bias that only chooses the experts (ERNIE 4.5's), one per expert: unidentified;
     * ``router_shift`` (a softmax router only): its weights ignore a logit added to every expert, so the same
