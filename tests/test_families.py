@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from attnid.config_multimodal import FLAT_TEXT_MODELS, flat_text_config
-from attnid.configs import SOURCE_KEY, ConfigError, config_preset
+from attnid.configs import CONFIG_DIR, SOURCE_KEY, ConfigError, config_preset
 from attnid.counting import SCOPES
 from attnid.families import HF_TYPES
 from attnid.hf import structure_audit
@@ -558,3 +558,26 @@ def test_chapter_9s_family_facts_are_the_tables_numbers():
     fields.pop(SOURCE_KEY)
     assert facts["apertus_total"] == library_total(fields) == 8_053_338_176
     assert 0 < facts["glm_air_share"] < 0.01 and 0 < facts["ernie_share"] < 0.01
+
+
+@pytest.mark.parametrize("outer, inner", [(None, None), (False, None), (True, False), (False, True)])
+def test_a_gemma_3_file_is_tied_as_its_multimodal_class_ties(tmp_path, outer, inner):
+    """transformers 5.24 ties Gemma 3's head by the multimodal class's field (default true), whatever text_config says:
+    given beside text_config it decides (an inner one is read by no code, and said so); left out, its default decides
+    unless text_config says otherwise, which is refused by name. Each count is transformers' own total."""
+    fields = json.loads((CONFIG_DIR / "gemma-3-12b.json").read_text())
+    fields.pop(SOURCE_KEY, None)
+    text = {k: v for k, v in fields["text_config"].items() if k != "tie_word_embeddings"}
+    if inner is not None:
+        text["tie_word_embeddings"] = inner
+    file = {k: v for k, v in fields.items() if k != "tie_word_embeddings"} | {"text_config": text}
+    if outer is not None:
+        file["tie_word_embeddings"] = outer
+    (tmp_path / "config.json").write_text(json.dumps(file))
+    if outer is None and inner is False:
+        with pytest.raises(ConfigError, match="refuses to choose"):
+            config_preset(tmp_path)
+        return
+    p = config_preset(tmp_path)
+    assert p.model.tied == (True if outer is None else outer)
+    assert scope_count(p, "model", "gemma3").total_params == library_total(file)

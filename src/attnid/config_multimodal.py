@@ -9,8 +9,9 @@ from .inputs import printable
 from .library_configs import library_fields
 
 # multimodal releases whose text model attnid counts: its model type, its config class's tie_word_embeddings, and
-# the multimodal class's default where that class's field decides the tying (None: the text model's class decides)
-TEXT_MODELS = {"gemma3": ("gemma3_text", True, None), "llama4": ("llama4_text", False, None),
+# the multimodal class's default where that class's field decides the tying, as transformers 5.24's models tie it
+# (None: the text model's class decides, Llama 4's, whose language model is a causal LM of its own)
+TEXT_MODELS = {"gemma3": ("gemma3_text", True, True), "llama4": ("llama4_text", False, None),
                "mistral3": ("mistral", False, True), "qwen2_5_vl": ("qwen2_5_vl_text", False, False),
                "qwen3_vl": ("qwen3_vl_text", False, False), "qwen3_vl_moe": ("qwen3_vl_moe_text", True, False),
                "qwen3_5": ("qwen3_5_text", False, False),
@@ -67,7 +68,7 @@ def multimodal_text(fields: dict, source: str, model_type: str) -> tuple[dict, s
 
 def _tying(outer: object, text: dict, model_type: str) -> bool | None:
     """Whether the head is tied, where the multimodal class's ``tie_word_embeddings`` decides it (None where the text
-    model's class does: Gemma 3, Llama 4): the file's ``outer`` field when given; else the class's default, unless the
+    model's class does: Llama 4): the file's ``outer`` field when given; else the class's default, unless the
     text model says otherwise (its field in ``text_config``, or its class's default), which the library would not
     follow: Mistral Small 3.1's file sets neither, so transformers ties a head its weights keep apart. That case is
     refused, naming the field to set."""
