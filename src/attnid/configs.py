@@ -153,7 +153,7 @@ def config_preset(path: str | Path, origin: ConfigSource | None = None) -> Prese
     model_type = fields.get("model_type")
     if not isinstance(model_type, str):
         raise ConfigError(f"config: {source} names no model_type; attnid knows {', '.join(CONFIG_TYPES)}")
-    outer_tie: bool | None = None  # where the text model's class has no tying field, the multimodal file's decides
+    outer_tie: bool | None = None  # a multimodal file's tying, where its multimodal class decides it
     unread_tie: dict[str, str] = {}
     if model_type in TEXT_MODELS:  # a multimodal release
         fields, source, model_type, outer_tie, unread_tie = multimodal_text(fields, source, model_type)
@@ -235,7 +235,7 @@ def config_reading(fields: dict, c, read: set[str], remote_code: bool, default: 
         read = read | {f for f in ROPE_FIELDS if f not in ("rotary_pct", "rotary_emb_base") or family == "gpt_neox"}
     # the name the class keeps each field under
     stored = {k: OLDER_NAMES.get(k, c.attribute_map.get(k, k)) for k in fields}
-    # an older name of the layer kinds beside layer_types itself: the class derives the kinds from it only without
+    # an older name of the layer kinds given beside layer_types: the class reads it only when layer_types is absent
     shadowed = {k for k in fields if stored[k] == "layer_types" != k and "layer_types" in fields}
     read = read | {k for k in fields if stored[k] in read and k not in shadowed}
     neutral = {k: NEUTRAL[k] for k in sorted(fields) if k in NEUTRAL and k not in read}

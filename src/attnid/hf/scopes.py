@@ -310,7 +310,7 @@ def _check_hf_arguments(
 def _check_whole_model(hf_type: str) -> None:
     """Refuse, with the reason, a whole-model audit of a type whose model is not built or not counted here."""
     t = HF_TYPES[hf_type]
-    if t.mrope:
+    if t.mrope and not t.lm:
         raise ValueError(f"scope: transformers builds a whole {hf_type} model with its vision tower, and its text "
                          "model has no causal-LM class of its own to audit; audit a layer (--block)")  # fmt: skip
     if not t.lm:
