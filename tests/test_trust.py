@@ -560,12 +560,13 @@ def test_a_sliding_window_of_two_tokens_keeps_the_count_and_one_is_refused(tmp_p
         ("sliding_window", 1, "field sliding_window sits beside text_config"),
         ("rope_local_base_freq", 1.0, "field rope_local_base_freq sits beside text_config"),
         ("anything_else", "x", "field anything_else sits beside text_config"),
-        ("tie_word_embeddings", False, "tie_word_embeddings is False beside text_config and True in it"),
+        ("hidden_size", 64, "field hidden_size sits beside text_config"),
     ],
 )
 def test_a_text_field_beside_a_multimodal_text_config_is_refused(tmp_path, capsys, field, value, word):
     """Planted: a field of the text model at the top of a multimodal Gemma 3 file, where transformers does not read
-    it; refused by name instead of silently ignored. The released file as shipped is counted (the control)."""
+    it; refused by name instead of silently ignored. The released file as shipped is counted (the control). The
+    tying beside text_config is the multimodal class's own field, read (tests/test_families.py)."""
     pytest.importorskip("transformers")
     from attnid.configs import CONFIG_DIR
 
