@@ -477,7 +477,7 @@ table(families)
 # (above). Its Gated DeltaNet writes the maps into the convolved channels, the gate and the decay as four matrices
 # instead of two with each head's maps side by side: the same function, and its real layer agrees with the closed
 # form on the same four shapes as Qwen3-Next's. Its real attention, decoder layer (five shapes each, dense and mixture)
-# and whole models (three dense, two with experts) agree; a file's `attn_output_gate`, `mtp_*` fields (weights of a
+# and whole models (three dense, one with experts) agree; a file's `attn_output_gate`, `mtp_*` fields (weights of a
 # multi-token-prediction head the library does not load) and `mamba_ssm_dtype` are read by no code of the family, and
 # a `full_attention_interval` beside `layer_types` is not read either (the class takes the kinds from the list).
 #
