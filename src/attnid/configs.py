@@ -56,7 +56,8 @@ from .config_mixtures import (
 from .config_multimodal import TEXT_MODELS, multimodal_text
 from .config_rope import positive_number, rope_of, unread_rotary_share
 from .counting import Count, MLAConfig
-from .families import GROUPED_ROUTER_TYPES, HF_TYPES, MLA_TYPES, default_ffn, equivalent_config
+from .families import HF_TYPES, MLA_TYPES, default_ffn, equivalent_config
+from .family_kwargs import GROUPED_ROUTER_TYPES
 from .hub import ConfigSource, locate_config
 from .inputs import printable
 from .library_configs import (

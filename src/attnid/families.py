@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from .attention_config import AttentionConfig, parse_bias
 from .counting import BIASED_GATED_MLPS, GATED_MLPS, BlockConfig, ModelConfig
-from .family_kwargs import ATTENTION_BIAS_TYPES, CLASSIC_TYPES, classic_kwargs, mrope_parameters, recent_kwargs
+from .family_kwargs import (
+    ATTENTION_BIAS_TYPES,
+    CLASSIC_TYPES,
+    classic_kwargs,
+    mrope_parameters,
+    recent_kwargs,
+)
 
 
 @dataclass(frozen=True)
@@ -106,51 +112,6 @@ class HFType:
     def qk_norms(self) -> tuple[str, ...]:
         """The QK-norms this type can have (its default first; "" for none)."""
         return (self.qk_norm,) if self.other_qk_norm is None else (self.qk_norm, self.other_qk_norm)
-
-    def ffn_kwargs(self, ffn: int) -> dict:
-        if self.fixed_ffn:
-            return {}
-        if self.module in ("qwen3_moe", "qwen3_vl_moe", "ernie4_5_moe", *GROUPED_ROUTER_TYPES):
-            return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
-        if self.module in GATED_SHARED_TYPES:  # its shared expert as wide as each routed one
-            shared = {"moe_intermediate_size": ffn, "shared_expert_intermediate_size": ffn}
-            return shared if self.module == "qwen3_5_moe" else {"intermediate_size": ffn, **shared}
-        if self.module == "granitemoehybrid":  # its shared MLP as wide as each expert
-            return {"intermediate_size": ffn, "shared_intermediate_size": ffn}
-        named = {"gpt2": "n_inner", "opt": "ffn_dim", "falcon": "ffn_hidden_size"}
-        return {named.get(self.module, "intermediate_size"): ffn}
-
-    def expert_kwargs(self, experts: int) -> dict:
-        """A mixture of ``experts`` experts, two chosen per token, in every layer (none: ``{}``, or where the type may
-        leave its mixture out, none asked for)."""
-        if self.dense_allowed and not experts:
-            return {"num_local_experts": 0}  # Granite 4's dense hybrids: its shared MLP alone
-        if not experts:
-            return {}
-        n = {"qwen3_moe": "num_experts"}.get(self.module, "num_local_experts")
-        if self.module == "hunyuan_v1_moe":  # its experts and its shared MLP all intermediate_size wide
-            return dict(num_experts=experts, moe_topk=2)
-        if self.module == "ernie4_5_moe":  # a mixture in every layer, one shared expert
-            return dict(moe_num_experts=experts, moe_k=2, moe_num_shared_experts=1, moe_layer_start_index=0,
-                        moe_layer_end_index=-1, moe_layer_interval=1)  # fmt: skip
-        if self.module in GROUPED_ROUTER_TYPES:  # DeepSeek-V3's mixture in every layer, one shared expert, and a
-            # routed factor other than 1 (absorbed by the experts' weights)
-            return dict(n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
-                        n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5)  # fmt: skip
-        if self.module == "granitemoehybrid":
-            return dict(num_local_experts=experts, num_experts_per_tok=2)
-        if self.module == "qwen3_next":  # a mixture in every layer
-            return dict(num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
-                        norm_topk_prob=True)  # fmt: skip
-        if self.module == "qwen3_5_moe":  # a mixture in every layer, its chosen weights renormalised by its code
-            return dict(num_experts=experts, num_experts_per_tok=2)
-        if self.module == "qwen3_vl_moe":  # Qwen3-MoE's mixture in every layer, renormalised by its code
-            return dict(num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[])
-        if self.module == "llama4":  # one expert chosen per token, as released: its σ is not renormalised
-            return {n: experts, "num_experts_per_tok": 1, "moe_layers": [0]}
-        return {n: experts, "num_experts_per_tok": 2, **({"decoder_sparse_step": 1, "mlp_only_layers": [],
-                                                          "norm_topk_prob": True} if self.module == "qwen3_moe"
-                                                         else {})}  # fmt: skip
 
     def config_kwargs(
         self, cfg: AttentionConfig, attn_implementation: str = "sdpa", residual: str | None = None
@@ -439,11 +400,6 @@ HF_TYPES: dict[str, HFType] = {
     ),
 }  # fmt: skip
 
-
-# the types whose mixture is DeepSeek-V3's: a sigmoid router (its experts chosen within groups, its chosen weights
-# renormalised where norm_topk_prob) beside shared experts, after the first first_k_dense_replace dense layers
-GROUPED_ROUTER_TYPES = ("glm4_moe", "dots1")
-GATED_SHARED_TYPES = ("qwen3_next", "qwen3_5_moe")  # a mixture beside a shared expert behind a sigmoid gate
 
 # multi-head latent attention (DeepSeek-V3.2's with its sparse attention's indexer): counting.count_mla, audited by
 # hf.audit_mla_hf

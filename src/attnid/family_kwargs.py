@@ -7,6 +7,54 @@ from __future__ import annotations
 
 from .attention_config import AttentionConfig
 
+# the types whose mixture is DeepSeek-V3's: a sigmoid router (its experts chosen within groups, its chosen weights
+# renormalised where norm_topk_prob) beside shared experts, after the first first_k_dense_replace dense layers
+GROUPED_ROUTER_TYPES = ("glm4_moe", "dots1")
+GATED_SHARED_TYPES = ("qwen3_next", "qwen3_5_moe")  # a mixture beside a shared expert behind a sigmoid gate
+
+
+def ffn_kwargs(module: str, ffn: int, fixed: bool = False) -> dict:
+    """The config keywords that make ``module``'s MLPs ``ffn`` wide (its experts and shared MLP or expert too); none
+    where its code fixes the width (``fixed``: BLOOM)."""
+    if fixed:
+        return {}
+    if module in ("qwen3_moe", "qwen3_vl_moe", "ernie4_5_moe", *GROUPED_ROUTER_TYPES):
+        return {"intermediate_size": ffn, "moe_intermediate_size": ffn}
+    if module in GATED_SHARED_TYPES:  # its shared expert as wide as each routed one
+        shared = {"moe_intermediate_size": ffn, "shared_expert_intermediate_size": ffn}
+        return shared if module == "qwen3_5_moe" else {"intermediate_size": ffn, **shared}
+    if module == "granitemoehybrid":  # its shared MLP as wide as each expert
+        return {"intermediate_size": ffn, "shared_intermediate_size": ffn}
+    named = {"gpt2": "n_inner", "opt": "ffn_dim", "falcon": "ffn_hidden_size"}
+    return {named.get(module, "intermediate_size"): ffn}
+
+
+def expert_kwargs(module: str, experts: int, dense_allowed: bool = False) -> dict:
+    """The config keywords of a mixture of ``experts`` experts, two chosen per token, in every layer of ``module``
+    (none: ``{}``, or where the type may leave its mixture out, ``dense_allowed``, none asked for)."""
+    if dense_allowed and not experts:
+        return {"num_local_experts": 0}  # Granite 4's dense hybrids: its shared MLP alone
+    if not experts:
+        return {}
+    if module == "hunyuan_v1_moe":  # its experts and its shared MLP all intermediate_size wide
+        return dict(num_experts=experts, moe_topk=2)
+    if module == "ernie4_5_moe":  # a mixture in every layer, one shared expert
+        return dict(moe_num_experts=experts, moe_k=2, moe_num_shared_experts=1, moe_layer_start_index=0,
+                    moe_layer_end_index=-1, moe_layer_interval=1)  # fmt: skip
+    if module in GROUPED_ROUTER_TYPES:  # DeepSeek-V3's mixture in every layer, one shared expert, and a routed
+        # factor other than 1 (absorbed by the experts' weights)
+        return dict(n_routed_experts=experts, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=0,
+                    n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5)  # fmt: skip
+    if module in ("qwen3_moe", "qwen3_next", "qwen3_vl_moe"):  # a mixture in every layer (Qwen3-VL's code
+        # renormalises the chosen weights, reading no field)
+        norm = {} if module == "qwen3_vl_moe" else {"norm_topk_prob": True}
+        return dict(num_experts=experts, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[], **norm)
+    if module == "qwen3_5_moe":  # a mixture in every layer, its chosen weights renormalised by its code
+        return dict(num_experts=experts, num_experts_per_tok=2)
+    if module == "llama4":  # one expert chosen per token, as released: its σ is not renormalised
+        return {"num_local_experts": experts, "num_experts_per_tok": 1, "moe_layers": [0]}
+    return {"num_local_experts": experts, "num_experts_per_tok": 2}  # Mixtral, gpt-oss, Granite 4
+
 
 def mrope_sections(pairs: int) -> list[int]:
     """The rotated pairs of a head shared out among M-RoPE's three position streams (time, height, width), the

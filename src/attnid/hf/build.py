@@ -16,10 +16,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..attention import AttentionConfig
 from ..extras import MissingExtra
-from ..families import (
-    GROUPED_ROUTER_TYPES,
-    HF_TYPES,
-)
+from ..families import HF_TYPES
+from ..family_kwargs import GROUPED_ROUTER_TYPES, expert_kwargs, ffn_kwargs
 
 TESTED = "transformers 5.24"
 
@@ -317,7 +315,12 @@ def build_block(
     t = HF_TYPES[hf_type]
     mod = _modeling(hf_type)
     config = _hf_config(
-        hf_type, cfg, implementation_of(hf_type), residual, **t.ffn_kwargs(ffn), **t.expert_kwargs(experts)
+        hf_type,
+        cfg,
+        implementation_of(hf_type),
+        residual,
+        **ffn_kwargs(t.module, ffn, t.fixed_ffn),
+        **expert_kwargs(t.module, experts, t.dense_allowed),
     )
     config._experts_implementation = "eager"  # a model sets it; the layer alone runs the experts' own loop
     kind = {"layer_type": "full_attention"} if hf_type == "bamba" else {}  # its layer is a Mamba-2 one by default
@@ -351,7 +354,9 @@ def build_model(
     tf = _transformers()
     if final_softcap is not None and hf_type != "gemma2":
         raise ValueError(f"final_softcap: {hf_type} does not cap its logits (gemma2 does)")
-    changes = dict(t.ffn_kwargs(ffn), vocab_size=vocab, num_hidden_layers=layers, tie_word_embeddings=tied)
+    changes = dict(
+        ffn_kwargs(t.module, ffn, t.fixed_ffn), vocab_size=vocab, num_hidden_layers=layers, tie_word_embeddings=tied
+    )
     if hf_type == "gemma2":
         changes["final_logit_softcapping"] = final_softcap
     if hf_type == "gpt2":

@@ -15,27 +15,26 @@ from ..config_hybrid import GATED_DELTANET_TYPES
 from ..counting import ModelConfig, count_model
 from ..counting.hybrid import mixer_block
 from ..families import HF_TYPES, block_config, equivalent_config
+from ..family_kwargs import expert_kwargs
 from .build import build_model
 from .mixers import audit_mixer, float64_kept, gated_norms_in_float64, short_chunks
 from .scopes import AUDIT_EXPERTS, _block_size
 
-# the mixer's sizes a hybrid family's audit takes by default (LFM2: the short convolution's; Bamba: Mamba-2's;
-# Qwen3-Next: Gated DeltaNet's; Granite 4: Mamba-2's)
+# the mixer's sizes a hybrid model's audit takes by default, by the kind of mixer (attnid.counting.hybrid.MIXERS)
 MIXER_DEFAULTS: dict[str, dict] = {
-    "lfm2": dict(kernel=3, bias=False),
-    "bamba": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
-    "qwen3_next": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),
-    "qwen3_5": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),
-    "qwen3_5_moe": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),
-    "granitemoehybrid": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),
+    "short convolution": dict(kernel=3, bias=False),  # LFM2
+    "mamba2": dict(expand=2, heads=4, groups=1, state=4, kernel=4, bias=False, conv_bias=True),  # Bamba, Granite 4
+    "gated deltanet": dict(key_heads=1, value_heads=2, key_dim=4, value_dim=4, kernel=4),  # Qwen3-Next, Qwen3.5
 }
+HYBRID_TYPES = tuple(t for t, spec in HF_TYPES.items() if spec.hybrid is not None)
 
 
 def _audit_mixer_sizes(hf_type: str, mixer: dict | None) -> dict:
-    """The mixer's sizes of a ``hf_type`` hybrid model: its defaults with ``mixer`` on top, a name it lacks refused."""
-    if hf_type not in MIXER_DEFAULTS:
-        raise ValueError(f"hf: expected one of {', '.join(MIXER_DEFAULTS)} for a hybrid model, got {hf_type!r}")
-    defaults = MIXER_DEFAULTS[hf_type]
+    """The mixer's sizes of a ``hf_type`` hybrid model: its kind's defaults with ``mixer`` on top, a name it lacks
+    refused."""
+    if hf_type not in HYBRID_TYPES:
+        raise ValueError(f"hf: expected one of {', '.join(HYBRID_TYPES)} for a hybrid model, got {hf_type!r}")
+    defaults = MIXER_DEFAULTS[HF_TYPES[hf_type].mixer_layer()[1]]
     given = {} if mixer is None else mixer
     unknown = sorted(set(given) - set(defaults))
     if unknown:
@@ -116,7 +115,8 @@ def audit_hybrid_hf(
     theory = count_model(hybrid_model_config(hf_type, cfg, **shape, norm_eps_zero=norm_eps == 0))
     module, forward = build_model(
         hf_type, cfg, ffn=ffn, layers=len(layer_types), vocab=V, tied=tied, seq_len=0, norm_eps=norm_eps, seed=seed,
-        config_changes={**_config_changes(hf_type, tuple(layer_types), sizes), **t.expert_kwargs(k)},
+        config_changes={**_config_changes(hf_type, tuple(layer_types), sizes),
+                        **expert_kwargs(t.module, k, t.dense_allowed)},
     )  # fmt: skip
     B, L = _block_size(cfg, theory.total_params, words=V)
     ids = torch.randint(0, V, (B, L), generator=torch.Generator().manual_seed(20_000 + seed))
